@@ -1,0 +1,33 @@
+# Two commands on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Pinned: an unpinned torch makes pip fetch a multi-GB CUDA build.
+TORCH  := torch==2.13.0
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test check bench docs clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(TORCH)
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+run: $(STAMP)
+	$(BIN)/dsv4sel check
+	$(BIN)/dsv4sel explain --platform cuda --capability 9.0 --kv-cache-dtype auto
+
+test: $(STAMP)
+	$(BIN)/dsv4sel check
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run_all.py
+
+docs: $(STAMP)
+	$(BIN)/dsv4sel table --format md > docs/backends.md
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,103 @@
+"""dsv4sel: rule-based selection of the DeepSeek-V4 sparse-MLA attention
+backend and KV-cache format.
+
+Pipeline (one module each): load (YAML -> data with positions) -> validate
+(JSON Schema) -> compile (decision tables over a finite space) -> evaluate
+(:class:`~dsv4sel.ruleset.RuleSet`) -> explain / verify.
+
+The public API::
+
+    sel = dsv4sel.select(platform="cuda", capability="9.0", kv_cache_dtype="auto")
+    sel.backend, sel.impl, sel.cache_dtype, sel.rewrites, sel.rule
+
+``import dsv4sel`` and a warm ``select()`` import neither torch, yaml nor
+jsonschema: compiled rules are cached by content hash (see :mod:`dsv4sel.cache`).
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import ImplLoadError, InvalidQuery, Problem, RuleError, SelectionError  # noqa: E402
+from .ruleset import RuleSet  # noqa: E402
+from .values import Message, Query, RuleRef, Selection  # noqa: E402
+
+__all__ = [
+    "DEFAULT_ALLOWED_IMPL_MODULES", "ImplLoadError", "InvalidQuery", "Message", "Problem", "Query",
+    "RuleError", "RuleRef", "RuleSet", "Selection", "SelectionError", "default_rules", "load_rules",
+    "select", "__version__",
+]
+
+#: Impl classes are imported only from these module prefixes (and their submodules).
+DEFAULT_ALLOWED_IMPL_MODULES: tuple[str, ...] = ("dsv4sel.kernels",)
+
+_default: RuleSet | None = None
+
+
+def load_rules(paths=None, *, allowed_impl_modules=None, use_cache: bool = True) -> RuleSet:
+    """Load, validate and compile rule files into an immutable :class:`RuleSet`.
+
+    ``paths`` is a list of rule files or directories (a directory contributes
+    its ``*.yaml`` files in name order); None means the shipped rules.
+    ``allowed_impl_modules`` extends nothing: it replaces the allow-list
+    (default :data:`DEFAULT_ALLOWED_IMPL_MODULES`).
+
+    Raises :class:`RuleError` listing every problem with ``file:line:column``.
+    The compiled result is cached by content hash; a cache hit imports
+    neither yaml nor jsonschema.
+    """
+    from . import cache, sources as _sources
+
+    if paths is None:
+        srcs = _sources.shipped_sources()
+    else:
+        if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
+            paths = [paths]
+        srcs = [s for p in paths for s in _sources.expand(str(p))]
+    allowed = tuple(allowed_impl_modules or DEFAULT_ALLOWED_IMPL_MODULES)
+    digest = _sources.content_hash(srcs, allowed)
+    data = cache.read(digest) if use_cache else None
+    if data is None:
+        from .build import build_program
+
+        data = build_program(srcs, allowed).to_table()
+        if use_cache:
+            cache.write(digest, data)
+    return RuleSet(data, digest)
+
+
+def default_rules() -> RuleSet:
+    """The shipped rules, loaded once per process."""
+    global _default
+    if _default is None:
+        _default = load_rules()
+    return _default
+
+
+def select(*, platform, kv_cache_dtype="auto", backend=None, capability=None,
+           model="deepseek_v4", rules: RuleSet | None = None, **inputs) -> Selection:
+    """Select the DeepSeek-V4 attention backend and KV-cache format.
+
+    ``platform`` is one of the declared platforms (cuda, rocm, xpu, cpu);
+    ``capability`` a string such as "9.0" or "gfx942", a ``(major, minor)``
+    tuple, or None (unknown); ``backend`` None (the platform default), a name
+    or an enum member (its ``.name`` is used); ``kv_cache_dtype`` a vLLM
+    ``--kv-cache-dtype`` value. Extra keyword arguments fill inputs that rule
+    packs declare. ``rules`` defaults to the shipped rules.
+
+    Returns a frozen :class:`Selection`. Raises :class:`SelectionError` (a
+    ValueError) when no backend serves the query or an input is outside the
+    rules' vocabulary; its ``suggestions`` list working alternatives. Never
+    mutates anything: apply ``Selection.rewrites`` with ``Selection.apply``.
+    """
+    rs = rules if rules is not None else (_default or default_rules())
+    if not inputs:
+        try:
+            hit = rs._memo[(platform, kv_cache_dtype, backend, capability, model)]
+        except (KeyError, TypeError):
+            pass
+        else:
+            if hit.__class__ is Selection:
+                return hit
+            raise hit.error()
+    return rs.select(platform, kv_cache_dtype, backend, capability, model, inputs)

@@ -1,0 +1,53 @@
+"""The ``dsv4sel`` command: explain, check, table, doctor.
+
+Each subcommand lives in its own module with ``add_parser(subparsers)`` and
+``run(args) -> int``. Exit codes: 0 success, 1 a finding or a rejection,
+2 unusable input (bad arguments, bad rule files). No traceback reaches the
+user: expected errors print one message; anything else is reported as a bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import __version__
+from ..errors import RuleError, SelectionError
+from . import check, explain
+
+COMMANDS = (explain, check)
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dsv4sel",
+        description="Pick the DeepSeek-V4 sparse-MLA attention backend and KV-cache format from rule files.",
+    )
+    parser.add_argument("--version", action="version", version=f"dsv4sel {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for module in COMMANDS:
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except RuleError as exc:
+        print(f"dsv4sel: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except SelectionError as exc:  # an invalid query outside `explain`'s own handling
+        print(f"dsv4sel: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:  # `dsv4sel table | head`
+        return EXIT_OK
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

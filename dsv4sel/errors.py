@@ -1,0 +1,78 @@
+"""Exceptions raised by dsv4sel.
+
+Both public exceptions subclass :class:`ValueError`, as :mod:`packaging` does
+for invalid input, so callers that already guard configuration parsing with
+``except ValueError`` keep working.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One problem in one rule file, located at ``file:line:column`` (1-based)."""
+
+    file: str
+    line: int
+    column: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}: {self.message}"
+
+
+class RuleError(ValueError):
+    """The rule files are unusable.
+
+    ``problems`` holds every problem found (all files, all stages that could
+    run), each with file, line and column. ``file``, ``line`` and ``column``
+    repeat the first problem's location for callers that want just one.
+    """
+
+    def __init__(self, problems: list[Problem] | tuple[Problem, ...]):
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        first = self.problems[0] if self.problems else Problem("<rules>", 0, 0, "unknown error")
+        self.file, self.line, self.column = first.file, first.line, first.column
+        count = len(self.problems)
+        head = f"{count} problem{'s' if count != 1 else ''} in the rule files"
+        super().__init__(head + ":\n" + "\n".join(f"  {p}" for p in self.problems))
+
+
+class SelectionError(ValueError):
+    """No backend can serve the query.
+
+    The message names the offending inputs and the reason. ``suggestions``
+    lists concrete alternatives that would select, as engine flags such as
+    ``--kv-cache-dtype fp8`` (empty when nothing nearby works). ``rule`` is
+    the rule that rejected the query, or None when the query itself was
+    invalid (an unknown backend name, a malformed capability, ...).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        suggestions: tuple[str, ...] = (),
+        rule: object | None = None,
+        query: object | None = None,
+        path: tuple = (),
+    ):
+        self.reason = message
+        self.suggestions: tuple[str, ...] = tuple(suggestions)
+        self.rule = rule
+        self.query = query
+        self.path = tuple(path)
+        text = message
+        if self.suggestions:
+            text += "\nWould work: " + ", ".join(self.suggestions)
+        super().__init__(text)
+
+
+class InvalidQuery(SelectionError):
+    """The query names a value outside the rules' vocabulary (a typo, an unknown backend)."""
+
+
+class ImplLoadError(ImportError):
+    """An impl class named by a rule could not be imported."""

@@ -1,0 +1,295 @@
+"""Stage 4, evaluate: the compiled, immutable rule set and its lookups.
+
+A :class:`RuleSet` is built from the plain data of ``Program.to_table()``:
+every point of the decision space maps to an outcome index, so a query costs
+one normalization and one dict lookup. Results are memoized per raw query.
+This module imports neither yaml, jsonschema nor torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from .errors import InvalidQuery, SelectionError
+from .values import Message, Query, RuleRef, Selection
+
+BUILTIN = ("model", "platform", "capability", "kv_cache_dtype")
+_MEMO_LIMIT = 65536
+
+
+def _nearest(word: str, candidates) -> list[str]:
+    return difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1, cutoff=0.6)
+
+
+class Rejection:
+    """A rejected point; :meth:`error` builds a fresh SelectionError to raise."""
+
+    __slots__ = ("ruleset", "query", "reason", "rule", "path", "messages", "gap", "backend")
+
+    def __init__(self, ruleset, query, reason, rule, path, messages=(), gap=False, backend=None):
+        self.ruleset, self.query, self.reason, self.backend = ruleset, query, reason, backend
+        self.rule, self.path, self.messages, self.gap = rule, path, messages, gap
+
+    def error(self) -> SelectionError:
+        return SelectionError(self.message(), suggestions=self.ruleset.suggestions(self.query),
+                              rule=self.rule, query=self.query, path=self.path)
+
+    def message(self) -> str:
+        q = self.query
+        backend = q.backend or (f"{self.backend} (the default there)" if self.backend
+                                else "the default backend")
+        where = f" [rule {self.rule.id} at {self.rule.location}]" if self.rule else ""
+        return (f"DeepSeek-V4 attention: no selection for {backend} with kv-cache dtype "
+                f"{q.kv_cache_dtype!r} on {q.platform} {q.capability} ({q.model}): {self.reason}{where}")
+
+
+class RuleSet:
+    """Compiled rules: the decision for every point of the declared space.
+
+    Build one with :func:`dsv4sel.load_rules`. Instances are immutable and safe
+    to share between threads (the memo is a plain dict of immutable values).
+    """
+
+    def __init__(self, data: dict[str, Any], digest: str):
+        self.digest = digest
+        self._inputs = {name: (tuple(values), by, dict(scoped) if scoped else None, default, fallback)
+                        for name, values, by, scoped, default, fallback in data["inputs"]}
+        self.extra_inputs: tuple[str, ...] = tuple(n for n in self._inputs if n not in BUILTIN)
+        self.backends: tuple[str, ...] = tuple(data["backends"])
+        self._backend_set = frozenset(self.backends)
+        #: backends that select something somewhere in the space (the others only reject)
+        self.selectable_backends: tuple[str, ...] = tuple(data["selectable"])
+        self._rule_rows = data["rules"]
+        self._rules: dict[int, RuleRef] = {}
+        self._outcomes = data["outcomes"]
+        self._table: dict[tuple, int] = data["table"]
+        self.allowed_impl_modules: tuple[str, ...] = tuple(data["allowed"])
+        self.sources: tuple[str, ...] = tuple(data["sources"])
+        self._memo: dict[tuple, Selection | Rejection] = {}
+
+    # ------------------------------------------------------------ vocabulary
+    def values(self, name: str, platform: str | None = None) -> tuple[str, ...]:
+        """Declared values of input ``name`` (of one platform, for scoped inputs)."""
+        if name == "backend":
+            return self.backends
+        values, by, scoped, _, _ = self._inputs[name]
+        if scoped is not None and platform is not None:
+            return tuple(scoped.get(platform, ()))
+        return values
+
+    def default_of(self, name: str) -> str | None:
+        return self._inputs[name][3]
+
+    def rule(self, index: int) -> RuleRef:
+        ref = self._rules.get(index)
+        if ref is None:
+            rid, file, line, pack, _table = self._rule_rows[index]
+            ref = self._rules[index] = RuleRef(rid, file, line, pack)
+        return ref
+
+    @property
+    def rules(self) -> tuple[RuleRef, ...]:
+        return tuple(self.rule(i) for i in range(len(self._rule_rows)))
+
+    def rule_table(self, index: int) -> str:
+        return self._rule_rows[index][4]
+
+    @property
+    def size(self) -> int:
+        """Number of points in the decision space (backend included)."""
+        return len(self._table)
+
+    def keys(self):
+        return self._table.keys()
+
+    # --------------------------------------------------------- normalization
+    def _invalid(self, what: str, value: Any, valid, hint: str = "", flag: str = "") -> InvalidQuery:
+        near = _nearest(value, valid) if isinstance(value, str) else []
+        text = f"unknown {what} {value!r}"
+        if near:
+            text += f"; did you mean {near[0]!r}?"
+        text += f". Valid {what} values: {', '.join(valid)}" + hint
+        return InvalidQuery(text, suggestions=tuple(f"{flag} {n}".strip() for n in near))
+
+    def normalize(self, *, platform: Any, kv_cache_dtype: Any = "auto", backend: Any = None,
+                  capability: Any = None, model: Any = "deepseek_v4",
+                  extra: Mapping[str, Any] | None = None) -> tuple[Query, tuple[Message, ...]]:
+        """Turn raw query values into a :class:`Query` of declared values.
+
+        Raises :class:`InvalidQuery` (a SelectionError) for anything outside the
+        vocabulary. Returns the messages normalization produced (e.g. an
+        undeclared capability decided as ``unknown``)."""
+        notes: list[Message] = []
+        models = self.values("model")
+        if not isinstance(model, str) or model not in models:
+            raise self._invalid("model", model, models)
+        platforms = self.values("platform")
+        plat = platform.lower() if isinstance(platform, str) else platform
+        if plat not in platforms:
+            raise self._invalid("platform", platform, platforms)
+        cap = self._capability(plat, capability, notes)
+        if backend is None or backend == "":
+            name = None
+        else:
+            name = getattr(backend, "name", backend)
+            if not isinstance(name, str):
+                raise InvalidQuery(f"backend must be None, a name or an enum member, not {type(backend).__name__}")
+            name = name.strip().upper()
+            if name not in self._backend_set:
+                others = [b for b in self.backends if b not in self.selectable_backends]
+                hint = (" (or no backend for the platform default)"
+                        + (f"; known but not DeepSeek-V4 backends: {', '.join(others)}" if others else ""))
+                near = _nearest(name, self.backends)
+                text = f"unknown attention backend {name!r}"
+                if near:
+                    text += f"; did you mean {near[0]!r}?"
+                raise InvalidQuery(text + ". DeepSeek-V4 backends: " + ", ".join(self.selectable_backends)
+                                   + hint, suggestions=tuple(f"--attention-backend {n}" for n in near))
+        kv = kv_cache_dtype.strip().lower() if isinstance(kv_cache_dtype, str) else kv_cache_dtype
+        kvs = self.values("kv_cache_dtype")
+        if kv not in kvs:
+            raise self._invalid("kv-cache dtype", kv_cache_dtype, kvs, flag="--kv-cache-dtype")
+        extras = []
+        given = dict(extra or {})
+        for key in given:
+            if key not in self.extra_inputs:
+                raise InvalidQuery(f"unknown input {key!r}; the rules declare: "
+                                   + ", ".join(BUILTIN + self.extra_inputs))
+        for name_ in self.extra_inputs:
+            value = given.get(name_, self.default_of(name_))
+            if isinstance(value, bool):
+                value = str(value).lower()
+            valid = self.values(name_)
+            if value not in valid:
+                raise self._invalid(name_, value, valid)
+            extras.append((name_, value))
+        return Query(model, plat, cap, name, kv, tuple(extras)), tuple(notes)
+
+    def _capability(self, platform: str, capability: Any, notes: list[Message]) -> str:
+        values, _, _, default, fallback = self._inputs["capability"]
+        valid = self.values("capability", platform)
+        if capability is None:
+            return default if default in valid else valid[-1]
+        if isinstance(capability, tuple) and len(capability) == 2 and all(
+                isinstance(x, int) and not isinstance(x, bool) for x in capability):
+            text = f"{capability[0]}.{capability[1]}"
+        elif isinstance(capability, str) and capability.strip():
+            # torch reports ROCm arches as e.g. "gfx942:sramecc+:xnack-"
+            text = capability.strip().split(":")[0].lower()
+        else:
+            raise InvalidQuery(f"capability must be a string such as '9.0' or 'gfx942', a "
+                               f"(major, minor) tuple or None, not {capability!r}")
+        if text in valid:
+            return text
+        if fallback is not None and fallback in valid:
+            notes.append(Message(f"capability {text!r} is not declared for {platform} in the rule "
+                                 f"vocabulary; deciding as {fallback!r}", "warning"))
+            return fallback
+        raise self._invalid(f"{platform} capability", text, valid)
+
+    # ------------------------------------------------------------ evaluation
+    def key(self, query: Query) -> tuple:
+        return (query.model, query.platform, query.capability, query.backend,
+                query.kv_cache_dtype, *(v for _, v in query.extra))
+
+    def outcome(self, query: Query, notes: tuple[Message, ...] = ()) -> Selection | Rejection:
+        """The decision for a normalized query (a Selection, or a Rejection to raise)."""
+        index = self._table.get(self.key(query))
+        if index is None:  # pragma: no cover - normalize() admits only declared points
+            return Rejection(self, query, "the query is outside the decision space", None, ())
+        row = self._outcomes[index]
+        kind = row[0]
+        if kind == "select":
+            (_, backend, impl, layout, cache_dtype, torch_dtype, bpt, block, rewrites,
+             messages, path) = row
+            refs = tuple(self.rule(i) for i in path)
+            return Selection(
+                backend=backend, impl=impl, layout=layout, cache_dtype=cache_dtype,
+                torch_dtype_name=torch_dtype, bytes_per_token=bpt, block_size=block,
+                rewrites=MappingProxyType(dict(rewrites)),
+                messages=notes + tuple(Message(text, level) for level, text in messages),
+                rule=refs[-1], path=refs, query=query,
+                allowed_impl_modules=self.allowed_impl_modules)
+        if kind == "reject":
+            _, backend, reason, path, _messages = row
+            refs = tuple(self.rule(i) for i in path)
+            return Rejection(self, query, reason, refs[-1], refs, backend=backend)
+        _, backend, table, path = row
+        refs = tuple(self.rule(i) for i in path)
+        where = "the default-backend decision" if table == "<default>" else f"the table of {table}"
+        return Rejection(self, query, f"no rule in {where} decides this input (a gap in the rules; "
+                         "`dsv4sel check` lists all gaps)", refs[-1] if refs else None, refs, gap=True,
+                         backend=backend)
+
+    def select(self, platform, kv_cache_dtype="auto", backend=None, capability=None,
+               model="deepseek_v4", extra=None) -> Selection:
+        """Like :func:`dsv4sel.select` on this rule set."""
+        memo_key = (platform, kv_cache_dtype, backend, capability, model)
+        if not extra:
+            try:
+                hit = self._memo[memo_key]
+            except (KeyError, TypeError):
+                hit = None
+            if hit is not None:
+                if hit.__class__ is Selection:
+                    return hit
+                raise hit.error()
+        query, notes = self.normalize(platform=platform, kv_cache_dtype=kv_cache_dtype, backend=backend,
+                                      capability=capability, model=model, extra=extra)
+        hit = self.outcome(query, notes)
+        if not extra:
+            try:
+                if len(self._memo) >= _MEMO_LIMIT:
+                    self._memo.clear()
+                self._memo[memo_key] = hit
+            except TypeError:  # unhashable raw input (a list capability...): just don't memoize
+                pass
+        if hit.__class__ is Selection:
+            return hit
+        raise hit.error()
+
+    # ----------------------------------------------------------- alternatives
+    def alternatives(self, query: Query, limit: int = 4) -> list[tuple[str | None, str, Selection]]:
+        """The nearest changes of (backend, kv dtype) that select, keeping the
+        platform, capability and model: one change before two, the platform
+        default before explicit backends, vocabulary order otherwise."""
+        found: list[tuple[int, int, int, str | None, str]] = []
+        backends = (None, *self.backends)
+        kvs = self.values("kv_cache_dtype")
+        for bi, backend in enumerate(backends):
+            for ki, kv in enumerate(kvs):
+                changes = (backend != query.backend) + (kv != query.kv_cache_dtype)
+                if changes == 0:
+                    continue
+                index = self._table.get(self.key(Query(query.model, query.platform, query.capability,
+                                                       backend, kv, query.extra)))
+                if index is not None and self._outcomes[index][0] == "select":
+                    found.append((changes, bi, ki, backend, kv))
+        found.sort()
+        out = []
+        seen_backends: set = set()
+        for changes, _, _, backend, kv in found:
+            # one suggestion per backend keeps the list short and varied
+            if backend in seen_backends:
+                continue
+            seen_backends.add(backend)
+            alt = Query(query.model, query.platform, query.capability, backend, kv, query.extra)
+            out.append((backend, kv, self.outcome(alt)))
+            if len(out) >= limit:
+                break
+        return out
+
+    def suggestions(self, query: Query) -> tuple[str, ...]:
+        """Engine flags for :meth:`alternatives`, e.g. ``--kv-cache-dtype fp8``."""
+        out = []
+        for backend, kv, selection in self.alternatives(query):
+            parts = []
+            if backend != query.backend:
+                parts.append(f"--attention-backend {backend}" if backend
+                             else f"no --attention-backend (picks {selection.backend})")
+            if kv != query.kv_cache_dtype:
+                parts.append(f"--kv-cache-dtype {kv}")
+            out.append(" ".join(parts))
+        return tuple(out)

@@ -1,0 +1,60 @@
+"""Stage 2, validate: check each loaded file against the JSON Schema.
+
+jsonschema works on plain data and knows no line numbers; every error's
+``absolute_path`` is mapped back to the YAML node it came from. All errors of
+all files are reported, not just the first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import lru_cache
+
+from .errors import Problem
+from .load import LoadedFile
+
+SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "schema", "rules.schema.json")
+
+
+@lru_cache(maxsize=1)
+def _validator():
+    import jsonschema
+
+    with open(SCHEMA_PATH, encoding="utf-8") as fh:
+        schema = json.load(fh)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def _describe(error) -> tuple[tuple, str, bool]:
+    """Return (path, message, point_at_key) for one jsonschema error, choosing the
+    most specific sub-error of oneOf/anyOf and pointing at offending keys."""
+    from jsonschema.exceptions import best_match
+
+    if error.context:
+        error = best_match(error.context)
+    path = tuple(error.absolute_path)
+    label = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = set(error.schema.get("properties", {}))
+        extra = sorted(k for k in error.instance if k not in allowed)
+        if extra:
+            hint = f"; allowed: {', '.join(sorted(allowed))}" if allowed else ""
+            return path + (extra[0],), f"{label}: unknown field {extra[0]!r}{hint}", True
+    if error.validator == "required":
+        return path, f"{label}: {error.message}", False
+    if error.validator == "propertyNames":
+        return path, f"{label}: {error.message}", False
+    return path, f"{label}: {error.message}", False
+
+
+def validate_file(loaded: LoadedFile) -> list[Problem]:
+    """Every schema violation in ``loaded``, in document order."""
+    problems = []
+    for error in _validator().iter_errors(loaded.data):
+        path, message, at_key = _describe(error)
+        problems.append(loaded.problem(path, message, key=at_key))
+    problems.sort(key=lambda p: (p.line, p.column))
+    return problems
