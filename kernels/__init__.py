@@ -1,0 +1,66 @@
+"""DeepSeek-V4 KV-cache layouts, a torch reference sparse decode, and kernel adapters.
+
+Installed as ``dsv4sel.kernels``. Importing this package (or any module in it)
+imports neither torch nor any kernel library: the selector's ``check`` and
+``doctor`` commands read layout sizes and library availability without paying
+for a torch import. Torch and the kernel libraries are imported inside the
+functions that need them.
+
+``IMPLS`` lists the attention implementations as ``"module:Class"`` strings,
+the same spelling the rule files use; :func:`load_impl` resolves one and
+:func:`availability_report` asks each whether it can run here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import NamedTuple
+
+__all__ = ["IMPLS", "ImplStatus", "availability_report", "load_impl"]
+
+#: Every attention implementation this package provides, in the spelling the
+#: rules use (``module:Class``). Order is stable: the doctor prints it as is.
+IMPLS: tuple[str, ...] = (
+    "dsv4sel.kernels.flashmla:DeepseekV4FlashMLASparseImpl",
+    "dsv4sel.kernels.flashinfer:DeepseekV4FlashInferMLASparseImpl",
+    "dsv4sel.kernels.rocm:DeepseekV4ROCMAiterMLASparseImpl",
+    "dsv4sel.kernels.reference:DeepseekV4ReferenceSparseImpl",
+)
+
+
+class ImplStatus(NamedTuple):
+    """One line of :func:`availability_report`."""
+
+    spec: str
+    available: bool
+    reason: str
+
+
+def load_impl(spec: str) -> type:
+    """Return the class named by ``"module:Class"``.
+
+    Raises ValueError for a malformed spec, ImportError / AttributeError when
+    the module or class does not exist. Importing an impl module is cheap: it
+    does not import torch or the kernel library.
+    """
+    module_name, sep, class_name = spec.partition(":")
+    if not sep or not module_name or not class_name:
+        raise ValueError(f"impl spec must look like 'package.module:Class', got {spec!r}")
+    module = importlib.import_module(module_name)
+    return getattr(module, class_name)
+
+
+def availability_report(platform: str | None = None, capability: object = None) -> list[ImplStatus]:
+    """Ask every impl in :data:`IMPLS` whether it can run on (platform, capability).
+
+    ``None`` for both means "this machine". Never raises: an impl whose class
+    cannot even be loaded is reported unavailable with the error as reason.
+    """
+    report: list[ImplStatus] = []
+    for spec in IMPLS:
+        try:
+            ok, reason = load_impl(spec).is_available(platform, capability)
+        except Exception as exc:  # the doctor must print a line, not a traceback
+            ok, reason = False, f"cannot load {spec}: {type(exc).__name__}: {exc}"
+        report.append(ImplStatus(spec, bool(ok), str(reason)))
+    return report

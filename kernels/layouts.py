@@ -1,0 +1,402 @@
+"""Byte-exact DeepSeek-V4 KV-cache layouts: the single source of truth for sizes.
+
+Three layouts, by name (see ``docs/kernels.md`` for byte diagrams):
+
+``fp8_ds_mla`` (584 B/token, uint8 pages; FlashMLA calls it "MODEL1")
+    A page of ``block_size`` tokens is block-major: first ``block_size x 576``
+    bytes of token data (448 fp8-e4m3 NoPE values, then 64 bf16 RoPE values),
+    then ``block_size x 8`` scale bytes (7 UE8M0 exponents, one per 64-wide
+    NoPE tile, then one zero pad byte), then zero padding up to a multiple of
+    576 bytes. Tile scale = ``2**ceil(log2(max(amax / 448, 1e-4)))``, stored as
+    exponent + 127.
+``bf16_row`` (1024 B/token)
+    One contiguous row of 512 bfloat16 values per token.
+``fp8_e4m3_row`` (512 B/token)
+    One row of 512 float8_e4m3fn values per token, ``value / scale``; the
+    per-tensor ``scale`` (default 1.0) is kept outside the cache, on the layout.
+
+Sizes (``bytes_per_token``, ``torch_dtype_name``, ``alignment``,
+``page_bytes``) are plain ints and strings: reading them never imports torch.
+The tensor methods (``allocate``, ``write``, ``read``, ``kernel_view``) import
+torch on first use.
+
+Slots address tokens as ``block * block_size + offset``. ``write`` and ``read``
+reject slots outside ``[0, num_blocks * block_size)`` with ValueError (one
+device sync per call); with duplicate slots in one ``write`` the surviving row
+is unspecified.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Mapping
+
+from .errors import UnknownLayoutError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = [
+    "HEAD_DIM",
+    "NOPE_DIM",
+    "ROPE_DIM",
+    "TILE_SIZE",
+    "NUM_TILES",
+    "FP8_E4M3_MAX",
+    "UE8M0_SCALE_FLOOR",
+    "UE8M0_BIAS",
+    "KVCacheLayout",
+    "Fp8DsMlaLayout",
+    "Bf16RowLayout",
+    "Fp8E4m3RowLayout",
+    "LAYOUTS",
+    "get_layout",
+    "resolve_layout",
+]
+
+HEAD_DIM = 512  # latent KV row: key and value at once
+NOPE_DIM = 448
+ROPE_DIM = 64
+TILE_SIZE = 64  # NoPE values per UE8M0 scale
+NUM_TILES = NOPE_DIM // TILE_SIZE  # 7
+FP8_E4M3_MAX = 448.0
+UE8M0_SCALE_FLOOR = 1e-4  # smallest scale before rounding up: all-zero tiles get 2**-13
+UE8M0_BIAS = 127
+
+_TOKEN_DATA_BYTES = NOPE_DIM + 2 * ROPE_DIM  # 576: fp8 NoPE + bf16 RoPE
+_SCALE_BYTES = NUM_TILES + 1  # 7 exponents + 1 pad byte
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return (value + multiple - 1) // multiple * multiple
+
+
+def _check_block_size(block_size: int) -> int:
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    return block_size
+
+
+@dataclass(frozen=True)
+class KVCacheLayout:
+    """One KV-cache byte layout. Immutable; compare by value.
+
+    Attributes:
+        name: the layout id the rules use.
+        bytes_per_token: content bytes per token (584, 1024, 512).
+        torch_dtype_name: dtype of the cache tensor ``allocate`` returns, as the
+            name of a ``torch`` attribute ("uint8", "bfloat16", "float8_e4m3fn").
+        alignment: a page is padded to a multiple of this many bytes.
+    """
+
+    name: str
+    bytes_per_token: int
+    torch_dtype_name: str
+    alignment: int
+
+    # -- sizes: no torch -------------------------------------------------
+    def page_bytes(self, block_size: int) -> int:
+        """Bytes of one page (block) of ``block_size`` tokens, padding included."""
+        return _round_up(_check_block_size(block_size) * self.bytes_per_token, self.alignment)
+
+    def cache_bytes(self, num_blocks: int, block_size: int) -> int:
+        """Bytes of a cache of ``num_blocks`` pages."""
+        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 0:
+            raise ValueError(f"num_blocks must be a non-negative int, got {num_blocks!r}")
+        return num_blocks * self.page_bytes(block_size)
+
+    def kernel_shape(self, num_blocks: int, block_size: int) -> tuple[int, int, int]:
+        """Shape of :meth:`kernel_view`: ``(num_blocks, block_size, per-token width)``.
+
+        The width is bytes for uint8 layouts (584) and elements otherwise (512).
+        """
+        _check_block_size(block_size)
+        return (num_blocks, block_size, self._kernel_width())
+
+    def _kernel_width(self) -> int:
+        return HEAD_DIM
+
+    # -- tensors: torch, imported lazily ---------------------------------
+    def torch_dtype(self) -> "torch.dtype":
+        """The cache tensor's torch dtype."""
+        return getattr(_torch(), self.torch_dtype_name)
+
+    def allocate(self, num_blocks: int, block_size: int, device: Any = "cpu") -> "torch.Tensor":
+        """A zeroed cache whose storage is ``num_blocks`` pages back to back."""
+        raise NotImplementedError  # pragma: no cover - every layout overrides
+
+    def block_size_of(self, cache: "torch.Tensor") -> int:
+        """The block size of a cache made by :meth:`allocate`; ValueError if not one."""
+        raise NotImplementedError  # pragma: no cover
+
+    def kernel_view(self, cache: "torch.Tensor") -> "torch.Tensor":
+        """The ``(num_blocks, block_size, width)`` view kernels are handed (shares storage)."""
+        raise NotImplementedError  # pragma: no cover
+
+    def write(self, cache: "torch.Tensor", kv: "torch.Tensor", slots: "torch.Tensor") -> None:
+        """Quantize ``kv`` ``[n, 512]`` and store row ``i`` at slot ``slots[i]`` (int64 ``[n]``)."""
+        raise NotImplementedError  # pragma: no cover
+
+    def read(self, cache: "torch.Tensor", slots: "torch.Tensor") -> "torch.Tensor":
+        """Dequantize the rows at ``slots`` (int64 ``[n]``) to bf16 ``[n, 512]``."""
+        raise NotImplementedError  # pragma: no cover
+
+    # -- shared checks ---------------------------------------------------
+    def _check_cache_dtype(self, cache: "torch.Tensor") -> None:
+        if cache.dtype != self.torch_dtype():
+            raise ValueError(
+                f"{self.name} cache must have dtype {self.torch_dtype_name}, got {cache.dtype}"
+            )
+
+    def _check_slots(self, slots: "torch.Tensor", capacity: int, n: int | None, device: Any) -> None:
+        torch = _torch()
+        if not isinstance(slots, torch.Tensor) or slots.dtype not in (torch.int64, torch.int32):
+            raise ValueError("slots must be an int64 (or int32) tensor")
+        if slots.dim() != 1 or (n is not None and slots.numel() != n):
+            raise ValueError(f"slots must have shape [{'n' if n is None else n}], got {tuple(slots.shape)}")
+        if slots.device != device:
+            raise ValueError(f"slots are on {slots.device}, the cache on {device}")
+        if slots.numel():
+            lo, hi = torch.aminmax(slots)
+            lo_i, hi_i = int(lo), int(hi)  # one device sync: negative slots would wrap silently
+            if lo_i < 0 or hi_i >= capacity:
+                raise ValueError(
+                    f"slots must be in [0, {capacity}) for this cache, got range [{lo_i}, {hi_i}]"
+                )
+
+    def _check_kv(self, kv: "torch.Tensor", device: Any) -> None:
+        torch = _torch()
+        if not isinstance(kv, torch.Tensor) or kv.dim() != 2 or kv.shape[1] != HEAD_DIM:
+            shape = tuple(kv.shape) if hasattr(kv, "shape") else type(kv).__name__
+            raise ValueError(f"kv must be a [n, {HEAD_DIM}] tensor, got {shape}")
+        if not kv.is_floating_point():
+            raise ValueError(f"kv must be floating point, got {kv.dtype}")
+        if kv.device != device:
+            raise ValueError(f"kv is on {kv.device}, the cache on {device}")
+
+
+@dataclass(frozen=True)
+class Fp8DsMlaLayout(KVCacheLayout):
+    """``fp8_ds_mla``: block-major fp8 NoPE + bf16 RoPE + UE8M0 tile scales.
+
+    The cache tensor is uint8 ``[num_blocks, page_bytes]``. Byte offsets inside
+    page ``p`` for the token at offset ``t``: data at ``t * 576`` (NoPE fp8 at
+    ``+0..447``, RoPE bf16 at ``+448..575``), scales at
+    ``block_size * 576 + t * 8`` (7 exponents, then a zero pad byte).
+    """
+
+    name: str = "fp8_ds_mla"
+    bytes_per_token: int = _TOKEN_DATA_BYTES + _SCALE_BYTES  # 584
+    torch_dtype_name: str = "uint8"
+    alignment: int = _TOKEN_DATA_BYTES  # 576
+
+    def _kernel_width(self) -> int:
+        return self.bytes_per_token
+
+    def allocate(self, num_blocks: int, block_size: int, device: Any = "cpu") -> "torch.Tensor":
+        torch = _torch()
+        self.cache_bytes(num_blocks, block_size)  # validates both
+        return torch.zeros((num_blocks, self.page_bytes(block_size)), dtype=torch.uint8, device=device)
+
+    def block_size_of(self, cache: "torch.Tensor") -> int:
+        self._check_cache_dtype(cache)
+        if cache.dim() != 2:
+            raise ValueError(
+                f"fp8_ds_mla cache must be [num_blocks, page_bytes] uint8, got shape {tuple(cache.shape)}"
+            )
+        page = cache.shape[1]
+        # page_bytes - 584 * block_size is padding in [0, 575], so the quotient is exact.
+        block_size = page // self.bytes_per_token
+        if block_size == 0 or self.page_bytes(block_size) != page:
+            raise ValueError(f"{page} bytes is not an fp8_ds_mla page size")
+        if cache.stride(1) != 1 or cache.stride(0) != page:
+            raise ValueError("fp8_ds_mla cache pages must be contiguous")
+        return block_size
+
+    def kernel_view(self, cache: "torch.Tensor") -> "torch.Tensor":
+        """uint8 ``(num_blocks, block_size, 584)`` with strides ``(page_bytes, 584, 1)``.
+
+        Kernels use it for the page base pointer and page stride only; inside a
+        page they address data and scales block-major, not at ``t * 584``.
+        """
+        block_size = self.block_size_of(cache)
+        num_blocks, page = cache.shape
+        return cache.as_strided(
+            (num_blocks, block_size, self.bytes_per_token),
+            (page, self.bytes_per_token, 1),
+            cache.storage_offset(),
+        )
+
+    def _views(self, cache: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor", int]:
+        block_size = self.block_size_of(cache)
+        num_blocks = cache.shape[0]
+        data = cache[:, : block_size * _TOKEN_DATA_BYTES].view(num_blocks, block_size, _TOKEN_DATA_BYTES)
+        scale_end = block_size * (_TOKEN_DATA_BYTES + _SCALE_BYTES)
+        scales = cache[:, block_size * _TOKEN_DATA_BYTES : scale_end].view(num_blocks, block_size, _SCALE_BYTES)
+        return data, scales, block_size
+
+    def write(self, cache: "torch.Tensor", kv: "torch.Tensor", slots: "torch.Tensor") -> None:
+        torch = _torch()
+        data, scales, block_size = self._views(cache)
+        self._check_kv(kv, cache.device)
+        n = kv.shape[0]
+        self._check_slots(slots, cache.shape[0] * block_size, n, cache.device)
+        if n == 0:
+            return
+        slots = slots.long()
+        block, offset = slots // block_size, slots % block_size
+
+        nope = kv[:, :NOPE_DIM].float().reshape(n, NUM_TILES, TILE_SIZE)
+        amax = nope.abs().amax(dim=-1)  # [n, 7]
+        # float32 log2/ceil, as FlashMLA's MODEL1 quantizer does: same bytes (domain.md §12).
+        exponent = torch.clamp_min(amax / FP8_E4M3_MAX, UE8M0_SCALE_FLOOR).log2().ceil()
+        scale = torch.exp2(exponent)  # exact: integer exponents
+        # The clamp only matters where float32 log2 rounded a scale down a hair.
+        quant = (nope / scale.unsqueeze(-1)).clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
+        rope = kv[:, NOPE_DIM:].to(torch.bfloat16).contiguous()
+
+        token_bytes = torch.cat([quant.view(torch.uint8).reshape(n, NOPE_DIM), rope.view(torch.uint8)], dim=1)
+        scale_bytes = torch.zeros((n, _SCALE_BYTES), dtype=torch.uint8, device=cache.device)
+        scale_bytes[:, :NUM_TILES] = (exponent + UE8M0_BIAS).to(torch.uint8)
+        data[block, offset] = token_bytes
+        scales[block, offset] = scale_bytes
+
+    def read(self, cache: "torch.Tensor", slots: "torch.Tensor") -> "torch.Tensor":
+        torch = _torch()
+        data, scales, block_size = self._views(cache)
+        self._check_slots(slots, cache.shape[0] * block_size, None, cache.device)
+        slots = slots.long()
+        block, offset = slots // block_size, slots % block_size
+        n = slots.numel()
+
+        token_bytes = data[block, offset]  # [n, 576]
+        exponent = scales[block, offset][:, :NUM_TILES].to(torch.int32) - UE8M0_BIAS
+        nope = token_bytes[:, :NOPE_DIM].contiguous().view(torch.float8_e4m3fn).float()
+        nope = nope.reshape(n, NUM_TILES, TILE_SIZE) * torch.exp2(exponent.float()).unsqueeze(-1)
+        rope = token_bytes[:, NOPE_DIM:].contiguous().view(torch.bfloat16)
+        return torch.cat([nope.reshape(n, NOPE_DIM).to(torch.bfloat16), rope], dim=1)
+
+
+@dataclass(frozen=True)
+class _RowLayout(KVCacheLayout):
+    """A plain row per token: cache ``[num_blocks, block_size, 512]``."""
+
+    def allocate(self, num_blocks: int, block_size: int, device: Any = "cpu") -> "torch.Tensor":
+        torch = _torch()
+        self.cache_bytes(num_blocks, block_size)
+        return torch.zeros((num_blocks, block_size, HEAD_DIM), dtype=self.torch_dtype(), device=device)
+
+    def block_size_of(self, cache: "torch.Tensor") -> int:
+        self._check_cache_dtype(cache)
+        if cache.dim() != 3 or cache.shape[2] != HEAD_DIM:
+            raise ValueError(
+                f"{self.name} cache must be [num_blocks, block_size, {HEAD_DIM}], got {tuple(cache.shape)}"
+            )
+        if not cache.is_contiguous():
+            raise ValueError(f"{self.name} cache must be contiguous")
+        return int(cache.shape[1])
+
+    def kernel_view(self, cache: "torch.Tensor") -> "torch.Tensor":
+        self.block_size_of(cache)
+        return cache
+
+    def _rows(self, cache: "torch.Tensor") -> "torch.Tensor":
+        torch = _torch()
+        block_size = self.block_size_of(cache)
+        # Byte rows: index_put on float8 tensors is not implemented on every device.
+        return cache.view(torch.uint8).view(cache.shape[0] * block_size, -1)
+
+    def _encode(self, kv: "torch.Tensor") -> "torch.Tensor":
+        raise NotImplementedError  # pragma: no cover
+
+    def _decode(self, raw: "torch.Tensor") -> "torch.Tensor":
+        raise NotImplementedError  # pragma: no cover
+
+    def write(self, cache: "torch.Tensor", kv: "torch.Tensor", slots: "torch.Tensor") -> None:
+        torch = _torch()
+        rows = self._rows(cache)
+        self._check_kv(kv, cache.device)
+        self._check_slots(slots, rows.shape[0], kv.shape[0], cache.device)
+        if kv.shape[0]:
+            rows[slots.long()] = self._encode(kv).contiguous().view(torch.uint8)
+
+    def read(self, cache: "torch.Tensor", slots: "torch.Tensor") -> "torch.Tensor":
+        rows = self._rows(cache)
+        self._check_slots(slots, rows.shape[0], None, cache.device)
+        return self._decode(rows[slots.long()])
+
+
+@dataclass(frozen=True)
+class Bf16RowLayout(_RowLayout):
+    """``bf16_row``: 512 bfloat16 per token; lossless for bf16 input."""
+
+    name: str = "bf16_row"
+    bytes_per_token: int = 2 * HEAD_DIM
+    torch_dtype_name: str = "bfloat16"
+    alignment: int = HEAD_DIM
+
+    def _encode(self, kv: "torch.Tensor") -> "torch.Tensor":
+        return kv.to(_torch().bfloat16)
+
+    def _decode(self, raw: "torch.Tensor") -> "torch.Tensor":
+        return raw.view(_torch().bfloat16)
+
+
+@dataclass(frozen=True)
+class Fp8E4m3RowLayout(_RowLayout):
+    """``fp8_e4m3_row``: 512 float8_e4m3fn per token, stored as ``value / scale``.
+
+    ``scale`` is per tensor and lives here, not in the cache (vLLM keeps it in a
+    layer buffer fixed at 1.0). Use :meth:`with_scale` for another value.
+    """
+
+    name: str = "fp8_e4m3_row"
+    bytes_per_token: int = HEAD_DIM
+    torch_dtype_name: str = "float8_e4m3fn"
+    alignment: int = HEAD_DIM
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.scale, (int, float)) and self.scale > 0 and self.scale != float("inf")):
+            raise ValueError(f"fp8_e4m3_row scale must be a positive finite number, got {self.scale!r}")
+
+    def with_scale(self, scale: float) -> "Fp8E4m3RowLayout":
+        """The same layout with another per-tensor scale."""
+        return dataclasses.replace(self, scale=float(scale))
+
+    def _encode(self, kv: "torch.Tensor") -> "torch.Tensor":
+        torch = _torch()
+        # Saturate instead of relying on the cast's overflow behaviour (NaN on some builds).
+        return (kv.float() / self.scale).clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
+
+    def _decode(self, raw: "torch.Tensor") -> "torch.Tensor":
+        torch = _torch()
+        return (raw.view(torch.float8_e4m3fn).float() * self.scale).to(torch.bfloat16)
+
+
+LAYOUTS: Mapping[str, KVCacheLayout] = MappingProxyType(
+    {layout.name: layout for layout in (Fp8DsMlaLayout(), Bf16RowLayout(), Fp8E4m3RowLayout())}
+)
+"""Every layout by name; read-only."""
+
+
+def get_layout(name: str) -> KVCacheLayout:
+    """The layout called ``name``; :class:`UnknownLayoutError` (a ValueError) lists valid names."""
+    if isinstance(name, str) and name in LAYOUTS:
+        return LAYOUTS[name]
+    raise UnknownLayoutError(name, tuple(LAYOUTS))
+
+
+def resolve_layout(layout: "KVCacheLayout | str") -> KVCacheLayout:
+    """Accept a layout object or its name."""
+    if isinstance(layout, KVCacheLayout):
+        return layout
+    return get_layout(layout)

@@ -1,0 +1,119 @@
+"""Where code runs: platform names, compute capabilities, and their detection.
+
+Platforms are the strings ``"cuda"``, ``"rocm"``, ``"xpu"`` and ``"cpu"``.
+A capability is a ``(major, minor)`` tuple of ints: ``(9, 0)`` for an H100/H200,
+``(10, 0)`` for a B200, ``(12, 0)`` for an RTX PRO 6000. ROCm GPUs use the same
+tuple as torch reports for them, so ``gfx942`` is ``(9, 4)`` and ``gfx950`` is
+``(9, 5)``; :func:`parse_capability` accepts the ``gfx`` spelling too.
+
+Nothing here imports torch at module level, and the detectors never raise: a
+machine without torch is simply a ``cpu`` machine with no capability.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = [
+    "PLATFORMS",
+    "Capability",
+    "parse_capability",
+    "format_capability",
+    "detect_platform",
+    "device_target",
+]
+
+PLATFORMS: frozenset[str] = frozenset({"cuda", "rocm", "xpu", "cpu"})
+
+Capability = tuple[int, int]
+
+_DOTTED = re.compile(r"^\s*(?:sm_?)?(\d+)\.(\d+)\s*$", re.IGNORECASE)
+_SM = re.compile(r"^\s*sm_?(\d+)\s*$", re.IGNORECASE)
+# gfx<major><minor hex digit><stepping hex digit>: gfx942 -> 9.4, gfx1100 -> 11.0
+_GFX = re.compile(r"^\s*gfx(\d+)([0-9a-f])([0-9a-f])\s*$", re.IGNORECASE)
+
+
+def parse_capability(value: Any) -> Capability | None:
+    """Normalise a capability to ``(major, minor)``; ``None`` stays ``None``.
+
+    Accepts a 2-tuple/list of ints, ``"9.0"``, ``"sm_90"`` / ``"sm90"`` (last
+    digit is the minor), ``"gfx942"``, an int major (minor 0), or a float such
+    as ``9.0``. Raises ValueError for anything else, naming the input.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"not a compute capability: {value!r}")
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        major, minor = value
+        if isinstance(major, int) and isinstance(minor, int) and major >= 0 and minor >= 0:
+            return (major, minor)
+    elif isinstance(value, int) and value >= 0:
+        return (value, 0)
+    elif isinstance(value, float) and value >= 0:
+        return parse_capability(f"{value:.1f}")
+    elif isinstance(value, str):
+        if m := _DOTTED.match(value):
+            return (int(m.group(1)), int(m.group(2)))
+        if m := _SM.match(value):
+            digits = m.group(1)
+            if len(digits) >= 2:
+                return (int(digits[:-1]), int(digits[-1]))
+        if m := _GFX.match(value):
+            return (int(m.group(1)), int(m.group(2), 16))
+    raise ValueError(
+        f"not a compute capability: {value!r} (use e.g. (9, 0), '9.0', 'sm_90' or 'gfx942')"
+    )
+
+
+def format_capability(cap: Capability | None) -> str:
+    """``(9, 0)`` -> ``"9.0"``; ``None`` -> ``"unknown"``."""
+    return "unknown" if cap is None else f"{cap[0]}.{cap[1]}"
+
+
+def _torch_or_none() -> Any:
+    try:
+        import torch
+    except Exception:
+        return None
+    return torch
+
+
+def detect_platform() -> tuple[str, Capability | None]:
+    """The platform and capability of this machine's first accelerator.
+
+    ``("cpu", None)`` when torch is missing or sees no accelerator. Never raises.
+    """
+    torch = _torch_or_none()
+    if torch is None:
+        return ("cpu", None)
+    try:
+        if torch.cuda.is_available():
+            platform = "rocm" if getattr(torch.version, "hip", None) else "cuda"
+            return (platform, tuple(torch.cuda.get_device_capability(0)))  # type: ignore[return-value]
+        xpu = getattr(torch, "xpu", None)
+        if xpu is not None and xpu.is_available():
+            return ("xpu", None)
+    except Exception:
+        pass
+    return ("cpu", None)
+
+
+def device_target(device: Any) -> tuple[str, Capability | None]:
+    """The platform and capability of a torch device (or tensor's device).
+
+    ROCm devices show up in torch as ``cuda``; torch.version.hip tells them apart.
+    Never raises; an unknown device type is reported as its type string.
+    """
+    torch = _torch_or_none()
+    if torch is None:
+        return ("cpu", None)
+    try:
+        dev = torch.device(device) if not hasattr(device, "type") else device
+        if dev.type == "cuda":
+            platform = "rocm" if getattr(torch.version, "hip", None) else "cuda"
+            return (platform, tuple(torch.cuda.get_device_capability(dev)))  # type: ignore[return-value]
+        return (dev.type, None)
+    except Exception:
+        return ("cpu", None)
