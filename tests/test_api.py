@@ -1,0 +1,186 @@
+"""The embedding API: frozen Selection values, lazy torch, impl loading, all-or-nothing rewrites."""
+
+import dataclasses
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+import dsv4sel
+from dsv4sel import ImplLoadError, InvalidQuery, Selection, SelectionError
+
+
+def sm90():
+    return dsv4sel.select(platform="cuda", capability="9.0", kv_cache_dtype="fp8")
+
+
+def test_selection_is_frozen_and_hashable():
+    sel = sm90()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sel.backend = "X"
+    with pytest.raises(TypeError):
+        sel.rewrites["cache_dtype"] = "auto"
+    assert hash(sel) == hash(sm90()) and sel == sm90()
+
+
+def test_torch_dtype_is_resolved_lazily():
+    import torch
+
+    sel = sm90()
+    assert sel.torch_dtype is torch.uint8
+    fi = dsv4sel.select(platform="cuda", capability="10.0", backend="FLASHINFER_MLA_SPARSE_DSV4",
+                        kv_cache_dtype="fp8")
+    assert fi.torch_dtype is torch.float8_e4m3fn
+
+
+def test_load_impl_returns_the_named_class():
+    cls = sm90().load_impl()
+    assert (cls.__module__, cls.__name__) == ("dsv4sel.kernels.flashmla", "DeepseekV4FlashMLASparseImpl")
+
+
+def test_load_impl_refuses_modules_outside_the_allow_list():
+    forged = dataclasses.replace(sm90(), impl="os:system")
+    with pytest.raises(ImplLoadError, match="outside the allowed modules dsv4sel.kernels"):
+        forged.load_impl()
+    lookalike = dataclasses.replace(sm90(), impl="dsv4sel.kernelsevil:X")
+    with pytest.raises(ImplLoadError):
+        lookalike.load_impl()
+
+
+def test_load_impl_reports_a_missing_class():
+    forged = dataclasses.replace(sm90(), impl="dsv4sel.kernels.flashmla:NoSuchImpl")
+    with pytest.raises(ImplLoadError, match="has no class 'NoSuchImpl'"):
+        forged.load_impl()
+
+
+def test_apply_rewrites_the_cache_config_and_returns_old_values():
+    config = SimpleNamespace(cache_dtype="fp8", block_size=16)
+    assert sm90().apply(config) == {"cache_dtype": "fp8"}
+    assert config.cache_dtype == "fp8_ds_mla" and config.block_size == 16
+
+
+def test_apply_is_all_or_nothing():
+    class Strict:
+        __slots__ = ("cache_dtype", "other")
+
+    sel = dataclasses.replace(sm90(), rewrites={"cache_dtype": "fp8_ds_mla", "missing": 1})
+    config = Strict()
+    config.cache_dtype = "fp8"
+    with pytest.raises(AttributeError, match="no attribute 'missing'"):
+        sel.apply(config)
+    assert config.cache_dtype == "fp8"
+
+    class Exploding:
+        """A config whose second attribute refuses the write half-way through."""
+
+        def __init__(self):
+            object.__setattr__(self, "cache_dtype", "fp8")
+            object.__setattr__(self, "block_size", 16)
+
+        def __setattr__(self, name, value):
+            if name == "block_size":
+                raise ValueError("read-only")
+            object.__setattr__(self, name, value)
+
+    boom = Exploding()
+    sel = dataclasses.replace(sm90(), rewrites={"cache_dtype": "fp8_ds_mla", "block_size": 256})
+    with pytest.raises(ValueError, match="read-only"):
+        sel.apply(boom)
+    assert (boom.cache_dtype, boom.block_size) == ("fp8", 16)
+
+
+def test_backend_may_be_an_enum_member_or_any_case():
+    import enum
+
+    class AttentionBackendEnum(enum.Enum):
+        FLASHINFER_MLA_SPARSE_DSV4 = enum.auto()
+
+    by_enum = dsv4sel.select(platform="cuda", capability="10.0", kv_cache_dtype="fp8",
+                             backend=AttentionBackendEnum.FLASHINFER_MLA_SPARSE_DSV4)
+    by_name = dsv4sel.select(platform="cuda", capability="10.0", kv_cache_dtype="fp8",
+                             backend="flashinfer_mla_sparse_dsv4")
+    assert by_enum.backend == by_name.backend == "FLASHINFER_MLA_SPARSE_DSV4"
+
+
+@pytest.mark.parametrize("query,needle", [
+    (dict(platform="tpu"), "unknown platform 'tpu'"),
+    (dict(platform="cuda", kv_cache_dtype="fp8_e4m4"), "did you mean 'fp8_e4m3'"),
+    (dict(platform="cuda", capability=9.0), "capability must be a string"),
+    (dict(platform="cuda", model="llama"), "unknown model 'llama'"),
+    (dict(platform="cuda", colour="red"), "unknown input 'colour'"),
+])
+def test_bad_queries_raise_invalid_query_naming_the_problem(query, needle):
+    with pytest.raises(InvalidQuery, match=needle):
+        dsv4sel.select(**query)
+
+
+def test_selection_error_is_a_value_error_with_the_rule_and_suggestions():
+    with pytest.raises(ValueError) as info:
+        dsv4sel.select(platform="cuda", capability="9.0", kv_cache_dtype="bfloat16")
+    error = info.value
+    assert isinstance(error, SelectionError)
+    assert error.rule.id == "flashmla-unsupported-dtype" and error.rule.file == "rules/flashmla.yaml"
+    assert "--kv-cache-dtype auto" in error.suggestions
+    assert "'bfloat16'" in str(error) and "cuda 9.0" in str(error)
+
+
+def test_memoized_results_are_the_same_object_and_errors_are_fresh():
+    assert sm90() is sm90()
+    errors = []
+    for _ in range(2):
+        try:
+            dsv4sel.select(platform="cuda", capability="9.0", kv_cache_dtype="bfloat16")
+        except SelectionError as exc:
+            errors.append(exc)
+    assert errors[0] is not errors[1] and str(errors[0]) == str(errors[1])
+
+
+def test_explicit_rule_sets_are_independent_of_the_default():
+    rules = dsv4sel.load_rules()
+    assert dsv4sel.select(platform="cpu", rules=rules).backend == "CPU_V4_MLA_SPARSE"
+    assert isinstance(rules.digest, str) and len(rules.digest) == 64
+
+
+def test_record_is_one_line_naming_the_inputs_and_rule():
+    line = sm90().record()
+    assert "\n" not in line
+    assert "platform=cuda capability=9.0" in line and "rule=flashmla-fp8@rules/flashmla.yaml:" in line
+
+
+def run_python(code: str, env_extra: dict) -> str:
+    import os
+
+    env = dict(os.environ, **env_extra)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          check=True).stdout
+
+
+def test_a_warm_cache_imports_neither_torch_yaml_nor_jsonschema(tmp_path):
+    code = ("import sys, dsv4sel\n"
+            "s = dsv4sel.select(platform='cuda', capability='9.0')\n"
+            "print(s.backend, *sorted(m for m in ('torch', 'yaml', 'jsonschema') if m in sys.modules))")
+    env = {"DSV4SEL_CACHE_DIR": str(tmp_path)}
+    cold = run_python(code, env).split()
+    assert cold[0] == "FLASHMLA_SPARSE_DSV4" and "yaml" in cold  # first run compiles
+    assert run_python(code, env).split() == ["FLASHMLA_SPARSE_DSV4"]  # second run: cache only
+
+
+def test_the_cache_is_invalidated_when_a_rule_file_changes(write_rules, tmp_path):
+    from test_rule_files import BACKEND, DEFAULT, VOCAB
+
+    directory = write_rules({"vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULT, "b.yaml": BACKEND})
+    first = dsv4sel.load_rules([directory])
+    assert dsv4sel.select(platform="cuda", capability="10.0", model="m", rules=first).block_size == 256
+    (tmp_path / "rules" / "b.yaml").write_text(BACKEND.replace("block_size: 256", "block_size: 64"))
+    second = dsv4sel.load_rules([directory])
+    assert first.digest != second.digest
+    assert dsv4sel.select(platform="cuda", capability="10.0", model="m", rules=second).block_size == 64
+
+
+def test_a_corrupt_cache_entry_is_ignored(tmp_path, monkeypatch):
+    monkeypatch.setenv("DSV4SEL_CACHE_DIR", str(tmp_path))
+    digest = dsv4sel.load_rules().digest
+    (tmp_path / f"{digest}.marshal").write_bytes(b"not marshal data")
+    assert dsv4sel.load_rules().digest == digest
+    assert dsv4sel.select(platform="cpu", rules=dsv4sel.load_rules()).backend == "CPU_V4_MLA_SPARSE"
