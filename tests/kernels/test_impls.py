@@ -1,0 +1,655 @@
+"""The impl classes: registry, availability, errors, and the argument mapping
+to each kernel library.
+
+The libraries do not run here (FlashMLA needs an SM90/SM100 GPU, FlashInfer's
+DeepSeek-V4 decode SM10x/SM12x, AITER a ROCm GPU). Each mapping test injects a
+fake module into ``sys.modules`` that records the call and computes, from the
+arguments it was handed and with the semantics the library documents, what
+the kernel would return. The impl's result must then equal the torch
+reference on the original inputs; a wrong view, stride, scale, index table or
+head padding makes the numbers differ.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import types
+
+import pytest
+import torch
+
+import dsv4sel.kernels as kernels
+from dsv4sel.kernels.base import SparseMLAImpl
+from dsv4sel.kernels.errors import KernelUnavailableError, UnknownLayoutError, UnsupportedLayoutError
+from dsv4sel.kernels.flashinfer import DeepseekV4FlashInferMLASparseImpl
+from dsv4sel.kernels.flashmla import DeepseekV4FlashMLASparseImpl
+from dsv4sel.kernels.layouts import get_layout
+from dsv4sel.kernels.platform import parse_capability
+from dsv4sel.kernels.reference import DeepseekV4ReferenceSparseImpl, sparse_mla_decode
+from dsv4sel.kernels.rocm import DeepseekV4ROCMAiterMLASparseImpl
+
+SCALE = 512**-0.5
+ALL_IMPLS = [
+    DeepseekV4FlashMLASparseImpl,
+    DeepseekV4FlashInferMLASparseImpl,
+    DeepseekV4ROCMAiterMLASparseImpl,
+    DeepseekV4ReferenceSparseImpl,
+]
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+
+def make_cache(layout_name, num_blocks, block_size, gen, layout=None):
+    layout = layout or get_layout(layout_name)
+    cache = layout.allocate(num_blocks, block_size)
+    n = num_blocks * block_size
+    layout.write(cache, torch.randn(n, 512, generator=gen).to(torch.bfloat16), torch.arange(n))
+    return cache
+
+
+def random_indices(b, s, k, capacity, gen, skip_fraction=0.2):
+    idx = torch.randint(0, capacity, (b, s, k), generator=gen)
+    return torch.where(torch.rand(b, s, k, generator=gen) < skip_fraction, torch.full_like(idx, -1), idx)
+
+
+def pages_from_view(view: torch.Tensor, page_bytes: int) -> torch.Tensor:
+    """What a kernel sees through a page view: the uint8 pages from its base pointer and page stride."""
+    raw = view.view(torch.uint8)
+    return raw.as_strided((view.shape[0], page_bytes), (view.stride(0), 1), raw.storage_offset())
+
+
+def reference_rows_decode(q, rows, valid, softmax_scale, sinks=None, value_scale=1.0):
+    """Documented kernel semantics on explicit per-token rows: [T, h, d] x [T, k, d]."""
+    logits = softmax_scale * torch.einsum("thd,tkd->thk", q.double(), rows.double())
+    logits = logits.masked_fill(~valid.unsqueeze(1), -math.inf)
+    lse = torch.logsumexp(logits, dim=-1)
+    weights = torch.exp(logits - torch.where(torch.isfinite(lse), lse, 0).unsqueeze(-1))
+    out = torch.einsum("thk,tkd->thd", weights, rows.double()) * value_scale
+    if sinks is not None:
+        out = out / (1 + torch.exp(sinks.double().view(1, -1) - lse)).unsqueeze(-1)
+    out = torch.where(torch.isfinite(lse).unsqueeze(-1), out, 0)
+    return out, lse
+
+
+@pytest.fixture
+def fake_module(monkeypatch):
+    """Install fake modules: fake_module('flashinfer.mla', fn_name=fn, ...)."""
+
+    def install(name: str, **attrs):
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            sub = ".".join(parts[:i])
+            if sub not in sys.modules or not getattr(sys.modules[sub], "_dsv4sel_fake", False):
+                mod = types.ModuleType(sub)
+                mod._dsv4sel_fake = True
+                monkeypatch.setitem(sys.modules, sub, mod)
+                if i > 1:
+                    monkeypatch.setattr(sys.modules[".".join(parts[: i - 1])], parts[i - 1], mod, raising=False)
+        for key, value in attrs.items():
+            setattr(sys.modules[name], key, value)
+        return sys.modules[name]
+
+    return install
+
+
+@pytest.fixture
+def no_libraries(monkeypatch):
+    """Make every kernel library unimportable, whatever is installed."""
+    for name in ("flash_mla", "flashinfer", "flashinfer.mla", "flashinfer.decode", "aiter", "aiter.mla"):
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+# ---------------------------------------------------------------------------
+# registry, construction, availability
+# ---------------------------------------------------------------------------
+
+
+def test_registry_names_the_four_impls_by_module_and_class() -> None:
+    assert kernels.IMPLS == (
+        "dsv4sel.kernels.flashmla:DeepseekV4FlashMLASparseImpl",
+        "dsv4sel.kernels.flashinfer:DeepseekV4FlashInferMLASparseImpl",
+        "dsv4sel.kernels.rocm:DeepseekV4ROCMAiterMLASparseImpl",
+        "dsv4sel.kernels.reference:DeepseekV4ReferenceSparseImpl",
+    )
+    classes = [kernels.load_impl(spec) for spec in kernels.IMPLS]
+    assert classes == ALL_IMPLS
+    assert all(issubclass(cls, SparseMLAImpl) and cls.impl_name == cls.__name__ for cls in classes)
+    with pytest.raises(ValueError):
+        kernels.load_impl("dsv4sel.kernels.flashmla.DeepseekV4FlashMLASparseImpl")
+
+
+def test_availability_report_on_a_cpu_machine(no_libraries) -> None:
+    report = {row.spec.split(":")[1]: row for row in kernels.availability_report("cpu", None)}
+    assert report["DeepseekV4ReferenceSparseImpl"].available
+    for name in ("DeepseekV4FlashMLASparseImpl", "DeepseekV4FlashInferMLASparseImpl", "DeepseekV4ROCMAiterMLASparseImpl"):
+        assert not report[name].available and report[name].reason
+
+
+@pytest.mark.parametrize(
+    ("impl", "platform", "capability", "needle"),
+    [
+        (DeepseekV4FlashMLASparseImpl, "cuda", (9, 0), "https://github.com/deepseek-ai/FlashMLA"),
+        (DeepseekV4FlashMLASparseImpl, "cuda", "10.0", "placeholder"),
+        (DeepseekV4FlashMLASparseImpl, "cuda", (12, 0), "SM90 and the SM100 family"),
+        (DeepseekV4FlashMLASparseImpl, "rocm", (9, 4), "not rocm"),
+        (DeepseekV4FlashMLASparseImpl, "cuda", None, "capability"),
+        (DeepseekV4FlashInferMLASparseImpl, "cuda", (10, 0), "flashinfer"),
+        (DeepseekV4FlashInferMLASparseImpl, "cuda", (12, 0), "pip install"),
+        (DeepseekV4FlashInferMLASparseImpl, "cuda", (9, 0), "use FlashMLA"),
+        (DeepseekV4ROCMAiterMLASparseImpl, "rocm", "gfx942", "amd-aiter"),
+        (DeepseekV4ROCMAiterMLASparseImpl, "rocm", (11, 0), "gfx942 and gfx950"),
+        (DeepseekV4ROCMAiterMLASparseImpl, "cuda", (9, 0), "not cuda"),
+    ],
+)
+def test_is_available_says_what_is_wrong(no_libraries, impl, platform, capability, needle) -> None:
+    ok, reason = impl.is_available(platform, capability)
+    assert ok is False
+    assert needle in reason
+
+
+@pytest.mark.parametrize("impl", ALL_IMPLS)
+def test_is_available_never_raises(impl) -> None:
+    for platform, capability in [("cuda", "not-a-capability"), ("quantum", None), (None, None), ("cuda", object())]:
+        ok, reason = impl.is_available(platform, capability)
+        assert isinstance(ok, bool) and isinstance(reason, str) and reason
+
+
+def test_is_available_with_the_library_and_a_matching_gpu(fake_module) -> None:
+    fake_module("flash_mla", get_mla_metadata=lambda: (object(), None), flash_mla_with_kvcache=_fake_flash_mla_call)
+    fake_module("flashinfer.mla", trtllm_batch_decode_sparse_mla_dsv4=lambda *a, **k: None)
+    fake_module("aiter.mla", mla_decode_fwd=lambda *a, **k: None)
+    assert DeepseekV4FlashMLASparseImpl.is_available("cuda", (9, 0))[0]
+    assert DeepseekV4FlashMLASparseImpl.is_available("cuda", "10.3")[0]
+    assert DeepseekV4FlashInferMLASparseImpl.is_available("cuda", (12, 1))[0]
+    assert DeepseekV4ROCMAiterMLASparseImpl.is_available("rocm", "gfx950")[0]
+
+
+def test_an_old_flash_mla_without_sparse_decode_is_reported(fake_module) -> None:
+    def old_api(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata, num_splits,
+                softmax_scale=None, causal=False):
+        raise AssertionError("must not be called")
+
+    fake_module("flash_mla", get_mla_metadata=lambda *a: (None, None), flash_mla_with_kvcache=old_api)
+    ok, reason = DeepseekV4FlashMLASparseImpl.is_available("cuda", (9, 0))
+    assert not ok and "too old" in reason and "indices" in reason
+
+
+@pytest.mark.parametrize(
+    ("impl", "layout"),
+    [
+        (DeepseekV4FlashMLASparseImpl, "bf16_row"),
+        (DeepseekV4ROCMAiterMLASparseImpl, "fp8_e4m3_row"),
+    ],
+)
+def test_constructor_rejects_layouts_the_kernel_cannot_read(impl, layout) -> None:
+    with pytest.raises(UnsupportedLayoutError, match="fp8_ds_mla"):
+        impl(layout, 64)
+
+
+def test_constructor_checks_its_arguments() -> None:
+    with pytest.raises(UnknownLayoutError):
+        DeepseekV4FlashMLASparseImpl("fp8", 64)
+    with pytest.raises(ValueError, match="fallback"):
+        DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 64, fallback="silent")
+    with pytest.raises(ValueError, match="block_size"):
+        DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 0)
+    with pytest.raises(ValueError, match="kv_scale"):
+        DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 64, kv_scale=2.0)
+    with pytest.raises(ValueError, match="q_scale"):
+        DeepseekV4FlashInferMLASparseImpl("bf16_row", 64, q_scale=2.0)
+
+
+@pytest.mark.parametrize(
+    ("impl", "layout", "shape"),
+    [
+        (DeepseekV4FlashMLASparseImpl, "fp8_ds_mla", (10, 64, 584)),
+        (DeepseekV4FlashInferMLASparseImpl, "bf16_row", (10, 64, 512)),
+        (DeepseekV4FlashInferMLASparseImpl, "fp8_e4m3_row", (10, 64, 512)),
+        (DeepseekV4FlashInferMLASparseImpl, "fp8_ds_mla", (10, 64, 584)),
+        (DeepseekV4ROCMAiterMLASparseImpl, "fp8_ds_mla", (10, 64, 584)),
+        (DeepseekV4ReferenceSparseImpl, "bf16_row", (10, 64, 512)),
+    ],
+)
+def test_kv_cache_shape(impl, layout, shape) -> None:
+    obj = impl(layout, 64)
+    assert obj.kv_cache_shape(10, 64) == shape
+    assert obj.kv_cache_shape(10) == shape
+    cache = obj.allocate_kv_cache(10)
+    assert tuple(obj.kv_cache_view(cache).shape) == shape
+    assert cache.numel() * cache.element_size() == 10 * get_layout(layout).page_bytes(64)
+
+
+def test_write_kv_rejects_a_cache_of_another_block_size(gen) -> None:
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 64)
+    with pytest.raises(ValueError, match="block size 16"):
+        impl.write_kv(get_layout("fp8_ds_mla").allocate(2, 16), torch.zeros(1, 512), torch.tensor([0]))
+
+
+# ---------------------------------------------------------------------------
+# without the library: one clear error, or the reference on explicit opt-in
+# ---------------------------------------------------------------------------
+
+
+def _decode_args(gen, layout_name="fp8_ds_mla", block_size=8, heads=4):
+    cache = make_cache(layout_name, 2, block_size, gen)
+    q = torch.randn(2, 1, heads, 512, generator=gen).to(torch.bfloat16)
+    idx = random_indices(2, 1, 6, 2 * block_size, gen)
+    return q, cache, idx
+
+
+@pytest.mark.parametrize(
+    ("impl", "layout", "platform", "capability", "needle"),
+    [
+        (DeepseekV4FlashMLASparseImpl, "fp8_ds_mla", "cuda", (9, 0), "pip install --no-build-isolation"),
+        (DeepseekV4FlashInferMLASparseImpl, "bf16_row", "cuda", (10, 0), "flashinfer"),
+        (DeepseekV4ROCMAiterMLASparseImpl, "fp8_ds_mla", "rocm", (9, 4), "amd-aiter"),
+        (DeepseekV4FlashMLASparseImpl, "fp8_ds_mla", None, None, "platform cuda"),  # CPU tensors
+    ],
+)
+def test_forward_decode_without_the_library_raises_one_clear_error(
+    no_libraries, gen, impl, layout, platform, capability, needle
+) -> None:
+    q, cache, idx = _decode_args(gen, layout)
+    obj = impl(layout, 8, platform=platform, capability=capability)
+    with pytest.raises(KernelUnavailableError) as info:
+        obj.forward_decode(q, cache, idx, softmax_scale=SCALE)
+    assert isinstance(info.value, RuntimeError)
+    assert needle in str(info.value) and info.value.impl == impl.__name__
+
+
+def test_fallback_reference_is_an_explicit_opt_in_that_logs_once(no_libraries, gen, caplog) -> None:
+    q, cache, idx = _decode_args(gen)
+    obj = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 8, fallback="reference", platform="cuda", capability=(9, 0))
+    with caplog.at_level(logging.WARNING):
+        first = obj.forward_decode(q, cache, idx, softmax_scale=SCALE)
+        obj.forward_decode(q, cache, idx, softmax_scale=SCALE)
+    out, lse = sparse_mla_decode(q, cache, "fp8_ds_mla", idx, SCALE)
+    assert torch.equal(first.out, out.to(torch.bfloat16)) and torch.equal(first.lse, lse)
+    warnings = [r for r in caplog.records if "fallback='reference'" in r.getMessage()]
+    assert len(warnings) == 1 and "github.com/deepseek-ai/FlashMLA" in warnings[0].getMessage()
+
+
+def test_forward_decode_validates_shapes_before_dispatch(gen) -> None:
+    q, cache, idx = _decode_args(gen)
+    obj = DeepseekV4ReferenceSparseImpl("fp8_ds_mla", 8)
+    with pytest.raises(ValueError, match="indices"):
+        obj.forward_decode(q, cache, idx[:1], softmax_scale=SCALE)
+    with pytest.raises(ValueError, match="topk_length"):
+        obj.forward_decode(q, cache, idx, softmax_scale=SCALE, topk_length=torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="together"):
+        obj.forward_decode(q, cache, idx, softmax_scale=SCALE, extra_indices=idx)
+    with pytest.raises(ValueError, match="block size"):
+        obj.forward_decode(q, get_layout("fp8_ds_mla").allocate(1, 16), idx, softmax_scale=SCALE)
+
+
+# ---------------------------------------------------------------------------
+# FlashMLA mapping
+# ---------------------------------------------------------------------------
+
+
+class _SchedMeta:
+    pass
+
+
+def _fake_flash_mla_call(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
+                         num_splits=None, softmax_scale=None, causal=False, is_fp8_kvcache=False, indices=None,
+                         attn_sink=None, extra_k_cache=None, extra_indices_in_kvcache=None, topk_length=None,
+                         extra_topk_length=None):
+    """FlashMLA's sparse decode as documented: reads fp8_ds_mla pages through k_cache's base and page stride."""
+    _fake_flash_mla_call.calls.append(dict(locals()))
+    layout = get_layout("fp8_ds_mla")
+    page_bytes = layout.page_bytes(k_cache.shape[1])
+    kwargs = {}
+    if extra_k_cache is not None:
+        kwargs = dict(
+            extra_cache=pages_from_view(extra_k_cache, layout.page_bytes(extra_k_cache.shape[1])),
+            extra_indices=extra_indices_in_kvcache,
+            extra_topk_length=extra_topk_length,
+        )
+    out, lse = sparse_mla_decode(
+        q, pages_from_view(k_cache, page_bytes), layout, indices, softmax_scale, attn_sink, topk_length, **kwargs
+    )
+    return out.to(torch.bfloat16), lse.transpose(1, 2).contiguous()  # FlashMLA: lse [b, h_q, s_q]
+
+
+_fake_flash_mla_call.calls = []
+
+
+@pytest.fixture
+def fake_flash_mla(fake_module):
+    _fake_flash_mla_call.calls = []
+    metas = []
+
+    def get_mla_metadata(*args, **kwargs):
+        metas.append(_SchedMeta())
+        return metas[-1], None
+
+    mod = fake_module("flash_mla", get_mla_metadata=get_mla_metadata, flash_mla_with_kvcache=_fake_flash_mla_call)
+    mod.metas = metas
+    return mod
+
+
+@pytest.mark.parametrize(("heads", "padded"), [(4, 64), (64, 64), (100, 128), (128, 128)])
+def test_flashmla_mapping(fake_flash_mla, gen, heads, padded) -> None:
+    b, s, block_size = 2, 2, 64
+    layout = get_layout("fp8_ds_mla")
+    cache = make_cache("fp8_ds_mla", 3, block_size, gen)
+    extra = make_cache("fp8_ds_mla", 2, block_size, gen)
+    q = torch.randn(b, s, heads, 512, generator=gen).to(torch.bfloat16)
+    idx = random_indices(b, s, 16, 3 * block_size, gen)
+    extra_idx = random_indices(b, s, 8, 2 * block_size, gen)
+    sink = torch.randn(heads, generator=gen)
+    topk_length, extra_topk_length = torch.tensor([16, 9]), torch.tensor([3, 8])
+
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", block_size, platform="cuda", capability=(9, 0))
+    got = impl.forward_decode(
+        q, cache, idx, softmax_scale=SCALE, attn_sink=sink, topk_length=topk_length,
+        extra_kv_cache=extra, extra_indices=extra_idx, extra_topk_length=extra_topk_length,
+    )
+
+    (call,) = _fake_flash_mla_call.calls
+    assert call["q"].shape == (b, s, padded, 512) and call["q"].dtype == torch.bfloat16
+    assert not call["q"][:, :, heads:].any(), "padded heads must be zero"
+    k_cache = call["k_cache"]
+    assert k_cache.dtype == torch.float8_e4m3fn
+    assert k_cache.shape == (3, block_size, 1, 584)
+    assert k_cache.stride() == (layout.page_bytes(block_size), 584, 584, 1)
+    assert k_cache.data_ptr() == cache.data_ptr()
+    assert call["extra_k_cache"].data_ptr() == extra.data_ptr()
+    assert call["block_table"] is None and call["cache_seqlens"] is None
+    assert call["head_dim_v"] == 512 and call["num_splits"] is None
+    assert call["tile_scheduler_metadata"] is fake_flash_mla.metas[-1]
+    assert call["softmax_scale"] == SCALE and call["causal"] is False and call["is_fp8_kvcache"] is True
+    for name in ("indices", "extra_indices_in_kvcache", "topk_length", "extra_topk_length"):
+        assert call[name].dtype == torch.int32, name
+    assert torch.equal(call["indices"], idx.int()) and torch.equal(call["topk_length"], topk_length.int())
+    assert call["attn_sink"].dtype == torch.float32 and call["attn_sink"].shape == (padded,)
+
+    out, lse = sparse_mla_decode(
+        q, cache, layout, idx, SCALE, sink, topk_length,
+        extra_cache=extra, extra_indices=extra_idx, extra_topk_length=extra_topk_length,
+    )
+    assert got.out.shape == (b, s, heads, 512) and got.lse.shape == (b, s, heads)
+    torch.testing.assert_close(got.out.float(), out, atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(got.lse, lse)
+
+
+def test_flashmla_takes_fresh_scheduler_metadata_per_call_and_omits_unused_options(fake_flash_mla, gen) -> None:
+    q, cache, idx = _decode_args(gen, heads=64)
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 8, platform="cuda", capability=(10, 0))
+    impl.forward_decode(q, cache, idx, softmax_scale=SCALE)
+    impl.forward_decode(q, cache, idx, softmax_scale=SCALE)
+    first, second = _fake_flash_mla_call.calls
+    assert first["tile_scheduler_metadata"] is not second["tile_scheduler_metadata"]
+    assert first["attn_sink"] is None and first["topk_length"] is None and first["extra_k_cache"] is None
+
+
+def test_flashmla_rejects_more_than_128_heads(fake_flash_mla, gen) -> None:
+    q, cache, idx = _decode_args(gen, heads=129)
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 8, platform="cuda", capability=(9, 0))
+    with pytest.raises(ValueError, match=r"h_q in \{64, 128\}"):
+        impl.forward_decode(q, cache, idx, softmax_scale=SCALE)
+
+
+# ---------------------------------------------------------------------------
+# FlashInfer mapping
+# ---------------------------------------------------------------------------
+
+
+def _fake_trtllm_dsv4(query, swa_kv_cache, workspace_buffer, sparse_indices=None, compressed_kv_cache=None,
+                      sparse_topk_lens=None, seq_lens=None, out=None, bmm1_scale=1.0, bmm2_scale=1.0, sinks=None,
+                      kv_layout="HND", cum_seq_lens_q=None, max_q_len=None, enable_pdl=None, swa_topk_lens=None,
+                      extra_sparse_indices=None, extra_sparse_topk_lens=None):
+    """flashinfer.mla.trtllm_batch_decode_sparse_mla_dsv4, both conventions, as its docstring states."""
+    _fake_trtllm_dsv4.calls.append(dict(locals()))
+    b, s, h, _ = query.shape
+    tokens = b * s
+    if _fake_trtllm_dsv4.arch == 10:
+        # TRTLLM-gen: plain rows; first 128 table columns index the SWA pool, the rest the compressed pool.
+        swa = swa_kv_cache.reshape(-1, 512).float()
+        comp = compressed_kv_cache.reshape(-1, 512).float()
+        cols = torch.arange(sparse_indices.shape[1]).view(1, -1)
+        valid = (sparse_indices >= 0) & (cols < sparse_topk_lens.view(-1, 1))
+        safe = sparse_indices.clamp_min(0).long()
+        rows = torch.where(
+            (cols < 128).unsqueeze(-1),
+            swa[safe.clamp_max(swa.shape[0] - 1)],
+            comp[safe.clamp_max(comp.shape[0] - 1)],
+        )
+        out, _ = reference_rows_decode(query.float().view(tokens, h, 512), rows, valid, bmm1_scale, sinks, bmm2_scale)
+        return out.view(b, s, h, 512).to(torch.bfloat16)
+    # SM12x packed sparse: fp8_ds_mla pages behind uint8 views; per-token segment lengths.
+    layout = get_layout("fp8_ds_mla")
+    kwargs = {}
+    if compressed_kv_cache is not None:
+        assert torch.equal(extra_sparse_topk_lens.view(b, s), extra_sparse_topk_lens.view(b, s)[:, :1].expand(b, s))
+        kwargs = dict(
+            extra_cache=pages_from_view(compressed_kv_cache, layout.page_bytes(compressed_kv_cache.shape[1])),
+            extra_indices=extra_sparse_indices,
+            extra_topk_length=extra_sparse_topk_lens.view(b, s)[:, 0],
+        )
+    out, _ = sparse_mla_decode(
+        query, pages_from_view(swa_kv_cache, layout.page_bytes(swa_kv_cache.shape[1])), layout, sparse_indices,
+        bmm1_scale, sinks, swa_topk_lens.view(b, s)[:, 0], **kwargs,
+    )
+    return out.to(torch.bfloat16)
+
+
+@pytest.fixture
+def fake_flashinfer(fake_module):
+    def install(arch: int, module: str = "flashinfer.mla"):
+        _fake_trtllm_dsv4.calls = []
+        _fake_trtllm_dsv4.arch = arch
+        return fake_module(module, trtllm_batch_decode_sparse_mla_dsv4=_fake_trtllm_dsv4)
+
+    return install
+
+
+def _window_and_compressed(gen, layout_name, layout=None, b=2, s=1, block_size=64):
+    swa = make_cache(layout_name, 2, block_size, gen, layout)
+    comp = make_cache(layout_name, 3, block_size, gen, layout)
+    window = random_indices(b, s, 128, 2 * block_size, gen)
+    compressed = random_indices(b, s, 30, 3 * block_size, gen)
+    return swa, comp, window, compressed
+
+
+@pytest.mark.parametrize("heads", [4, 16, 100])
+def test_flashinfer_sm100_bf16_row_mapping(fake_flashinfer, gen, heads) -> None:
+    fake_flashinfer(10)
+    swa, comp, window, compressed = _window_and_compressed(gen, "bf16_row")
+    q = torch.randn(2, 1, heads, 512, generator=gen).to(torch.bfloat16)
+    sink = torch.randn(heads, generator=gen)
+    topk_length, extra_topk_length, seq_lens = torch.tensor([128, 70]), torch.tensor([30, 11]), torch.tensor([900, 70])
+    impl = DeepseekV4FlashInferMLASparseImpl("bf16_row", 64, platform="cuda", capability=(10, 0), workspace_bytes=4096)
+    got = impl.forward_decode(
+        q, swa, window, softmax_scale=SCALE, attn_sink=sink, topk_length=topk_length,
+        extra_kv_cache=comp, extra_indices=compressed, extra_topk_length=extra_topk_length, seq_lens=seq_lens,
+    )
+    (call,) = _fake_trtllm_dsv4.calls
+    padded = {4: 8, 16: 16, 100: 128}[heads]
+    assert call["query"].shape == (2, 1, padded, 512) and call["query"].dtype == torch.bfloat16
+    assert call["swa_kv_cache"].data_ptr() == swa.data_ptr() and call["swa_kv_cache"].shape == (2, 64, 512)
+    assert call["compressed_kv_cache"].data_ptr() == comp.data_ptr()
+    table = call["sparse_indices"]
+    assert table.dtype == torch.int32 and table.shape == (2, 160)  # 128 + 30, padded to a multiple of 4
+    assert bool((table[1, 70:128] == -1).all()), "window columns past topk_length must be -1"
+    assert bool((table[:, 158:] == -1).all())
+    assert call["sparse_topk_lens"].tolist() == [158, 139] and call["sparse_topk_lens"].dtype == torch.int32
+    assert call["seq_lens"].tolist() == [900, 70] and call["seq_lens"].dtype == torch.int32
+    assert call["bmm1_scale"] == pytest.approx(SCALE) and call["bmm2_scale"] == 1.0
+    assert call["sinks"].shape == (padded,) and call["sinks"].dtype == torch.float32
+    assert call["kv_layout"] == "HND" and call["workspace_buffer"].numel() == 4096
+    assert got.lse is None
+
+    out, _ = sparse_mla_decode(
+        q, swa, "bf16_row", window, SCALE, sink, topk_length,
+        extra_cache=comp, extra_indices=compressed, extra_topk_length=extra_topk_length,
+    )
+    torch.testing.assert_close(got.out.float(), out, atol=1e-2, rtol=1e-2)
+
+
+def test_flashinfer_sm100_fp8_row_folds_the_scales_into_bmm1_and_bmm2(fake_flashinfer, gen) -> None:
+    fake_flashinfer(10)
+    layout = get_layout("fp8_e4m3_row").with_scale(0.5)
+    swa, comp, window, compressed = _window_and_compressed(gen, "fp8_e4m3_row", layout)
+    q = torch.randn(2, 1, 8, 512, generator=gen)
+    impl = DeepseekV4FlashInferMLASparseImpl(
+        "fp8_e4m3_row", 64, kv_scale=0.5, q_scale=2.0, platform="cuda", capability=(10, 0), workspace_bytes=64
+    )
+    got = impl.forward_decode(
+        q, swa, window, softmax_scale=SCALE, extra_kv_cache=comp, extra_indices=compressed,
+        seq_lens=torch.tensor([500, 500]),
+    )
+    (call,) = _fake_trtllm_dsv4.calls
+    assert call["query"].dtype == torch.float8_e4m3fn, "TRTLLM-gen needs query and KV in one dtype"
+    assert call["swa_kv_cache"].dtype == torch.float8_e4m3fn
+    assert call["bmm1_scale"] == pytest.approx(SCALE * 2.0 * 0.5) and call["bmm2_scale"] == 0.5
+    q_seen = call["query"].float() * 2.0  # what the kernel's query stands for
+    out, _ = sparse_mla_decode(q_seen, swa, layout, window, SCALE, extra_cache=comp, extra_indices=compressed)
+    torch.testing.assert_close(got.out.float(), out, atol=2e-2, rtol=2e-2)
+
+
+def test_flashinfer_sm100_window_only_layer_reuses_the_window_pool(fake_flashinfer, gen) -> None:
+    fake_flashinfer(10)
+    swa = make_cache("bf16_row", 2, 64, gen)
+    window = random_indices(1, 1, 100, 128, gen)
+    q = torch.randn(1, 1, 8, 512, generator=gen)
+    impl = DeepseekV4FlashInferMLASparseImpl("bf16_row", 64, platform="cuda", capability=(10, 0), workspace_bytes=64)
+    got = impl.forward_decode(q, swa, window, softmax_scale=SCALE, seq_lens=torch.tensor([100]))
+    (call,) = _fake_trtllm_dsv4.calls
+    assert call["sparse_indices"].shape == (1, 128) and call["sparse_topk_lens"].tolist() == [128]
+    assert call["compressed_kv_cache"].data_ptr() == swa.data_ptr()
+    torch.testing.assert_close(got.out.float(), sparse_mla_decode(q, swa, "bf16_row", window, SCALE)[0], atol=1e-2, rtol=1e-2)
+
+
+def test_flashinfer_sm100_needs_seq_lens(fake_flashinfer, gen) -> None:
+    fake_flashinfer(10)
+    q, cache, idx = _decode_args(gen, "bf16_row")
+    impl = DeepseekV4FlashInferMLASparseImpl("bf16_row", 8, platform="cuda", capability=(10, 0), workspace_bytes=64)
+    with pytest.raises(ValueError, match="seq_lens"):
+        impl.forward_decode(q, cache, idx, softmax_scale=SCALE)
+
+
+@pytest.mark.parametrize("module", ["flashinfer.mla", "flashinfer.decode"])
+def test_flashinfer_sm120_fp8_ds_mla_mapping(fake_flashinfer, gen, module) -> None:
+    fake_flashinfer(12, module)
+    block_size = 64
+    swa, comp, window, compressed = _window_and_compressed(gen, "fp8_ds_mla", b=2, s=2)
+    q = torch.randn(2, 2, 20, 512, generator=gen).to(torch.bfloat16)
+    sink = torch.randn(20, generator=gen)
+    topk_length, extra_topk_length = torch.tensor([128, 40]), torch.tensor([7, 30])
+    impl = DeepseekV4FlashInferMLASparseImpl("fp8_ds_mla", block_size, platform="cuda", capability="12.0", workspace_bytes=64)
+    got = impl.forward_decode(
+        q, swa, window, softmax_scale=SCALE, attn_sink=sink, topk_length=topk_length,
+        extra_kv_cache=comp, extra_indices=compressed, extra_topk_length=extra_topk_length,
+    )
+    (call,) = _fake_trtllm_dsv4.calls
+    page = get_layout("fp8_ds_mla").page_bytes(block_size)
+    assert call["query"].shape == (2, 2, 32, 512)
+    assert call["swa_kv_cache"].dtype == torch.uint8 and call["swa_kv_cache"].shape == (2, block_size, 584)
+    assert call["swa_kv_cache"].stride() == (page, 584, 1)
+    assert call["sparse_indices"].shape == (2, 2, 128) and call["sparse_indices"].dtype == torch.int32
+    assert call["swa_topk_lens"].tolist() == [128, 128, 40, 40]
+    assert call["extra_sparse_topk_lens"].tolist() == [7, 7, 30, 30]
+    assert call["bmm1_scale"] == pytest.approx(SCALE) and call["bmm2_scale"] == 1.0
+    assert call["seq_lens"] is None and call["sparse_topk_lens"] is None
+    out, _ = sparse_mla_decode(
+        q, swa, "fp8_ds_mla", window, SCALE, sink, topk_length,
+        extra_cache=comp, extra_indices=compressed, extra_topk_length=extra_topk_length,
+    )
+    torch.testing.assert_close(got.out.float(), out, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize(("layout", "capability", "needle"), [("fp8_ds_mla", (10, 0), "plain"), ("bf16_row", (12, 0), "packed")])
+def test_flashinfer_layout_must_match_the_gpu_generation(fake_flashinfer, gen, layout, capability, needle) -> None:
+    fake_flashinfer(capability[0])
+    q, cache, idx = _decode_args(gen, layout)
+    impl = DeepseekV4FlashInferMLASparseImpl(layout, 8, platform="cuda", capability=capability, workspace_bytes=64)
+    with pytest.raises(UnsupportedLayoutError, match=needle):
+        impl.forward_decode(q, cache, idx, softmax_scale=SCALE, seq_lens=torch.tensor([8, 8]))
+
+
+# ---------------------------------------------------------------------------
+# AITER mapping
+# ---------------------------------------------------------------------------
+
+
+def _fake_mla_decode_fwd(q, kv_buffer, o, qo_indptr, kv_indptr, kv_indices, kv_last_page_lens, max_seqlen_q,
+                         page_size=1, nhead_kv=1, sm_scale=None, logit_cap=0.0, num_kv_splits=None,
+                         return_lse=False, **kwargs):
+    """aiter.mla.mla_decode_fwd with the DeepSeek-V3 ABI: q.k over 576 columns, v = first 512, lse on request."""
+    _fake_mla_decode_fwd.calls.append(dict(locals()))
+    assert page_size == 1 and nhead_kv == 1 and max_seqlen_q == 1
+    assert kv_buffer.shape[1:] == (1, 1, 576) and q.shape[-1] == 576 and o.shape[-1] == 512
+    tokens = q.shape[0]
+    lse = torch.empty(tokens, q.shape[1])
+    for t in range(tokens):
+        assert int(qo_indptr[t + 1] - qo_indptr[t]) == 1
+        rows = kv_buffer[kv_indices[kv_indptr[t] : kv_indptr[t + 1]].long(), 0, 0].double()
+        logits = sm_scale * q[t].double() @ rows.T  # [h, n]
+        lse[t] = torch.logsumexp(logits, dim=-1).float()
+        o[t] = (torch.softmax(logits, dim=-1) @ rows[:, :512]).to(o.dtype)
+    return o, (lse if return_lse else None)
+
+
+def test_aiter_mapping(fake_module, gen) -> None:
+    _fake_mla_decode_fwd.calls = []
+    fake_module("aiter.mla", mla_decode_fwd=_fake_mla_decode_fwd)
+    block_size = 16
+    cache = make_cache("fp8_ds_mla", 3, block_size, gen)
+    extra = make_cache("fp8_ds_mla", 2, block_size, gen)
+    b, s, h = 3, 2, 16
+    q = torch.randn(b, s, h, 512, generator=gen).to(torch.bfloat16)
+    idx = random_indices(b, s, 10, 3 * block_size, gen)
+    extra_idx = random_indices(b, s, 6, 2 * block_size, gen)
+    idx[2, 1] = -1
+    extra_idx[2, 1] = -1  # token (2, 1) selects nothing
+    sink = torch.randn(h, generator=gen)
+    topk_length = torch.tensor([10, 4, 10])
+
+    impl = DeepseekV4ROCMAiterMLASparseImpl("fp8_ds_mla", block_size, platform="rocm", capability="gfx942")
+    got = impl.forward_decode(
+        q, cache, idx, softmax_scale=SCALE, attn_sink=sink, topk_length=topk_length,
+        extra_kv_cache=extra, extra_indices=extra_idx,
+    )
+    (call,) = _fake_mla_decode_fwd.calls
+    assert call["q"].shape == (b * s, h, 576) and not call["q"][..., 512:].any()
+    assert call["kv_buffer"].dtype == torch.bfloat16 and not call["kv_buffer"][..., 512:].any()
+    assert call["qo_indptr"].tolist() == list(range(b * s + 1))
+    assert call["kv_last_page_lens"].tolist() == [1] * (b * s)
+    assert all(call[k].dtype == torch.int32 for k in ("qo_indptr", "kv_indptr", "kv_indices", "kv_last_page_lens"))
+    counts = (call["kv_indptr"][1:] - call["kv_indptr"][:-1]).tolist()
+    assert counts[-1] == 1 and min(counts) >= 1, "an empty token must read the zero row, not nothing"
+    assert call["sm_scale"] == pytest.approx(SCALE) and call["return_lse"] is True
+
+    out, lse = sparse_mla_decode(
+        q, cache, "fp8_ds_mla", idx, SCALE, sink, topk_length, extra_cache=extra, extra_indices=extra_idx
+    )
+    assert not got.out[2, 1].any() and bool((got.lse[2, 1] == math.inf).all())
+    torch.testing.assert_close(got.out.float(), out, atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(got.lse, lse, atol=1e-4, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# capability parsing (what the CLI hands is_available)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [((9, 0), (9, 0)), ("9.0", (9, 0)), ("sm_90", (9, 0)), ("sm100", (10, 0)), ("12.1", (12, 1)),
+     (10, (10, 0)), (9.0, (9, 0)), ("gfx942", (9, 4)), ("gfx950", (9, 5)), ("gfx1100", (11, 0)), (None, None)],
+)
+def test_parse_capability(value, expected) -> None:
+    assert parse_capability(value) == expected
+
+
+@pytest.mark.parametrize("value", ["nine", "9", (9,), True, -1, "gfx"])
+def test_parse_capability_rejects_garbage(value) -> None:
+    with pytest.raises(ValueError):
+        parse_capability(value)

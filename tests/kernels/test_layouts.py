@@ -1,0 +1,391 @@
+"""KV-cache layouts: sizes, byte placement, and codec exactness.
+
+The fp8_ds_mla checks decode the cache with a byte-level decoder written here
+in plain Python (no torch casts), so a wrong offset, scale or rounding in the
+layout module shows up as a byte mismatch.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+import struct
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dsv4sel.kernels.errors import UnknownLayoutError
+from dsv4sel.kernels.layouts import LAYOUTS, get_layout
+
+# ---------------------------------------------------------------------------
+# An independent byte-level codec (plain Python)
+# ---------------------------------------------------------------------------
+
+
+def e4m3_value(byte: int) -> float:
+    """float8_e4m3fn byte -> value (bias 7, no infinities, 0x7f/0xff are NaN)."""
+    sign = -1.0 if byte & 0x80 else 1.0
+    exp, man = (byte >> 3) & 0xF, byte & 0x7
+    if exp == 0xF and man == 0x7:
+        return math.nan
+    if exp == 0:
+        return sign * (man / 8.0) * 2.0**-6
+    return sign * (1.0 + man / 8.0) * 2.0 ** (exp - 7)
+
+
+# Non-negative finite e4m3 values, ascending, with their bytes.
+_E4M3 = sorted((e4m3_value(b), b) for b in range(0x7F))
+_E4M3_VALUES = [v for v, _ in _E4M3]
+
+
+def e4m3_nearest_byte(x: float) -> int:
+    """Round-to-nearest-even e4m3 encoding of ``x``, saturating at +-448; keeps the sign of zero."""
+    mag = min(abs(x), 448.0)
+    i = bisect.bisect_left(_E4M3_VALUES, mag)
+    if i == len(_E4M3_VALUES):
+        i -= 1
+    candidates = [j for j in (i - 1, i) if 0 <= j < len(_E4M3)]
+    best = min(candidates, key=lambda j: (abs(_E4M3_VALUES[j] - mag), _E4M3[j][1] & 1))
+    byte = _E4M3[best][1]
+    return byte | 0x80 if math.copysign(1.0, x) < 0 else byte
+
+
+def bf16_value(lo: int, hi: int) -> float:
+    return struct.unpack("<f", bytes([0, 0, lo, hi]))[0]
+
+
+def f32(x: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def expected_exponent(tile: list[float]) -> int:
+    """ceil(log2(max(amax / 448, 1e-4))) with the division rounded to float32."""
+    amax = max(abs(v) for v in tile)
+    return math.ceil(math.log2(max(f32(f32(amax) / 448.0), f32(1e-4))))
+
+
+def decode_token(page: bytes, block_size: int, offset: int) -> tuple[list[float], list[int], int]:
+    """(512 values, 7 exponent bytes, pad byte) of one token in a raw fp8_ds_mla page."""
+    data = page[offset * 576 : offset * 576 + 576]
+    scale_bytes = page[block_size * 576 + offset * 8 : block_size * 576 + offset * 8 + 8]
+    values = []
+    for tile in range(7):
+        scale = 2.0 ** (scale_bytes[tile] - 127)
+        values += [e4m3_value(b) * scale for b in data[tile * 64 : tile * 64 + 64]]
+    values += [bf16_value(data[448 + 2 * i], data[449 + 2 * i]) for i in range(64)]
+    return values, list(scale_bytes[:7]), scale_bytes[7]
+
+
+def page_bytes_of(cache: torch.Tensor, block: int) -> bytes:
+    return bytes(cache[block].cpu().tolist())
+
+
+# ---------------------------------------------------------------------------
+# Sizes and identity: what `dsv4sel check` relies on
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "block_size", "expected"),
+    [
+        ("fp8_ds_mla", 64, 37440),  # C4 main / SWA page, vLLM test_contiguous_kv_packing
+        ("fp8_ds_mla", 2, 1728),  # C128 page
+        ("fp8_ds_mla", 256, 149760),  # 256 * 584 = 149504 -> 260 * 576
+        ("fp8_ds_mla", 1, 1152),  # 584 -> 2 * 576
+        ("fp8_ds_mla", 16, 9792),  # 9344 -> 17 * 576
+        ("bf16_row", 64, 65536),
+        ("bf16_row", 256, 262144),
+        ("fp8_e4m3_row", 64, 32768),
+        ("fp8_e4m3_row", 256, 131072),
+    ],
+)
+def test_page_bytes(name: str, block_size: int, expected: int) -> None:
+    assert get_layout(name).page_bytes(block_size) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "bytes_per_token", "dtype_name", "alignment"),
+    [
+        ("fp8_ds_mla", 584, "uint8", 576),
+        ("bf16_row", 1024, "bfloat16", 512),
+        ("fp8_e4m3_row", 512, "float8_e4m3fn", 512),
+    ],
+)
+def test_layout_identity(name: str, bytes_per_token: int, dtype_name: str, alignment: int) -> None:
+    layout = get_layout(name)
+    assert (layout.name, layout.bytes_per_token, layout.torch_dtype_name, layout.alignment) == (
+        name,
+        bytes_per_token,
+        dtype_name,
+        alignment,
+    )
+    assert layout.torch_dtype() == getattr(torch, dtype_name)
+
+
+def test_layouts_mapping_enumerates_exactly_the_three_layouts_read_only() -> None:
+    assert set(LAYOUTS) == {"fp8_ds_mla", "bf16_row", "fp8_e4m3_row"}
+    assert all(LAYOUTS[name].name == name for name in LAYOUTS)
+    with pytest.raises(TypeError):
+        LAYOUTS["x"] = LAYOUTS["bf16_row"]  # type: ignore[index]
+
+
+def test_layouts_are_frozen_values() -> None:
+    layout = get_layout("fp8_ds_mla")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        layout.bytes_per_token = 656  # type: ignore[misc]
+    assert get_layout("fp8_e4m3_row").with_scale(2.0) == get_layout("fp8_e4m3_row").with_scale(2.0)
+    assert get_layout("fp8_e4m3_row").with_scale(2.0) != get_layout("fp8_e4m3_row")
+    assert get_layout("fp8_e4m3_row").scale == 1.0
+
+
+@pytest.mark.parametrize("bad", ["fp8", "FP8_DS_MLA", "", None, 584])
+def test_unknown_layout_is_a_value_error_listing_valid_names(bad: object) -> None:
+    with pytest.raises(UnknownLayoutError) as info:
+        get_layout(bad)  # type: ignore[arg-type]
+    assert isinstance(info.value, ValueError)
+    for name in ("fp8_ds_mla", "bf16_row", "fp8_e4m3_row"):
+        assert name in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [0, -64, 64.0, True])
+def test_page_bytes_rejects_bad_block_sizes(bad: object) -> None:
+    with pytest.raises(ValueError):
+        get_layout("fp8_ds_mla").page_bytes(bad)  # type: ignore[arg-type]
+
+
+def test_sizes_and_impl_modules_import_without_torch_or_kernel_libraries() -> None:
+    code = (
+        "import sys\n"
+        "import dsv4sel.kernels, dsv4sel.kernels.layouts as L\n"
+        "import dsv4sel.kernels.flashmla, dsv4sel.kernels.flashinfer, dsv4sel.kernels.rocm, dsv4sel.kernels.reference\n"
+        "assert [L.get_layout(n).page_bytes(64) for n in L.LAYOUTS] == [37440, 65536, 32768]\n"
+        "assert [L.LAYOUTS[n].torch_dtype_name for n in L.LAYOUTS] == ['uint8', 'bfloat16', 'float8_e4m3fn']\n"
+        "from dsv4sel.kernels.flashmla import DeepseekV4FlashMLASparseImpl as F\n"
+        "ok, reason = F.is_available('cpu', None)\n"
+        "assert not ok and 'cuda' in reason\n"
+        "loaded = sorted(m for m in ('torch', 'flash_mla', 'flashinfer', 'aiter') if m in sys.modules)\n"
+        "print(loaded)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------------------
+# allocate
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_allocate_gives_zeroed_pages_back_to_back(name: str, device: str) -> None:
+    layout = get_layout(name)
+    cache = layout.allocate(3, 64, device=device)
+    assert cache.dtype == getattr(torch, layout.torch_dtype_name)
+    assert cache.device.type == device
+    assert cache.is_contiguous()
+    assert cache.numel() * cache.element_size() == 3 * layout.page_bytes(64)
+    assert cache.untyped_storage().nbytes() == 3 * layout.page_bytes(64)
+    assert not cache.view(torch.uint8).any()
+    assert layout.block_size_of(cache) == 64
+
+
+def test_fp8_ds_mla_kernel_view_addresses_pages() -> None:
+    layout = get_layout("fp8_ds_mla")
+    cache = layout.allocate(5, 64)
+    view = layout.kernel_view(cache)
+    assert view.shape == (5, 64, 584)
+    assert view.stride() == (37440, 584, 1)
+    assert view.dtype == torch.uint8
+    assert view.data_ptr() == cache.data_ptr()
+    assert layout.kernel_shape(5, 64) == (5, 64, 584)
+    assert get_layout("bf16_row").kernel_shape(5, 64) == (5, 64, 512)
+
+
+# ---------------------------------------------------------------------------
+# fp8_ds_mla codec, byte by byte
+# ---------------------------------------------------------------------------
+
+
+def _varied_kv(n: int, gen: torch.Generator) -> torch.Tensor:
+    """bf16 rows whose 64-wide tiles span many magnitudes (1e-6 .. 1e4), plus a zero tile."""
+    kv = torch.randn(n, 512, generator=gen)
+    tile_scale = 10.0 ** torch.randint(-6, 5, (n, 8), generator=gen).float()
+    kv = (kv.view(n, 8, 64) * tile_scale.unsqueeze(-1)).view(n, 512)
+    kv[0, 64:128] = 0.0  # an all-zero tile takes the 1e-4 floor
+    return kv.to(torch.bfloat16)
+
+
+def test_fp8_ds_mla_bytes_match_independent_decoder(device: str, gen: torch.Generator) -> None:
+    layout = get_layout("fp8_ds_mla")
+    block_size, num_blocks, n = 16, 3, 20
+    kv = _varied_kv(n, gen)
+    slots = torch.randperm(num_blocks * block_size, generator=gen)[:n]
+    cache = layout.allocate(num_blocks, block_size, device=device)
+    layout.write(cache, kv.to(device), slots.to(device))
+
+    written = {int(s): i for i, s in enumerate(slots)}
+    page_size = layout.page_bytes(block_size)
+    for block in range(num_blocks):
+        page = page_bytes_of(cache, block)
+        assert len(page) == page_size
+        assert not any(page[block_size * 584 :]), "page padding must stay zero"
+        for offset in range(block_size):
+            slot = block * block_size + offset
+            if slot not in written:
+                assert not any(page[offset * 576 : offset * 576 + 576])
+                assert not any(page[block_size * 576 + offset * 8 : block_size * 576 + offset * 8 + 8])
+                continue
+            row = kv[written[slot]].float().tolist()
+            values, exponents, pad = decode_token(page, block_size, offset)
+            assert pad == 0
+            assert [e - 127 for e in exponents] == [expected_exponent(row[t * 64 : t * 64 + 64]) for t in range(7)]
+            data = page[offset * 576 : offset * 576 + 448]
+            for i in range(448):
+                scale = 2.0 ** (exponents[i // 64] - 127)
+                assert data[i] == e4m3_nearest_byte(row[i] / scale), (slot, i)
+            assert values[448:] == row[448:], "RoPE must be stored as the exact bf16 input"
+
+    # read() must return exactly what the independent decoder sees.
+    got = layout.read(cache, slots.to(device)).cpu()
+    assert got.dtype == torch.bfloat16 and got.shape == (n, 512)
+    for i, slot in enumerate(slots.tolist()):
+        page = page_bytes_of(cache, slot // block_size)
+        values, _, _ = decode_token(page, block_size, slot % block_size)
+        assert got[i].float().tolist() == torch.tensor(values).to(torch.bfloat16).float().tolist()
+
+
+@pytest.mark.parametrize(
+    ("amax", "exponent"),
+    [
+        (0.0, -13),  # floor 1e-4 -> 2**-13
+        (448 * 2.0**-20, -13),  # below the floor
+        (448 * 2.0**-3, -3),  # exact powers of two keep their exponent
+        (448.0, 0),
+        (448 * 2.0**5, 5),
+        (448 * 2.0**5 * (1 + 2.0**-7), 6),  # just above rounds the scale up
+    ],
+)
+def test_fp8_ds_mla_tile_scale_edges(amax: float, exponent: int, device: str) -> None:
+    layout = get_layout("fp8_ds_mla")
+    kv = torch.zeros(1, 512)
+    kv[0, 0] = amax
+    kv[0, 1] = -amax / 2
+    cache = layout.allocate(1, 2, device=device)
+    layout.write(cache, kv.to(device), torch.tensor([1], device=device))
+    page = page_bytes_of(cache, 0)
+    _, exponents, _ = decode_token(page, 2, 1)
+    assert exponents[0] - 127 == exponent
+    assert exponents[1:] == [127 - 13] * 6
+    if amax:
+        assert page[576] == e4m3_nearest_byte(amax / 2.0**exponent)
+        assert page[577] == e4m3_nearest_byte(-amax / 2 / 2.0**exponent)
+
+
+def test_write_touches_only_its_token_bytes(device: str, gen: torch.Generator) -> None:
+    layout = get_layout("fp8_ds_mla")
+    block_size = 8
+    cache = layout.allocate(3, block_size, device=device)
+    layout.write(cache, _varied_kv(24, gen).to(device), torch.arange(24, device=device))
+    before = cache.cpu().clone()
+    layout.write(cache, torch.full((1, 512), 3.0, device=device), torch.tensor([13], device=device))
+    changed = (cache.cpu() != before).nonzero().tolist()
+    block, offset = divmod(13, block_size)
+    data = range(offset * 576, offset * 576 + 576)
+    scales = range(block_size * 576 + offset * 8, block_size * 576 + offset * 8 + 8)
+    assert changed and all(b == block and (col in data or col in scales) for b, col in changed)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tile_exponents=st.lists(st.integers(-14, 14), min_size=8, max_size=8),
+    seed=st.integers(0, 2**31 - 1),
+    heavy_tail=st.booleans(),
+)
+def test_fp8_ds_mla_roundtrip_error_is_within_half_an_fp8_step(
+    tile_exponents: list[int], seed: int, heavy_tail: bool
+) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    base = torch.randn(4, 8, 64, generator=gen)
+    if heavy_tail:  # a few outliers per tile push most values into fp8 subnormals
+        base = base ** 3
+    kv = (base * torch.exp2(torch.tensor(tile_exponents, dtype=torch.float32)).view(1, 8, 1)).view(4, 512)
+    kv = kv.to(torch.bfloat16)
+    layout = get_layout("fp8_ds_mla")
+    cache = layout.allocate(1, 4)
+    slots = torch.arange(4)
+    layout.write(cache, kv, slots)
+    got = layout.read(cache, slots).float()
+    x = kv.float()
+    assert torch.equal(got[:, 448:], x[:, 448:])
+    nope, back = x[:, :448].view(-1, 7, 64), got[:, :448].view(-1, 7, 64)
+    scale = torch.exp2(torch.clamp_min(nope.abs().amax(-1) / 448, 1e-4).log2().ceil()).unsqueeze(-1)
+    # e4m3: 3 mantissa bits (half step 2**-4 relative); subnormal step 2**-9 * scale.
+    # The bf16 result adds at most 2**-9 relative.
+    bound = torch.maximum(nope.abs() * (2.0**-4 + 2.0**-8), scale * 2.0**-10)
+    assert bool(((back - nope).abs() <= bound).all())
+
+
+# ---------------------------------------------------------------------------
+# Row layouts
+# ---------------------------------------------------------------------------
+
+
+def test_bf16_row_roundtrip_is_exact(device: str, gen: torch.Generator) -> None:
+    layout = get_layout("bf16_row")
+    kv = torch.randn(10, 512, generator=gen).to(torch.bfloat16)
+    cache = layout.allocate(2, 8, device=device)
+    slots = torch.tensor([0, 3, 7, 8, 9, 10, 11, 12, 14, 15], device=device)
+    layout.write(cache, kv.to(device), slots)
+    assert torch.equal(layout.read(cache, slots).cpu(), kv)
+    assert torch.equal(cache.view(16, 512)[slots].cpu(), kv)
+
+
+def test_fp8_e4m3_row_stores_value_over_scale(device: str, gen: torch.Generator) -> None:
+    layout = get_layout("fp8_e4m3_row").with_scale(2.0)
+    kv = torch.randn(4, 512, generator=gen) * 50
+    kv[0, :3] = torch.tensor([5000.0, -5000.0, 896.0])  # beyond 448 * scale saturates
+    cache = layout.allocate(1, 4, device=device)
+    layout.write(cache, kv.to(device), torch.arange(4, device=device))
+    raw = cache.view(torch.uint8).cpu().view(4, 512)
+    for r in range(4):
+        assert raw[r].tolist() == [e4m3_nearest_byte(v / 2.0) for v in kv[r].tolist()]
+    got = layout.read(cache, torch.arange(4, device=device)).cpu().float()
+    assert got[0, :3].tolist() == [896.0, -896.0, 896.0]
+    expected = torch.tensor([[e4m3_value(b) * 2.0 for b in row] for row in raw.tolist()]).to(torch.bfloat16).float()
+    assert torch.equal(got, expected)
+
+
+# ---------------------------------------------------------------------------
+# Input checks
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_out_of_range_and_negative_slots_are_rejected(name: str) -> None:
+    layout = get_layout(name)
+    cache = layout.allocate(2, 4)
+    kv = torch.ones(1, 512)
+    for bad in (-1, 8):
+        with pytest.raises(ValueError, match="slots must be in"):
+            layout.write(cache, kv, torch.tensor([bad]))
+        with pytest.raises(ValueError, match="slots must be in"):
+            layout.read(cache, torch.tensor([bad]))
+    assert not cache.view(torch.uint8).any(), "a rejected write must not touch the cache"
+
+
+def test_bad_kv_and_cache_are_rejected() -> None:
+    layout = get_layout("fp8_ds_mla")
+    cache = layout.allocate(1, 4)
+    with pytest.raises(ValueError, match=r"\[n, 512\]"):
+        layout.write(cache, torch.ones(1, 576), torch.tensor([0]))
+    with pytest.raises(ValueError, match="slots must have shape"):
+        layout.write(cache, torch.ones(2, 512), torch.tensor([0]))
+    with pytest.raises(ValueError, match="dtype uint8"):
+        layout.read(get_layout("bf16_row").allocate(1, 4), torch.tensor([0]))
+    with pytest.raises(ValueError, match="page size"):
+        layout.read(torch.zeros(1, 1000, dtype=torch.uint8), torch.tensor([0]))
