@@ -55,15 +55,20 @@ def load_rules(paths=None, *, allowed_impl_modules=None, use_cache: bool = True)
             paths = [paths]
         srcs = [s for p in paths for s in _sources.expand(str(p))]
     allowed = tuple(allowed_impl_modules or DEFAULT_ALLOWED_IMPL_MODULES)
-    digest = _sources.content_hash(srcs, allowed)
-    data = cache.read(digest) if use_cache else None
-    if data is None:
-        from .build import build_program
+    stamp = _sources.stamp(srcs, allowed)
+    name = _sources.entry_name(stamp)
+    data = cache.read(name) if use_cache else None
+    if data is None or data["stamp"] != stamp:
+        digest = _sources.content_hash(srcs, allowed)
+        if data is None or data["digest"] != digest:
+            from .build import build_program
 
-        data = build_program(srcs, allowed).to_table()
+            data = build_program(srcs, allowed).to_table()
+            data["digest"] = digest
+        data["stamp"] = stamp
         if use_cache:
-            cache.write(digest, data)
-    return RuleSet(data, digest)
+            cache.write(name, data)
+    return RuleSet(data, data["digest"])
 
 
 def default_rules() -> RuleSet:

@@ -7,17 +7,13 @@ for invalid input, so callers that already guard configuration parsing with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from .record import Frozen
 
 
-@dataclass(frozen=True, slots=True)
-class Problem:
+class Problem(Frozen):
     """One problem in one rule file, located at ``file:line:column`` (1-based)."""
 
-    file: str
-    line: int
-    column: int
-    message: str
+    __slots__ = ("file", "line", "column", "message")
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.column}: {self.message}"

@@ -3,22 +3,19 @@ content hash that keys the compiled cache."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-from dataclasses import dataclass
 
 from . import __version__
+from .record import Frozen
 
 RULE_SUFFIXES = (".yaml", ".yml")
 
 
-@dataclass(frozen=True, slots=True)
-class Source:
+class Source(Frozen):
     """One rule file: ``path`` on disk, ``display`` in messages, the ``pack`` it belongs to."""
 
-    path: str
-    display: str
-    pack: str = "dsv4sel"
+    __slots__ = ("path", "display", "pack")
+    _defaults = {"pack": "dsv4sel"}
 
 
 def shipped_rules_dir() -> str:
@@ -54,15 +51,45 @@ def shipped_sources() -> list[Source]:
     return expand(shipped_rules_dir(), "dsv4sel", "rules")
 
 
+# The stages that turn YAML into the compiled table: editing any of them must
+# invalidate cached tables even when the version string stays the same.
+_COMPILER_FILES = ("schema/rules.schema.json", "load.py", "validate.py", "compile.py")
+
+
+def _stat(path: str) -> tuple[int, int]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (-1, -1)
+    return (st.st_size, st.st_mtime_ns)
+
+
+def stamp(sources: list[Source], extra: tuple[str, ...] = ()) -> tuple:
+    """Cheap validity stamp (names, sizes, mtimes), like a .pyc's: equal stamps
+    mean the cached table is current without reading or hashing any file."""
+    here = os.path.dirname(__file__)
+    return (__version__, tuple(extra),
+            tuple((name, *_stat(os.path.join(here, name))) for name in _COMPILER_FILES),
+            tuple((s.display, s.pack, s.path, *_stat(s.path)) for s in sources))
+
+
+def entry_name(stamp_: tuple) -> str:
+    """Cache file name for a set of sources: the same files share one entry."""
+    import zlib
+
+    identity = repr((stamp_[0], stamp_[1], [entry[:3] for entry in stamp_[3]]))
+    return f"{zlib.crc32(identity.encode()):08x}"
+
+
 def content_hash(sources: list[Source], extra: tuple[str, ...] = ()) -> str:
-    """Hash of everything that changes the compiled result: package version,
-    schema, compiler and the name, pack and bytes of every rule file."""
+    """SHA-256 of everything that changes the compiled result: version, schema,
+    compiler, allow-list and the name, pack and bytes of every rule file."""
+    import hashlib  # ~4 ms (OpenSSL); only paid when stamps disagree
+
     h = hashlib.sha256()
     h.update(__version__.encode())
     here = os.path.dirname(__file__)
-    # the stages that turn YAML into the compiled table: editing any of them
-    # must invalidate caches even when the version string stays the same
-    for name in ("schema/rules.schema.json", "load.py", "validate.py", "compile.py"):
+    for name in _COMPILER_FILES:
         with open(os.path.join(here, name), "rb") as fh:
             h.update(fh.read())
     for item in extra:

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
-
 from .errors import ImplLoadError
+from .record import Frozen
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # importing typing costs ~5 ms; with postponed annotations it is not needed
+    from typing import Any, Mapping
 
 
-@dataclass(frozen=True, slots=True)
-class RuleRef:
+class RuleRef(Frozen):
     """Where a rule lives: its id, the file (relative to the repository for the
-    shipped rules, e.g. ``rules/flashmla.yaml``) and the 1-based line of the rule."""
+    shipped rules, e.g. ``rules/flashmla.yaml``), the 1-based line of the rule
+    and the rule pack it came from."""
 
+    __slots__ = ("id", "file", "line", "pack")
+    _defaults = {"pack": "dsv4sel"}
     id: str
     file: str
     line: int
-    pack: str = "dsv4sel"
+    pack: str
 
     def __str__(self) -> str:
         return f"{self.id} ({self.file}:{self.line})"
@@ -43,8 +46,7 @@ class Message(str):
         return (Message, (str(self), self.level))
 
 
-@dataclass(frozen=True, slots=True)
-class Query:
+class Query(Frozen):
     """A normalized query: every input as a declared vocabulary value.
 
     ``backend`` is None when no backend was requested (the platform default).
@@ -52,12 +54,14 @@ class Query:
     as sorted ``(name, value)`` pairs.
     """
 
+    __slots__ = ("model", "platform", "capability", "backend", "kv_cache_dtype", "extra")
+    _defaults = {"extra": ()}
     model: str
     platform: str
     capability: str
     backend: str | None
     kv_cache_dtype: str
-    extra: tuple[tuple[str, str], ...] = ()
+    extra: tuple[tuple[str, str], ...]
 
     def as_dict(self) -> dict[str, Any]:
         out = {
@@ -84,8 +88,7 @@ def _check_impl_allowed(impl: str, allowed: tuple[str, ...]) -> tuple[str, str]:
     return module, attr
 
 
-@dataclass(frozen=True, slots=True, eq=True)
-class Selection:
+class Selection(Frozen):
     """The decision for one query.
 
     Attributes mirror what a serving engine needs at start-up: the backend
@@ -97,6 +100,9 @@ class Selection:
     rule consulted, the default-backend rule first when one was used.
     """
 
+    __slots__ = ("backend", "impl", "layout", "cache_dtype", "torch_dtype_name", "bytes_per_token",
+                 "block_size", "rewrites", "messages", "rule", "path", "query", "allowed_impl_modules")
+    _defaults = {"allowed_impl_modules": ("dsv4sel.kernels",)}
     backend: str
     impl: str
     layout: str
@@ -109,7 +115,7 @@ class Selection:
     rule: RuleRef
     path: tuple[RuleRef, ...]
     query: Query
-    allowed_impl_modules: tuple[str, ...] = field(default=("dsv4sel.kernels",), repr=False, compare=False)
+    allowed_impl_modules: tuple[str, ...]
 
     def __post_init__(self):
         if not isinstance(self.rewrites, MappingProxyType):
@@ -134,6 +140,8 @@ class Selection:
     def load_impl(self) -> type:
         """Import and return the impl class. Only modules on the rule set's
         allow-list are imported; anything else raises :class:`ImplLoadError`."""
+        import importlib
+
         module_name, attr = _check_impl_allowed(self.impl, self.allowed_impl_modules)
         try:
             module = importlib.import_module(module_name)

@@ -1,6 +1,5 @@
 """The embedding API: frozen Selection values, lazy torch, impl loading, all-or-nothing rewrites."""
 
-import dataclasses
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -17,7 +16,7 @@ def sm90():
 
 def test_selection_is_frozen_and_hashable():
     sel = sm90()
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError, match="frozen"):
         sel.backend = "X"
     with pytest.raises(TypeError):
         sel.rewrites["cache_dtype"] = "auto"
@@ -40,16 +39,16 @@ def test_load_impl_returns_the_named_class():
 
 
 def test_load_impl_refuses_modules_outside_the_allow_list():
-    forged = dataclasses.replace(sm90(), impl="os:system")
+    forged = sm90().replace(impl="os:system")
     with pytest.raises(ImplLoadError, match="outside the allowed modules dsv4sel.kernels"):
         forged.load_impl()
-    lookalike = dataclasses.replace(sm90(), impl="dsv4sel.kernelsevil:X")
+    lookalike = sm90().replace(impl="dsv4sel.kernelsevil:X")
     with pytest.raises(ImplLoadError):
         lookalike.load_impl()
 
 
 def test_load_impl_reports_a_missing_class():
-    forged = dataclasses.replace(sm90(), impl="dsv4sel.kernels.flashmla:NoSuchImpl")
+    forged = sm90().replace(impl="dsv4sel.kernels.flashmla:NoSuchImpl")
     with pytest.raises(ImplLoadError, match="has no class 'NoSuchImpl'"):
         forged.load_impl()
 
@@ -64,7 +63,7 @@ def test_apply_is_all_or_nothing():
     class Strict:
         __slots__ = ("cache_dtype", "other")
 
-    sel = dataclasses.replace(sm90(), rewrites={"cache_dtype": "fp8_ds_mla", "missing": 1})
+    sel = sm90().replace(rewrites={"cache_dtype": "fp8_ds_mla", "missing": 1})
     config = Strict()
     config.cache_dtype = "fp8"
     with pytest.raises(AttributeError, match="no attribute 'missing'"):
@@ -84,7 +83,7 @@ def test_apply_is_all_or_nothing():
             object.__setattr__(self, name, value)
 
     boom = Exploding()
-    sel = dataclasses.replace(sm90(), rewrites={"cache_dtype": "fp8_ds_mla", "block_size": 256})
+    sel = sm90().replace(rewrites={"cache_dtype": "fp8_ds_mla", "block_size": 256})
     with pytest.raises(ValueError, match="read-only"):
         sel.apply(boom)
     assert (boom.cache_dtype, boom.block_size) == ("fp8", 16)
