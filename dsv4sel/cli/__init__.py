@@ -13,9 +13,9 @@ import sys
 
 from .. import __version__
 from ..errors import RuleError, SelectionError
-from . import check, explain
+from . import check, doctor, explain, table
 
-COMMANDS = (explain, check)
+COMMANDS = (explain, check, table, doctor)
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 

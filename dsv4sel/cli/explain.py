@@ -1,49 +1,165 @@
-"""``dsv4sel explain``: why this backend and cache format for one query."""
+"""``dsv4sel explain``: why this backend and cache format for one query.
+
+Renders a :class:`dsv4sel.explain.Explanation` for people (aligned, coloured
+only on a terminal) or, with ``--json``, as one JSON object (keys documented
+in docs/cli.md). Exit 0 when the query selects, 1 when it is rejected, 2 for
+bad arguments or rule files. With a warm compiled cache this command imports
+neither yaml, jsonschema nor torch (``--detect`` imports torch).
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .common import add_rules_option
 
+PROG = "dsv4sel explain"
+
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("explain", help="show the selection for one query and the rules that decided it")
-    p.add_argument("--platform", required=True)
-    p.add_argument("--capability", default=None)
-    p.add_argument("--backend", default=None)
-    p.add_argument("--kv-cache-dtype", default="auto")
-    p.add_argument("--model", default="deepseek_v4")
+    p = sub.add_parser(
+        "explain", help="show the selection for one query, the rules that decided it and why not the others",
+        description="Explain the DeepSeek-V4 attention backend and KV-cache format the rules pick for one "
+                    "query: the outcome, the rules on the way (file:line), the rewrites, why every other "
+                    "backend of the platform does not serve it and, on rejection, the nearest working "
+                    "alternatives. Exit 0 selected, 1 rejected, 2 bad arguments or rule files.")
+    p.add_argument("--platform", metavar="P", help="cuda, rocm, xpu or cpu (the rules' vocabulary); "
+                                                   "required unless --detect")
+    p.add_argument("--capability", metavar="C", help="CUDA compute capability such as 9.0, or a ROCm gfx "
+                                                     "arch such as gfx942 (default: unknown)")
+    p.add_argument("--backend", "--attention-backend", dest="backend", metavar="B",
+                   help="the requested attention backend (default: none, the platform default)")
+    p.add_argument("--kv-cache-dtype", default="auto", metavar="D", help="vLLM --kv-cache-dtype (default: auto)")
+    p.add_argument("--model", default="deepseek_v4", metavar="M", help="model family (default: deepseek_v4)")
     add_rules_option(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object (keys: docs/cli.md)")
+    p.add_argument("--detect", action="store_true",
+                   help="fill --platform and --capability from this machine's torch; explicit options win")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import select
-    from ..errors import InvalidQuery, SelectionError
+    from ..errors import InvalidQuery
+    from ..explain import explain
     from .common import load
+    from .output import error
 
-    rules = load(args)
+    rules = load(args)  # a RuleError reaches cli.main: exit 2 with file:line:column
+    platform, capability, detected = args.platform, args.capability, False
+    if args.detect:
+        import warnings
+
+        from ..platform import detect
+
+        try:
+            with warnings.catch_warnings():
+                # a CPU-only torch without numpy warns on import; not the user's concern here
+                warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+                found_platform, found_capability = detect()
+        except InvalidQuery as exc:
+            return error(PROG, f"--detect: {exc.reason} (here: --platform P [--capability C])")
+        detected = True
+        platform = platform or found_platform
+        capability = capability if capability is not None else found_capability
+    if not platform:
+        return error(PROG, "--platform is required (one of " + ", ".join(rules.values("platform"))
+                     + "), or pass --detect to read it from this machine")
     try:
-        sel = select(platform=args.platform, capability=args.capability, backend=args.backend,
-                     kv_cache_dtype=args.kv_cache_dtype, model=args.model, rules=rules)
+        result = explain(rules, platform=platform, capability=capability, backend=args.backend,
+                         kv_cache_dtype=args.kv_cache_dtype, model=args.model)
     except InvalidQuery as exc:
-        print(f"dsv4sel explain: {exc}")
-        return 2
-    except SelectionError as exc:
-        print(f"rejected: {exc}")
-        return 1
-    print(f"backend         {sel.backend}")
-    print(f"impl            {sel.impl}")
-    print(f"layout          {sel.layout}")
-    print(f"cache dtype     {sel.cache_dtype} (torch {sel.torch_dtype_name})")
-    print(f"bytes per token {sel.bytes_per_token}")
-    print(f"block size      {sel.block_size}")
-    for name, value in sel.rewrites.items():
-        before = getattr(sel.query, name, "?")
-        print(f"rewrite         {name}: {before} -> {value}")
-    for message in sel.messages:
-        print(f"{message.level:<15} {message}")
-    for ref in sel.path:
-        print(f"rule            {ref.id} ({ref.location})")
-    return 0
+        # the reason already names the nearest value and all valid ones; the
+        # suggestions list would only repeat it
+        return error(PROG, exc.reason)
+    if args.json:
+        print(result.to_json())
+    else:
+        from .output import style_for
+
+        sys.stdout.write("\n".join(render(result, style_for(sys.stdout), detected)) + "\n")
+    return 0 if result.ok else 1
+
+
+# ----------------------------------------------------------------- rendering
+
+_ACTIONS = {"default": "default backend -> {target}", "use": "hands over to {target}",
+            "select": "selects", "reject": "rejects"}
+
+
+def _where(query) -> str:
+    cap = "capability unknown" if query.capability == "unknown" else query.capability
+    return f"{query.platform} {cap}"
+
+
+def render(ex, style, detected: bool = False) -> list[str]:
+    """The human-readable report, one string per line (no colour when ``style`` is off)."""
+    from .output import align
+
+    q = ex.query
+    head = [f"{_where(q)}{' (detected)' if detected else ''}", f"--kv-cache-dtype {q.kv_cache_dtype}",
+            f"--attention-backend {q.backend}" if q.backend else "no --attention-backend",
+            f"model {q.model}"] + [f"{k} {v}" for k, v in q.extra]
+    lines = [style.bold("query") + "     " + ", ".join(head), ""]
+
+    if ex.selection is not None:
+        s = ex.selection
+        how = ("platform default" if q.backend is None
+               else f"asked for {q.backend}" if q.backend != s.backend else "as asked")
+        lines.append(style.paint("selected", "bold", "green") + f"  {style.bold(s.backend)} ({how})")
+        lines += align([
+            ["impl", s.impl], ["layout", s.layout], ["cache dtype", s.cache_dtype],
+            ["torch dtype", s.torch_dtype_name], ["bytes per token", str(s.bytes_per_token)],
+            ["block size", str(s.block_size)],
+            ["decided by", f"{s.rule.id}  " + style.cyan(s.rule.location)],
+        ], style)
+    else:
+        r = ex.rejection
+        who = (r.backend + (" (platform default)" if q.backend is None else "")) if r.backend \
+            else f"no DeepSeek-V4 backend for {_where(q)}"
+        lines.append(style.paint("rejected", "bold", "red") + f"  {style.bold(who)}")
+        rows = [["reason", r.reason]]
+        if r.rule is not None:
+            rows.append(["decided by", f"{r.rule.id}  " + style.cyan(r.rule.location)])
+        lines += align(rows, style)
+
+    if ex.rewrites:
+        lines += ["", style.bold("rewrites")]
+        lines += align([[w.attribute, f"{'?' if w.before is None else w.before} -> {w.after}"]
+                        for w in ex.rewrites], style)
+    if ex.messages:
+        lines += ["", style.bold("messages")]
+        lines += align([[(m.level, "yellow") if m.level == "warning" else m.level, str(m)]
+                        for m in ex.messages], style)
+    lines += ["", style.bold("path")]
+    lines += align([[str(n), step.rule.id, (step.rule.location, "cyan"),
+                     _ACTIONS[step.action].format(target=step.target)]
+                    for n, step in enumerate(ex.path, 1)], style)
+    if ex.rejection is not None and ex.rejection.gap:
+        lines.append("  " + style.yellow(ex.rejection.reason))
+
+    if ex.why_not:
+        lines += ["", style.bold("why not")]
+        heads = align([[w.backend,
+                        w.verdict.replace("_", " ") + (f" ({w.blocked_by.replace('_', '-')})" if w.blocked_by else ""),
+                        w.rule.id if w.rule else "-", (w.rule.location, "cyan") if w.rule else ""]
+                       for w in ex.why_not], style)
+        for w, head in zip(ex.why_not, heads):
+            lines += [head, "      " + w.reason]
+            if w.verdict == "rejects" and w.accepts:
+                lines.append("      accepts here: --kv-cache-dtype " + ", ".join(w.accepts))
+
+    if ex.rejection is not None:
+        lines += ["", style.bold("nearest working alternatives")]
+        if ex.alternatives:
+            rows = []
+            for a in ex.alternatives:
+                change = a.flags + (f" (or {', '.join(a.also)})" if a.also else "")
+                sel = a.selection
+                rows.append([(change, "green"), sel.backend, sel.layout, f"{sel.bytes_per_token} B/token",
+                             (sel.rule.location, "cyan")])
+            lines += align(rows, style)
+        else:
+            lines.append(f"  none: no backend and kv-cache dtype select on {_where(q)}; "
+                         "`dsv4sel table` lists the supported platforms")
+    return lines

@@ -1,0 +1,67 @@
+"""``dsv4sel table``: the support matrix generated from the rules, and its CI check.
+
+``dsv4sel table --format md > docs/backends.md`` writes the committed table;
+``dsv4sel table --format md --check docs/backends.md`` exits 1 (with a diff)
+when that file differs from what the rules generate now, so the published
+matrix can never drift from the rules. Exit 2 for unusable rule files or an
+unreadable FILE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import add_rules_option
+
+PROG = "dsv4sel table"
+_DIFF_LINES = 60  # enough to see what moved; CI logs stay readable
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "table", help="print the backend support matrix generated from the rules",
+        description="Generate the DeepSeek-V4 backend support matrix from the rules: rows backend x "
+                    "capability family, columns kv dtypes accepted, layout, cache and torch dtype, bytes "
+                    "per token, block size and when the backend is the default. With --check FILE, exit 1 "
+                    "when FILE differs from what would be generated (the CI staleness check).")
+    p.add_argument("--format", choices=("md", "json"), default="md", help="output format (default: md)")
+    p.add_argument("--check", metavar="FILE",
+                   help="compare FILE with the generated table instead of printing it; exit 1 when stale")
+    add_rules_option(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..matrix import build_matrix
+    from .common import load
+    from .output import error
+
+    matrix = build_matrix(load(args))
+    text = matrix.to_markdown() if args.format == "md" else matrix.to_json()
+    if args.check is None:
+        sys.stdout.write(text)
+        return 0
+    regenerate = f"dsv4sel table --format {args.format} > {args.check}"
+    try:
+        with open(args.check, encoding="utf-8", newline="") as fh:
+            current = fh.read()
+    except FileNotFoundError:
+        print(f"{args.check} does not exist; generate it with `{regenerate}`")
+        return 1
+    except (OSError, UnicodeDecodeError) as exc:
+        return error(PROG, f"cannot read {args.check}: {exc}")
+    if current == text:
+        print(f"{args.check} is up to date with the rules")
+        return 0
+    import difflib
+
+    diff = list(difflib.unified_diff(current.splitlines(), text.splitlines(), f"{args.check} (committed)",
+                                     f"{args.check} (generated from the rules)", lineterm=""))
+    print(f"{args.check} is stale: it differs from what the rules generate. Regenerate it with "
+          f"`{regenerate}` and commit the result.")
+    for line in diff[:_DIFF_LINES]:
+        print(line)
+    if len(diff) > _DIFF_LINES:
+        print(f"... {len(diff) - _DIFF_LINES} more diff lines")
+    return 1

@@ -1,0 +1,364 @@
+"""The explanation of one decision: what was chosen, how, and what else was possible.
+
+:func:`explain` answers a query like :func:`dsv4sel.select`, but instead of a
+bare Selection (or an exception) it returns an :class:`Explanation`:
+
+* the outcome: the Selection, or the :class:`Refusal` with its reason;
+* the **path**: every rule consulted, the default-backend rule first when the
+  query named no backend, each with ``file:line``;
+* the **rewrites** as before -> after (``cache_dtype``'s "before" is the
+  query's kv-cache dtype: that is the cache-config value it replaces);
+* the rule **messages**;
+* **why not** every other backend of the platform: the first reason each would
+  not serve this query, or what it would select if only it were asked for;
+* on a rejection, the **nearest working alternatives**: the smallest change of
+  backend and/or kv dtype that selects, one entry per distinct result.
+
+Everything is read from the compiled table (:mod:`dsv4sel.probe`), so explaining
+imports neither yaml, jsonschema nor torch. The CLI (``dsv4sel explain``) is
+only a renderer of this value; :meth:`Explanation.as_dict` is its ``--json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from . import probe
+from .ruleset import Rejection, RuleSet
+from .values import Message, Query, RuleRef, Selection
+
+#: Version of the :meth:`Explanation.as_dict` layout. Bumped only when a key is
+#: removed or changes meaning; adding keys keeps the version.
+JSON_VERSION = 1
+
+#: Values of :attr:`WhyNot.blocked_by`: the first input that stops a backend.
+BLOCKED_BY = ("platform", "capability", "kv_cache_dtype")
+
+
+@dataclass(frozen=True, slots=True)
+class PathStep:
+    """One rule on the way to the outcome.
+
+    ``action`` is ``default`` (the default-backend decision picked ``target``),
+    ``use`` (a backend table handed over to ``target``), ``select`` or
+    ``reject`` (the deciding rule, always the last step). ``table`` is the
+    decision table the rule belongs to: ``<default>`` or a backend name.
+    """
+
+    rule: RuleRef
+    table: str
+    action: str
+    target: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """A cache-config attribute the selection changes: ``before`` -> ``after``.
+
+    ``before`` is what the query implies (the kv-cache dtype for
+    ``cache_dtype``) or None when the rules cannot know the engine's value.
+    """
+
+    attribute: str
+    before: Any
+    after: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why the query selects nothing.
+
+    ``backend`` is the backend whose table rejected (the platform default's
+    when none was named; None when the default decision itself rejected);
+    ``rule`` the rejecting rule (None for a gap, where no rule decided);
+    ``message`` the full one-line text :class:`~dsv4sel.SelectionError` carries.
+    """
+
+    backend: str | None
+    reason: str
+    rule: RuleRef | None
+    gap: bool
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class WhyNot:
+    """Why another backend of the platform does not serve this query.
+
+    ``verdict`` is ``rejects`` (its rules reject the query), ``would_serve``
+    (it would select, but the query named another backend or the default
+    decision picked another) or ``undecided`` (a gap in its table).
+    ``blocked_by`` names the first input that stops it, checked in the order
+    platform, capability, kv_cache_dtype (None unless ``rejects``): the
+    platform when it serves no capability of the platform, the capability when
+    it serves no kv dtype at this capability, else the kv dtype. ``rule`` is
+    the rule that rejects, or for ``would_serve`` the rule that would select.
+    ``accepts`` lists the kv dtypes it serves at this platform and capability.
+    """
+
+    backend: str
+    verdict: str
+    blocked_by: str | None
+    reason: str
+    rule: RuleRef | None
+    accepts: tuple[str, ...]
+    selection: Selection | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Alternative:
+    """A nearby query that selects: ``backend`` (None = no backend, the platform
+    default) and ``kv_cache_dtype``. ``changes`` names what differs from the
+    query (``backend``, ``kv_cache_dtype``); ``also`` lists further kv dtypes
+    that, with the same change, select the same cache; ``selection`` is the
+    result for ``kv_cache_dtype``."""
+
+    backend: str | None
+    kv_cache_dtype: str
+    changes: tuple[str, ...]
+    also: tuple[str, ...]
+    selection: Selection
+
+    @property
+    def flags(self) -> str:
+        """The change as vLLM flags, e.g. ``--kv-cache-dtype auto``."""
+        parts = []
+        if "backend" in self.changes:
+            parts.append(f"--attention-backend {self.backend}" if self.backend
+                         else "no --attention-backend")
+        if "kv_cache_dtype" in self.changes:
+            parts.append(f"--kv-cache-dtype {self.kv_cache_dtype}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Everything known about one decision. Exactly one of ``selection`` and
+    ``rejection`` is set. ``alternatives`` is empty unless rejected."""
+
+    query: Query
+    selection: Selection | None
+    rejection: Refusal | None
+    path: tuple[PathStep, ...]
+    rewrites: tuple[Rewrite, ...]
+    messages: tuple[Message, ...]
+    why_not: tuple[WhyNot, ...]
+    alternatives: tuple[Alternative, ...]
+    rules_digest: str
+
+    @property
+    def ok(self) -> bool:
+        """True when the query selects a backend."""
+        return self.selection is not None
+
+    @property
+    def rule(self) -> RuleRef | None:
+        """The deciding rule: the last step of the path (None for a bare gap)."""
+        return self.path[-1].rule if self.path else None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The explanation as JSON-ready data; keys documented in docs/cli.md."""
+        return {
+            "version": JSON_VERSION,
+            "status": "selected" if self.ok else "rejected",
+            "query": self.query.as_dict(),
+            "selection": _selection_dict(self.selection),
+            "rejection": None if self.rejection is None else {
+                "backend": self.rejection.backend,
+                "reason": self.rejection.reason,
+                "gap": self.rejection.gap,
+                "message": self.rejection.message,
+            },
+            "rule": _rule_dict(self.rule),
+            "path": [{**_rule_dict(s.rule), "table": s.table, "action": s.action, "target": s.target}
+                     for s in self.path],
+            "rewrites": [{"attribute": r.attribute, "before": r.before, "after": r.after}
+                         for r in self.rewrites],
+            "messages": [{"level": m.level, "text": str(m)} for m in self.messages],
+            "why_not": [{
+                "backend": w.backend,
+                "verdict": w.verdict,
+                "blocked_by": w.blocked_by,
+                "reason": w.reason,
+                "rule": _rule_dict(w.rule),
+                "accepts": list(w.accepts),
+                "selection": _selection_dict(w.selection),
+            } for w in self.why_not],
+            "alternatives": [{
+                "backend": a.backend,
+                "kv_cache_dtype": a.kv_cache_dtype,
+                "also": list(a.also),
+                "changes": list(a.changes),
+                "flags": a.flags,
+                "selection": _selection_dict(a.selection),
+                "rule": _rule_dict(a.selection.rule),
+            } for a in self.alternatives],
+            "rules_digest": self.rules_digest,
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """:meth:`as_dict` as a JSON document (keys in a fixed order)."""
+        import json  # only --json pays for it
+
+        return json.dumps(self.as_dict(), indent=indent)
+
+
+def _rule_dict(ref: RuleRef | None) -> dict[str, Any] | None:
+    if ref is None:
+        return None
+    return {"id": ref.id, "file": ref.file, "line": ref.line, "location": ref.location, "pack": ref.pack}
+
+
+def _selection_dict(sel: Selection | None) -> dict[str, Any] | None:
+    if sel is None:
+        return None
+    return {
+        "backend": sel.backend,
+        "impl": sel.impl,
+        "layout": sel.layout,
+        "cache_dtype": sel.cache_dtype,
+        "torch_dtype": sel.torch_dtype_name,
+        "bytes_per_token": sel.bytes_per_token,
+        "block_size": sel.block_size,
+        "is_default": sel.is_default,
+    }
+
+
+# ------------------------------------------------------------------ building
+
+def explain(rules: RuleSet, *, platform: Any, kv_cache_dtype: Any = "auto", backend: Any = None,
+            capability: Any = None, model: Any = "deepseek_v4",
+            extra: Mapping[str, Any] | None = None) -> Explanation:
+    """Explain the decision for one raw query (arguments as :func:`dsv4sel.select`).
+
+    Raises :class:`~dsv4sel.InvalidQuery` (naming the valid values and the
+    nearest one) when an input is outside the rules' vocabulary. A query that
+    no backend serves is not an error here: the Explanation says why.
+    """
+    query, notes = rules.normalize(platform=platform, kv_cache_dtype=kv_cache_dtype, backend=backend,
+                                   capability=capability, model=model, extra=extra)
+    return explain_query(rules, query, notes)
+
+
+def explain_query(rules: RuleSet, query: Query, notes: tuple[Message, ...] = ()) -> Explanation:
+    """Explain a normalized query; ``notes`` are normalization's messages."""
+    row = probe.at(rules, query, query.backend)
+    decided = rules.outcome(query, notes)
+    path = _path(rules, row)
+    if isinstance(decided, Selection):
+        selection, refusal = decided, None
+        rewrites = tuple(Rewrite(name, query.kv_cache_dtype if name == "cache_dtype" else None, value)
+                         for name, value in decided.rewrites.items())
+        messages = decided.messages
+        excluded = {decided.backend, query.backend}
+        alternatives: tuple[Alternative, ...] = ()
+    else:
+        selection, refusal = None, _refusal(decided)
+        rewrites = ()
+        # outcome() keeps the messages of the rules before a rejection only in
+        # the row (e.g. the default rule's "capability unknown" warning)
+        messages = notes + (tuple(Message(text, level) for level, text in row[4])
+                            if row[0] == "reject" else ())
+        excluded = {decided.backend, query.backend}
+        alternatives = nearest_alternatives(rules, query)
+    why_not = tuple(_why_not(rules, query, b, selection, path)
+                    for b in probe.platform_backends(rules, query) if b not in excluded)
+    return Explanation(query, selection, refusal, path, rewrites, messages, why_not, alternatives,
+                       rules.digest)
+
+
+def _refusal(rejection: Rejection) -> Refusal:
+    return Refusal(rejection.backend, rejection.reason, rejection.rule, rejection.gap, rejection.message())
+
+
+def _path(rules: RuleSet, row: tuple) -> tuple[PathStep, ...]:
+    indices = probe.path_of(row)
+    tables = [rules.rule_table(i) for i in indices]
+    steps = []
+    for n, (index, table) in enumerate(zip(indices, tables)):
+        last = n == len(indices) - 1
+        if not last:
+            # the next rule's table is the backend this step handed over to
+            action = "default" if table == probe.DEFAULT_TABLE else "use"
+            steps.append(PathStep(rules.rule(index), table, action, tables[n + 1]))
+        elif row[0] == "gap":
+            # the last consulted rule handed over to a table in which nothing matched
+            action = "default" if table == probe.DEFAULT_TABLE else "use"
+            steps.append(PathStep(rules.rule(index), table, action, row[2]))
+        else:
+            steps.append(PathStep(rules.rule(index), table, row[0]))
+    return tuple(steps)
+
+
+def _why_not(rules: RuleSet, query: Query, backend: str, chosen: Selection | None,
+             path: tuple[PathStep, ...]) -> WhyNot:
+    accepts = probe.accepted_kv(rules, query, backend)
+    asked = Query(query.model, query.platform, query.capability, backend, query.kv_cache_dtype, query.extra)
+    outcome = rules.outcome(asked)
+    if isinstance(outcome, Selection):
+        gives = f"it would give {outcome.layout}, {outcome.bytes_per_token} B/token"
+        if query.backend is not None:
+            reason = f"not requested: the query asks for {query.backend}; {gives}"
+        elif path and path[0].action == "default":
+            step = path[0]
+            reason = (f"not the default: rule {step.rule.id} ({step.rule.location}) picks {step.target}; "
+                      f"{gives} with --attention-backend {backend}")
+        else:
+            reason = f"not the default: the default decision rejects this query; {gives} with " \
+                     f"--attention-backend {backend}"
+        return WhyNot(backend, "would_serve", None, reason, outcome.rule, accepts, outcome)
+    if outcome.gap:
+        return WhyNot(backend, "undecided", None, outcome.reason, outcome.rule, accepts)
+    if accepts:
+        blocked = "kv_cache_dtype"
+    elif any(probe.accepted_kv(rules, query, backend, cap)
+             for cap in rules.values("capability", query.platform)):
+        blocked = "capability"
+    else:
+        blocked = "platform"
+    return WhyNot(backend, "rejects", blocked, outcome.reason, outcome.rule, accepts)
+
+
+def nearest_alternatives(rules: RuleSet, query: Query, limit: int = 4) -> tuple[Alternative, ...]:
+    """The smallest changes of (backend, kv dtype) that select, keeping the
+    platform, capability, model and other inputs.
+
+    Order: one change before two; the query's own backend, then no backend
+    (the platform default), then the others in rule-file order; kv dtypes in
+    vocabulary order. An alternative that stores the same cache as an earlier
+    one is dropped, or folded into its ``also`` when it is the same kind of
+    change, so every entry gives the operator a different result. At most
+    ``limit`` entries; empty when nothing on this platform and capability works.
+    """
+    backends = [query.backend] if query.backend is not None else []
+    backends += [None] + [b for b in rules.selectable_backends if b != query.backend]
+    kvs = rules.values("kv_cache_dtype")
+    found = []
+    for brank, backend in enumerate(backends):
+        for krank, kv in enumerate(kvs):
+            changes = tuple(name for name, differs in (("backend", backend != query.backend),
+                                                       ("kv_cache_dtype", kv != query.kv_cache_dtype))
+                            if differs)
+            if not changes:
+                continue
+            row = probe.at(rules, query, backend, kv)
+            if row[0] == "select":
+                found.append((len(changes), brank, krank, backend, kv, changes, row))
+    found.sort(key=lambda f: f[:3])
+    picked: list[list] = []  # [backend, kv, changes, also, row]
+    for _, _, _, backend, kv, changes, row in found:
+        twin = next((p for p in picked if probe.same_result(p[4], row)), None)
+        if twin is not None:
+            if twin[0] == backend and twin[2] == changes:
+                twin[3].append(kv)
+            continue
+        if len(picked) < limit:
+            picked.append([backend, kv, changes, [], row])
+    out = []
+    for backend, kv, changes, also, _ in picked:
+        alt = Query(query.model, query.platform, query.capability, backend, kv, query.extra)
+        selection = rules.outcome(alt)
+        assert isinstance(selection, Selection)  # picked from select rows only
+        out.append(Alternative(backend, kv, changes, tuple(also), selection))
+    return tuple(out)
