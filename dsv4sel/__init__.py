@@ -37,24 +37,29 @@ _default: RuleSet | None = None
 def load_rules(paths=None, *, allowed_impl_modules=None, use_cache: bool = True) -> RuleSet:
     """Load, validate and compile rule files into an immutable :class:`RuleSet`.
 
-    ``paths`` is a list of rule files or directories (a directory contributes
-    its ``*.yaml`` files in name order); None means the shipped rules.
-    ``allowed_impl_modules`` extends nothing: it replaces the allow-list
-    (default :data:`DEFAULT_ALLOWED_IMPL_MODULES`).
+    ``paths`` lists rule packs: directories (their ``*.yaml`` files in name
+    order), single files, or :class:`dsv4sel.sources.Pack` values. None means
+    the default set: the shipped rules, installed packs (entry point group
+    ``dsv4sel.rules``) and ``DSV4SEL_RULES_PATH``; pass
+    ``[*dsv4sel.sources.default_packs(), "my-pack/"]`` to add a pack to it.
+    Impl classes may come only from ``allowed_impl_modules`` (default
+    :data:`DEFAULT_ALLOWED_IMPL_MODULES`) and the packs' own packages.
 
     Raises :class:`RuleError` listing every problem with ``file:line:column``.
-    The compiled result is cached by content hash; a cache hit imports
+    The compiled result is cached (stamp + content hash); a cache hit imports
     neither yaml nor jsonschema.
     """
     from . import cache, sources as _sources
 
     if paths is None:
-        srcs = _sources.shipped_sources()
+        packs = _sources.default_packs()
     else:
-        if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
+        if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") or isinstance(paths, _sources.Pack):
             paths = [paths]
-        srcs = [s for p in paths for s in _sources.expand(str(p))]
-    allowed = tuple(allowed_impl_modules or DEFAULT_ALLOWED_IMPL_MODULES)
+        packs = [p if isinstance(p, _sources.Pack) else _sources.directory_pack(str(p)) for p in paths]
+    srcs = [s for pack in packs for s in pack.sources()]
+    extra_modules = tuple(m for pack in packs for m in pack.impl_modules)
+    allowed = tuple(dict.fromkeys((*(allowed_impl_modules or DEFAULT_ALLOWED_IMPL_MODULES), *extra_modules)))
     stamp = _sources.stamp(srcs, allowed)
     name = _sources.entry_name(stamp)
     data = cache.read(name) if use_cache else None

@@ -27,7 +27,7 @@ def enabled() -> bool:
     return os.environ.get("DSV4SEL_NO_CACHE", "") in ("", "0")
 
 
-def read(name: str) -> dict | None:
+def read_entry(name: str) -> dict | None:
     """The entry ``name``, or None when missing, unreadable or corrupt."""
     if not enabled():
         return None
@@ -36,10 +36,21 @@ def read(name: str) -> dict | None:
             data = marshal.loads(fh.read())  # load(fh) reads object by object: ~10x slower
     except (OSError, EOFError, ValueError, TypeError):
         return None
-    return data if isinstance(data, dict) and "digest" in data and "stamp" in data else None
+    return data if isinstance(data, dict) else None
+
+
+def read(name: str) -> dict | None:
+    """A compiled table entry, or None when missing, unreadable or corrupt."""
+    data = read_entry(name)
+    return data if data is not None and "digest" in data and "stamp" in data else None
 
 
 def write(name: str, data: dict) -> None:
+    """Store a compiled table (pruning old ones)."""
+    write_entry(name, data, prune=True)
+
+
+def write_entry(name: str, data: dict, prune: bool = False) -> None:
     if not enabled():
         return
     import tempfile  # ~6 ms of imports; only a cache miss pays it
@@ -51,6 +62,8 @@ def write(name: str, data: dict) -> None:
         with os.fdopen(fd, "wb") as fh:
             marshal.dump(data, fh)
         os.replace(tmp, os.path.join(directory, name + ".marshal"))
+        if not prune:
+            return
         entries = sorted((e for e in os.scandir(directory) if e.name.endswith(".marshal")),
                          key=lambda e: e.stat().st_mtime, reverse=True)
         for stale in entries[_KEEP:]:

@@ -46,6 +46,7 @@ class InputDecl:
     scoped: tuple[tuple[str, tuple[str, ...]], ...] | None = None
     default: str | None = None
     fallback: str | None = None
+    probe: str | None = None
 
     def values_for(self, point: dict[str, str]) -> tuple[str, ...]:
         if self.scoped is None:
@@ -226,7 +227,7 @@ class Program:
                 table[key] = oid
         return {
             "format": COMPILED_FORMAT,
-            "inputs": [(d.name, d.values, d.by, d.scoped, d.default, d.fallback)
+            "inputs": [(d.name, d.values, d.by, d.scoped, d.default, d.fallback, d.probe)
                        for d in self.inputs.values()],
             "backends": self.backends,
             "selectable": tuple(b for b in self.backends
@@ -292,7 +293,7 @@ class _Builder:
                                "the backend names are the tables' `backends:`", key=True)
                     continue
                 slot = merged.setdefault(name, {"values": [], "scoped": None, "by": decl.get("by"),
-                                                "default": None, "fallback": None})
+                                                "default": None, "fallback": None, "probe": None})
                 if slot["by"] != decl.get("by"):
                     self.error(f, path + ("by",), f"input {name!r} is scoped by {slot['by']!r} elsewhere")
                     continue
@@ -315,7 +316,7 @@ class _Builder:
                                    "parent value; add `by: <input>`")
                         continue
                     slot["values"].extend(str(v) for v in values if str(v) not in slot["values"])
-                for attr in ("default", "fallback"):
+                for attr in ("default", "fallback", "probe"):
                     if attr in decl:
                         if slot[attr] not in (None, str(decl[attr])):
                             self.error(f, path + (attr,), f"{name}.{attr} is {slot[attr]!r} in another file")
@@ -352,7 +353,10 @@ class _Builder:
             if name not in BUILTIN_INPUTS and slot["default"] is None:
                 self.error(f, path, f"input {name!r} needs a `default:` so that callers who do not "
                            "pass it still get a decision", key=True)
-            out[name] = InputDecl(name, tuple(slot["values"]), by, scoped, slot["default"], slot["fallback"])
+            if slot["probe"] is not None:
+                self.check_impl(f, path + ("probe",), slot["probe"])
+            out[name] = InputDecl(name, tuple(slot["values"]), by, scoped, slot["default"], slot["fallback"],
+                                  slot["probe"])
         return out
 
     # conditions ------------------------------------------------------------
@@ -379,6 +383,12 @@ class _Builder:
         if negate:
             return frozenset(v for v in decl.values if v not in chosen)
         return frozenset(chosen)
+
+    def check_impl(self, f: LoadedFile, path: tuple, impl: str) -> None:
+        module = impl.partition(":")[0]
+        if not any(module == p or module.startswith(p + ".") for p in self.allowed):
+            self.error(f, path, f"impl {impl!r} is not in an allowed module ({', '.join(self.allowed)}); "
+                       "impl classes are imported only from the allow-list")
 
     def check_template(self, f: LoadedFile, path: tuple, text: str) -> None:
         try:
@@ -426,13 +436,8 @@ class _Builder:
             self.error(f, path + ("select",), "select is missing " + ", ".join(missing)
                        + " (set them here or in the file's `defaults:`)", key=True)
             return None
-        impl = merged["impl"]
-        module = impl.partition(":")[0]
-        if not any(module == p or module.startswith(p + ".") for p in self.allowed):
-            where = ("select", "impl") if "impl" in raw["select"] else None
-            self.error(f, path + where if where else ("defaults", "impl"),
-                       f"impl {impl!r} is not in an allowed module ({', '.join(self.allowed)}); "
-                       "impl classes are imported only from the allow-list")
+        self.check_impl(f, path + ("select", "impl") if "impl" in raw["select"] else ("defaults", "impl"),
+                        merged["impl"])
         self.check_template(f, path + ("select", "cache_dtype"), str(merged["cache_dtype"]))
         rewrites = merged.get("rewrites") or {}
         for k, v in rewrites.items():
@@ -450,6 +455,8 @@ class _Builder:
         declared_in: dict[str, LoadedFile] = {}
         all_rules: list[Rule] = []
         seen_ids: dict[str, Rule] = {}
+        default_entries: list[tuple[bool, int, int, Rule]] = []
+        pack_rank: dict[str, int] = {}
         for f in self.files:
             kind = f.data.get("kind")
             if kind not in ("default", "backend"):
@@ -499,10 +506,24 @@ class _Builder:
                 outcome = self.outcome(f, path, raw, defaults, kind)
                 if outcome is None:
                     continue
+                if raw.get("override") and kind != "default":
+                    self.error(f, path + ("override",), "`override` applies to default-backend rules only; "
+                               "a backend's table is owned by the file that declares it", key=True)
                 rule = Rule(ref, table.name, len(table.rules), tuple(conditions), outcome)
                 seen_ids.setdefault(raw["id"], rule)
-                table.rules.append(rule)
+                if kind == "default":
+                    default_entries.append((bool(raw.get("override")), pack_rank.setdefault(pack, len(pack_rank)),
+                                            len(default_entries), rule))
+                else:
+                    table.rules.append(rule)
                 all_rules.append(rule)
+        # overrides first, the latest pack's first; then every other rule in load order
+        default_entries.sort(key=lambda e: (0, -e[1], e[2]) if e[0] else (1, 0, e[2]))
+        if default_table is not None:
+            default_table.rules = [
+                Rule(r.ref, r.table, i, r.conditions, r.outcome) for i, (*_, r) in enumerate(default_entries)]
+            index_of = {id(r): i for i, (*_, r) in enumerate(default_entries)}
+            all_rules = [default_table.rules[index_of[id(r)]] if id(r) in index_of else r for r in all_rules]
         if default_table is None:
             where = self.files[0] if self.files else None
             if where is not None:

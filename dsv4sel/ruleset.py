@@ -60,7 +60,9 @@ class RuleSet:
     def __init__(self, data: dict[str, Any], digest: str):
         self.digest = digest
         self._inputs = {name: (tuple(values), by, dict(scoped) if scoped else None, default, fallback)
-                        for name, values, by, scoped, default, fallback in data["inputs"]}
+                        for name, values, by, scoped, default, fallback, _probe in data["inputs"]}
+        #: input name -> impl class whose is_available() tells which value this machine has
+        self.probes: dict[str, str] = {row[0]: row[6] for row in data["inputs"] if row[6]}
         self.extra_inputs: tuple[str, ...] = tuple(n for n in self._inputs if n not in BUILTIN)
         self.backends: tuple[str, ...] = tuple(data["backends"])
         self._backend_set = frozenset(self.backends)

@@ -1,5 +1,19 @@
 """Where rule files come from, what they are called in messages, and the
-content hash that keys the compiled cache."""
+stamps and content hash that key the compiled cache.
+
+Rule packs, lowest precedence first (see docs/rule-packs.md):
+
+1. the shipped rules (pack ``dsv4sel``, files named ``rules/NAME.yaml``);
+2. installed packs: entry points in group ``dsv4sel.rules``, by entry-point
+   name; each entry point names a package whose directory holds the YAML
+   files, and the pack may name impl classes inside that top-level package;
+3. directories listed in ``DSV4SEL_RULES_PATH`` (``os.pathsep``-separated);
+4. directories given to ``dsv4sel ... --rules DIR``.
+
+Later packs add vocabulary values, backends and default rules; a default
+rule of a later pack takes precedence over earlier ones only when it says
+``override: true``.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +23,23 @@ from . import __version__
 from .record import Frozen
 
 RULE_SUFFIXES = (".yaml", ".yml")
+
+
+ENTRY_POINT_GROUP = "dsv4sel.rules"
+RULES_PATH_ENV = "DSV4SEL_RULES_PATH"
+
+
+class Pack(Frozen):
+    """A set of rule files: a ``name`` (shown by ``explain``), a file or
+    directory ``path``, the ``impl_modules`` its rules may import from beyond
+    the default allow-list, and the ``label`` that prefixes its file names in
+    messages (None: the path relative to the working directory)."""
+
+    __slots__ = ("name", "path", "impl_modules", "label")
+    _defaults = {"impl_modules": (), "label": None}
+
+    def sources(self) -> list["Source"]:
+        return expand(self.path, self.name, self.label)
 
 
 class Source(Frozen):
@@ -47,8 +78,79 @@ def expand(path: str, pack: str = "dsv4sel", root_label: str | None = None) -> l
     return [Source(path, _display(path, None, None), pack)]
 
 
+def shipped_pack() -> Pack:
+    return Pack("dsv4sel", shipped_rules_dir(), (), "rules")
+
+
 def shipped_sources() -> list[Source]:
-    return expand(shipped_rules_dir(), "dsv4sel", "rules")
+    return shipped_pack().sources()
+
+
+def directory_pack(path: str) -> Pack:
+    """A pack from a directory (or file) named on the command line or in the environment."""
+    name = os.path.basename(os.path.normpath(path)) or path
+    return Pack(os.path.splitext(name)[0], path)
+
+
+def _path_stamp() -> tuple:
+    """mtimes of the import path: installing or removing a distribution adds or
+    removes a ``*.dist-info`` entry, which changes its directory's mtime."""
+    import sys
+
+    out = []
+    for entry in sys.path:
+        try:
+            out.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            continue
+    return tuple(out)
+
+
+def _scan_entry_points() -> list[tuple]:
+    from importlib.metadata import entry_points
+    from importlib.util import find_spec
+
+    found = []
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        module = ep.value.split(":")[0].strip()
+        try:
+            spec = find_spec(module)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not spec.submodule_search_locations:
+            # a broken pack must not silently vanish: it becomes a path that fails to load
+            found.append((ep.name, f"<entry point {ep.name} = {ep.value}: package not found>", (), None))
+            continue
+        top = module.split(".")[0]
+        found.append((ep.name, list(spec.submodule_search_locations)[0], (top,), ep.name))
+    return found
+
+
+def installed_packs() -> list[Pack]:
+    """Packs of installed distributions (entry point group ``dsv4sel.rules``).
+
+    Scanning distributions costs ~20 ms of imports, so the result is cached
+    and reused while the import path's directories are unchanged."""
+    from . import cache
+
+    key = _path_stamp()
+    entry = cache.read_entry("installed-packs")
+    if entry is not None and entry.get("key") == key:
+        found = entry["packs"]
+    else:
+        found = _scan_entry_points()
+        cache.write_entry("installed-packs", {"key": key, "packs": found})
+    return [Pack(name, path, tuple(modules), label) for name, path, modules, label in found]
+
+
+def environment_packs() -> list[Pack]:
+    value = os.environ.get(RULES_PATH_ENV, "")
+    return [directory_pack(p) for p in value.split(os.pathsep) if p.strip()]
+
+
+def default_packs() -> list[Pack]:
+    """The rule set ``dsv4sel.select()`` uses: shipped, installed, then environment packs."""
+    return [shipped_pack(), *installed_packs(), *environment_packs()]
 
 
 # The stages that turn YAML into the compiled table: editing any of them must
