@@ -21,12 +21,14 @@ only a renderer of this value; :meth:`Explanation.as_dict` is its ``--json``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping
-
 from . import probe
+from .record import Frozen
 from .ruleset import Rejection, RuleSet
 from .values import Message, Query, RuleRef, Selection
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing and dataclasses cost ~15 ms of cold start; values use record.Frozen
+    from typing import Any, Mapping
 
 #: Version of the :meth:`Explanation.as_dict` layout. Bumped only when a key is
 #: removed or changes meaning; adding keys keeps the version.
@@ -36,8 +38,7 @@ JSON_VERSION = 1
 BLOCKED_BY = ("platform", "capability", "kv_cache_dtype")
 
 
-@dataclass(frozen=True, slots=True)
-class PathStep:
+class PathStep(Frozen):
     """One rule on the way to the outcome.
 
     ``action`` is ``default`` (the default-backend decision picked ``target``),
@@ -46,27 +47,30 @@ class PathStep:
     decision table the rule belongs to: ``<default>`` or a backend name.
     """
 
+    __slots__ = ("rule", "table", "action", "target")
+    _defaults = {"target": None}
+
     rule: RuleRef
     table: str
     action: str
-    target: str | None = None
+    target: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Rewrite:
+class Rewrite(Frozen):
     """A cache-config attribute the selection changes: ``before`` -> ``after``.
 
     ``before`` is what the query implies (the kv-cache dtype for
     ``cache_dtype``) or None when the rules cannot know the engine's value.
     """
 
+    __slots__ = ("attribute", "before", "after")
+
     attribute: str
     before: Any
     after: Any
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
+class Refusal(Frozen):
     """Why the query selects nothing.
 
     ``backend`` is the backend whose table rejected (the platform default's
@@ -75,6 +79,8 @@ class Refusal:
     ``message`` the full one-line text :class:`~dsv4sel.SelectionError` carries.
     """
 
+    __slots__ = ("backend", "reason", "rule", "gap", "message")
+
     backend: str | None
     reason: str
     rule: RuleRef | None
@@ -82,8 +88,7 @@ class Refusal:
     message: str
 
 
-@dataclass(frozen=True, slots=True)
-class WhyNot:
+class WhyNot(Frozen):
     """Why another backend of the platform does not serve this query.
 
     ``verdict`` is ``rejects`` (its rules reject the query), ``would_serve``
@@ -97,22 +102,26 @@ class WhyNot:
     ``accepts`` lists the kv dtypes it serves at this platform and capability.
     """
 
+    __slots__ = ("backend", "verdict", "blocked_by", "reason", "rule", "accepts", "selection")
+    _defaults = {"selection": None}
+
     backend: str
     verdict: str
     blocked_by: str | None
     reason: str
     rule: RuleRef | None
     accepts: tuple[str, ...]
-    selection: Selection | None = None
+    selection: Selection | None
 
 
-@dataclass(frozen=True, slots=True)
-class Alternative:
+class Alternative(Frozen):
     """A nearby query that selects: ``backend`` (None = no backend, the platform
     default) and ``kv_cache_dtype``. ``changes`` names what differs from the
     query (``backend``, ``kv_cache_dtype``); ``also`` lists further kv dtypes
     that, with the same change, select the same cache; ``selection`` is the
     result for ``kv_cache_dtype``."""
+
+    __slots__ = ("backend", "kv_cache_dtype", "changes", "also", "selection")
 
     backend: str | None
     kv_cache_dtype: str
@@ -132,10 +141,12 @@ class Alternative:
         return " ".join(parts)
 
 
-@dataclass(frozen=True, slots=True)
-class Explanation:
+class Explanation(Frozen):
     """Everything known about one decision. Exactly one of ``selection`` and
     ``rejection`` is set. ``alternatives`` is empty unless rejected."""
+
+    __slots__ = ("query", "selection", "rejection", "path", "rewrites", "messages", "why_not",
+                 "alternatives", "rules_digest")
 
     query: Query
     selection: Selection | None

@@ -15,12 +15,14 @@ rule set; ``docs/backends.md`` is checked against them in CI.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from . import probe
+from .record import Frozen
 from .ruleset import RuleSet
 from .values import Query, RuleRef
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Version of the :meth:`Matrix.as_dict` layout.
 JSON_VERSION = 1
@@ -29,8 +31,7 @@ CHECK_COMMAND = "dsv4sel table --format md --check docs/backends.md"
 GENERATE_COMMAND = "dsv4sel table --format md > docs/backends.md"
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
+class Row(Frozen):
     """One line of the matrix.
 
     ``capabilities`` are the declared values the row covers, ``label`` their
@@ -40,6 +41,9 @@ class Row:
     the row's kv dtypes), ``no``, or ``with a, b`` (only for those).
     ``notes`` are 1-based indices into :attr:`Matrix.notes`.
     """
+
+    __slots__ = ("backend", "platform", "capabilities", "label", "kv_cache_dtypes", "layout", "cache_dtype",
+                 "torch_dtype", "bytes_per_token", "block_size", "default", "impl", "notes")
 
     backend: str
     platform: str
@@ -56,10 +60,11 @@ class Row:
     notes: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Unsupported:
+class Unsupported(Frozen):
     """Capabilities of a platform on which no backend selects with any kv
     dtype, and the rule that rejects the default query there."""
+
+    __slots__ = ("platform", "capabilities", "label", "rule")
 
     platform: str
     capabilities: tuple[str, ...]
@@ -67,8 +72,11 @@ class Unsupported:
     rule: RuleRef | None
 
 
-@dataclass(frozen=True, slots=True)
-class Matrix:
+class Matrix(Frozen):
+    """The whole matrix: rows, the notes they reference (rule warnings), the
+    capabilities nothing serves, and the rule files it was generated from."""
+
+    __slots__ = ("rows", "notes", "unsupported", "sources")
     rows: tuple[Row, ...]
     notes: tuple[str, ...]
     unsupported: tuple[Unsupported, ...]

@@ -1,0 +1,73 @@
+"""The human-readable rendering of a :class:`dsv4sel.doctor.Report`."""
+
+from __future__ import annotations
+
+from ..ruleset import Rejection
+from .output import Style, align
+
+
+def _where(query) -> str:
+    cap = "capability unknown" if query.capability == "unknown" else query.capability
+    return f"{query.platform} {cap}"
+
+
+def render(report, style: Style) -> list[str]:
+    """One string per line; colour only when ``style`` is enabled."""
+    import platform as pyplatform
+
+    from .. import __version__
+
+    m, query = report.machine, report.query
+    if m.platform is None:
+        plat = style.yellow("not detected") + f": {m.problem} (here: --platform P [--capability C])"
+        cap = "-"
+    else:
+        plat = f"{m.platform} (from {m.source})"
+        cap = query.capability
+        if m.capability not in (None, cap):
+            cap += f" (given {m.capability})"
+    lines = [style.bold("machine")]
+    lines += align([
+        ["platform", plat], ["capability", cap],
+        ["torch", m.torch or style.yellow(m.torch_problem or "torch not installed")],
+        ["python", pyplatform.python_version()],
+        ["dsv4sel", f"{__version__}, rules {report.rules_digest[:12]} ({len(report.rule_files)} files)"],
+    ], style)
+    for note in report.notes:
+        lines.append("  " + style.yellow(f"{note.level}: {note}"))
+
+    if query is not None:
+        lines += ["", style.bold(f"selection on {_where(query)}") + " (no --attention-backend)"]
+        rows = [["kv dtype", "backend", "layout", "cache dtype", "rule", "at"]]
+        for kv, outcome in report.selections:
+            ref = outcome.rule
+            where = [ref.id, (ref.location, "cyan")] if ref is not None else ["-", ""]
+            if isinstance(outcome, Rejection):
+                rows.append([kv, ("rejected", "red"), "-", "-", *where])
+            else:
+                rows.append([kv, (outcome.backend, "green"), outcome.layout, outcome.cache_dtype, *where])
+        table = align(rows, style)
+        lines += [style.dim(table[0])] + table[1:]
+        lines.append(f"  why: dsv4sel explain --platform {query.platform} --capability {query.capability} "
+                     "--kv-cache-dtype D")
+
+    target = f"{query.platform} {query.capability}" if query is not None and m.source == "--platform" \
+        else "this machine"
+    lines += ["", style.bold(f"kernels (for {target})")]
+    heads = align([[("ok", "green") if c.available else ("unavailable", "red"), c.impl, ", ".join(c.backends)]
+                   for c in report.impls], style)
+    for check, head in zip(report.impls, heads):
+        lines += [head, "      " + check.reason]
+
+    lines.append("")
+    auto = report.auto
+    if report.ok:
+        lines.append(style.green("ok") + f": {auto.backend} ({auto.impl}) can run for kv dtype "
+                     f"{report.selections[0][0]}")
+    elif query is None:
+        lines.append(style.red("not ok") + ": the platform is unknown")
+    elif isinstance(auto, Rejection):
+        lines.append(style.red("not ok") + f": kv dtype {report.selections[0][0]} is rejected on {_where(query)}")
+    else:
+        lines.append(style.red("not ok") + f": {auto.impl} cannot run")
+    return lines
