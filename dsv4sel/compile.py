@@ -16,8 +16,8 @@ all of them.
 from __future__ import annotations
 
 import difflib
-import itertools
 import string
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -201,8 +201,8 @@ class Program:
         rule_index = {id(rule): i for i, rule in enumerate(self.rules)}
         outcomes: list[tuple] = []
         outcome_ids: dict[tuple, int] = {}
-        table: dict[tuple, int] = {}
-        extras = [n for n in self.inputs if n not in BUILTIN_INPUTS]
+        layout = DenseLayout.for_program(self)
+        ids = [0] * layout.size
         for point in self.points():
             for backend in (None, *self.backends):
                 res = self.resolve(backend, point)
@@ -222,9 +222,9 @@ class Program:
                 if oid is None:
                     oid = outcome_ids[item] = len(outcomes)
                     outcomes.append(item)
-                key = (point["model"], point["platform"], point["capability"], backend,
-                       point["kv_cache_dtype"], *(point[n] for n in extras))
-                table[key] = oid
+                ids[layout.index(point, backend)] = oid
+        typecode = "H" if len(outcomes) < 1 << 16 else "I"
+        table = {**layout.as_data(), "typecode": typecode, "ids": array(typecode, ids).tobytes()}
         return {
             "format": COMPILED_FORMAT,
             "inputs": [(d.name, d.values, d.by, d.scoped, d.default, d.fallback, d.probe)
@@ -238,6 +238,63 @@ class Program:
             "allowed": self.allowed_impl_modules,
             "sources": self.sources,
         }
+
+
+class DenseLayout:
+    """Where each (point, backend) of the space lives in the flat outcome array.
+
+    Inputs scoped by another input (capability by platform) and their parents
+    form *blocks*, one per combination that exists; every other input and the
+    backend vary uniformly inside a block, so an index is a block base plus a
+    mixed-radix offset. The evaluator stores the array as raw bytes: loading
+    it costs one marshal object instead of one tuple per point.
+    """
+
+    def __init__(self, key_inputs, block_inputs, dense_inputs, dense_values, blocks):
+        self.key_inputs = tuple(key_inputs)
+        self.block_inputs = tuple(block_inputs)
+        self.dense_inputs = tuple(dense_inputs)
+        self.dense_values = tuple(tuple(v) for v in dense_values)
+        self.blocks = dict(blocks)
+        self.block_size = 1
+        for values in self.dense_values:
+            self.block_size *= len(values)
+        self.size = self.block_size * len(self.blocks)
+        self._positions = [{v: i for i, v in enumerate(values)} for values in self.dense_values]
+
+    @classmethod
+    def for_program(cls, program: "Program") -> "DenseLayout":
+        names = list(program.inputs)
+        extras = [n for n in names if n not in BUILTIN_INPUTS]
+        key_inputs = ["model", "platform", "capability", "backend", "kv_cache_dtype", *extras]
+        scoped = {d.name for d in program.inputs.values() if d.by} | {
+            d.by for d in program.inputs.values() if d.by}
+        block_inputs = [n for n in key_inputs if n in scoped]
+        dense_inputs = [n for n in key_inputs if n not in scoped]
+        dense_values = [(None, *program.backends) if n == "backend" else program.inputs[n].values
+                        for n in dense_inputs]
+        blocks: dict[tuple, int] = {}
+        for point in program.points():
+            key = tuple(point[n] for n in block_inputs)
+            if key not in blocks:
+                blocks[key] = len(blocks)
+        layout = cls(key_inputs, block_inputs, dense_inputs, dense_values, {})
+        layout.blocks = {key: i * layout.block_size for key, i in blocks.items()}
+        layout.size = layout.block_size * len(blocks)
+        return layout
+
+    def index(self, point: dict[str, str], backend: str | None) -> int:
+        offset = self.blocks[tuple(point[n] for n in self.block_inputs)]
+        stride = self.block_size
+        for name, positions in zip(self.dense_inputs, self._positions):
+            stride //= len(positions)
+            offset += positions[backend if name == "backend" else point[name]] * stride
+        return offset
+
+    def as_data(self) -> dict[str, Any]:
+        return {"key_inputs": self.key_inputs, "block_inputs": self.block_inputs,
+                "dense_inputs": self.dense_inputs, "dense_values": self.dense_values,
+                "blocks": self.blocks}
 
 
 # ---------------------------------------------------------------- templates

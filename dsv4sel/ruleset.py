@@ -28,6 +28,75 @@ def _nearest(word: str, candidates) -> list[str]:
     return difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1, cutoff=0.6)
 
 
+class OutcomeTable:
+    """Read-only mapping from a key ``(model, platform, capability, backend,
+    kv_cache_dtype, *extra inputs)`` to an outcome index, over the dense array
+    that ``Program.to_table`` stores (see ``dsv4sel.compile.DenseLayout``)."""
+
+    def __init__(self, data: dict):
+        self._key_inputs = tuple(data["key_inputs"])
+        position = {name: i for i, name in enumerate(self._key_inputs)}
+        self._block_positions = tuple(position[n] for n in data["block_inputs"])
+        self._blocks = data["blocks"]
+        self._dense_values = tuple(tuple(v) for v in data["dense_values"])
+        size = 1
+        for values in self._dense_values:
+            size *= len(values)
+        dense = []
+        stride = size
+        for name, values in zip(data["dense_inputs"], self._dense_values):
+            stride //= len(values)
+            dense.append((position[name], {v: i for i, v in enumerate(values)}, stride))
+        self._dense = tuple(dense)
+        self._dense_names = tuple(data["dense_inputs"])
+        self._block_names = tuple(data["block_inputs"])
+        self._ids = memoryview(data["ids"]).cast(data["typecode"])
+
+    def get(self, key: tuple, default=None):
+        try:
+            offset = self._blocks.get(tuple(key[i] for i in self._block_positions))
+        except (IndexError, TypeError):
+            return default
+        if offset is None:
+            return default
+        for index, positions, stride in self._dense:
+            j = positions.get(key[index])
+            if j is None:
+                return default
+            offset += j * stride
+        return self._ids[offset]
+
+    def __getitem__(self, key: tuple) -> int:
+        value = self.get(key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __contains__(self, key) -> bool:
+        return self.get(key) is not None
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def keys(self):
+        import itertools
+
+        for block in self._blocks:
+            fixed = dict(zip(self._block_names, block))
+            for combo in itertools.product(*self._dense_values):
+                values = dict(fixed, **dict(zip(self._dense_names, combo)))
+                yield tuple(values[n] for n in self._key_inputs)
+
+    __iter__ = keys
+
+    def items(self):
+        for key in self.keys():
+            yield key, self[key]
+
+    def values(self):
+        return iter(self._ids)
+
+
 class Rejection:
     """A rejected point; :meth:`error` builds a fresh SelectionError to raise."""
 
@@ -71,7 +140,7 @@ class RuleSet:
         self._rule_rows = data["rules"]
         self._rules: dict[int, RuleRef] = {}
         self._outcomes = data["outcomes"]
-        self._table: dict[tuple, int] = data["table"]
+        self._table = OutcomeTable(data["table"])
         self.allowed_impl_modules: tuple[str, ...] = tuple(data["allowed"])
         self.sources: tuple[str, ...] = tuple(data["sources"])
         self._memo: dict[tuple, Selection | Rejection] = {}
@@ -234,25 +303,23 @@ class RuleSet:
                model="deepseek_v4", extra=None) -> Selection:
         """Like :func:`dsv4sel.select` on this rule set."""
         memo_key = (platform, kv_cache_dtype, backend, capability, model)
-        if not extra:
+        if extra:
             try:
-                hit = self._memo[memo_key]
-            except (KeyError, TypeError):
-                hit = None
-            if hit is not None:
-                if hit.__class__ is Selection:
-                    return hit
-                raise hit.error()
-        query, notes = self.normalize(platform=platform, kv_cache_dtype=kv_cache_dtype, backend=backend,
-                                      capability=capability, model=model, extra=extra)
-        hit = self.outcome(query, notes)
-        if not extra:
-            try:
+                memo_key += tuple(sorted(extra.items()))
+            except TypeError:  # unorderable keys: normalize() reports them
+                pass
+        try:
+            hit = self._memo.get(memo_key)
+        except TypeError:  # unhashable raw input (a list capability...): just don't memoize
+            hit, memo_key = None, None
+        if hit is None:
+            query, notes = self.normalize(platform=platform, kv_cache_dtype=kv_cache_dtype, backend=backend,
+                                          capability=capability, model=model, extra=extra)
+            hit = self.outcome(query, notes)
+            if memo_key is not None:
                 if len(self._memo) >= _MEMO_LIMIT:
                     self._memo.clear()
                 self._memo[memo_key] = hit
-            except TypeError:  # unhashable raw input (a list capability...): just don't memoize
-                pass
         if hit.__class__ is Selection:
             return hit
         raise hit.error()
