@@ -58,7 +58,7 @@ class DecodeOutput(NamedTuple):
     lse: "torch.Tensor | None"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds tensors: identity, not value, equality
 class DecodeInputs:
     """The arguments of one ``forward_decode`` call, validated for shape."""
 

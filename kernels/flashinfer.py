@@ -190,14 +190,13 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
 
         kv_scale = getattr(self.layout, "scale", 1.0)
         if isinstance(self.layout, Fp8E4m3RowLayout):
-            query = (q.float() / self.q_scale).clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
+            # Pad before quantizing: zero heads stay zero, and float8 concatenation is not needed.
+            padded = pad_heads(q.float() / self.q_scale, 2, h_pad)
+            query = padded.clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
             q_scale = self.q_scale
         else:
-            query = q.to(torch.bfloat16)
+            query = pad_heads(q.to(torch.bfloat16), 2, h_pad)
             q_scale = 1.0
-        query = pad_heads(query.view(torch.uint8) if query.dtype == torch.float8_e4m3fn else query, 2, h_pad)
-        if query.dtype == torch.uint8:  # torch.cat of float8 is not implemented everywhere
-            query = query.view(torch.float8_e4m3fn)
         return fn(
             query.contiguous(),
             self.layout.kernel_view(inputs.kv_cache),

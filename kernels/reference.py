@@ -24,7 +24,6 @@ makes any later merge ignore it).
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .base import DecodeInputs, DecodeOutput, SparseMLAImpl
@@ -34,8 +33,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 __all__ = ["sparse_mla_decode", "DeepseekV4ReferenceSparseImpl"]
-
-logger = logging.getLogger(__name__)
 
 
 def _gather(
