@@ -1,0 +1,168 @@
+"""Grouping point sets into few, compact cubes, and writing cubes for people.
+
+:func:`merge` joins cubes that differ in one dimension only (``A x X`` and
+``A x Y`` become ``A x (X | Y)``), repeatedly, so a gap the scan reports as
+many pieces reads as one or two lines. :class:`CubeWriter` turns a cube over
+the fused dimensions of :mod:`dsv4sel.space` (plus a set of requested
+backends) into public :class:`~dsv4sel.findings.Cube` values, one per
+product of per-input values, e.g.
+``model=* platform=cuda capability=12.x backend=<none> kv_cache_dtype=float16``.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+from .findings import Cube, Input
+from .space import Box, Space, iter_bits
+
+FAMILY = ".x"
+BACKEND = "backend"
+
+
+def merge(items: Iterable[tuple[Box, frozenset]]) -> list[tuple[Box, frozenset]]:
+    """Merge ``(cube, payload)`` pairs; merged cubes carry the union of the
+    payloads (e.g. the rules that routed inputs into a gap). The union of the
+    result equals the union of the input; disjoint input stays disjoint.
+    Sorted by each cube's first point, so the output is deterministic."""
+    current: dict[Box, frozenset] = {}
+    for box, payload in items:
+        if all(box):
+            current[box] = current.get(box, frozenset()) | payload
+    if not current:
+        return []
+    ndims = len(next(iter(current)))
+    changed = True
+    while changed and len(current) > 1:
+        changed = False
+        for d in range(ndims):
+            groups: dict[tuple, list] = {}
+            for box, payload in current.items():
+                key = box[:d] + box[d + 1:]
+                slot = groups.get(key)
+                if slot is None:
+                    groups[key] = [box[d], payload]
+                else:
+                    slot[0] |= box[d]
+                    slot[1] = slot[1] | payload
+            if len(groups) < len(current):
+                changed = True
+                current = {key[:d] + (bits,) + key[d:]: payload for key, (bits, payload) in groups.items()}
+    return sorted(current.items(), key=lambda item: tuple((b & -b).bit_length() for b in item[0]))
+
+
+def _compact(chosen: Sequence[str], domain: Sequence[str]) -> list[str]:
+    """``chosen`` (in domain order) with whole families written ``P.x``."""
+    members: dict[str, list[str]] = {}
+    for v in domain:
+        if "." in v:
+            members.setdefault(v.split(".", 1)[0], []).append(v)
+    picked = set(chosen)
+    out: list[str] = []
+    done: set[str] = set()
+    for v in chosen:
+        prefix = v.split(".", 1)[0] if "." in v else None
+        family = members.get(prefix) if prefix is not None else None
+        if family and len(family) > 1 and picked.issuperset(family):
+            if prefix not in done:
+                done.add(prefix)
+                out.append(prefix + FAMILY)
+        else:
+            out.append(v)
+    return out
+
+
+def describe(values: Sequence[str | None], domain: Sequence[str | None]) -> str:
+    """``*``, a comma list (families compacted) or ``not(...)``, whichever is shortest."""
+    shown = ["<none>" if v is None else v for v in values]
+    full = ["<none>" if v is None else v for v in domain]
+    if set(shown) >= set(full):
+        return "*"
+    plain = _compact(shown, full)
+    rest = [v for v in full if v not in set(shown)]
+    negated = _compact(rest, full)
+    if len(negated) < len(plain) and len(negated) <= 3:
+        return "not(" + ",".join(negated) + ")"
+    return ",".join(plain)
+
+
+class CubeWriter:
+    """Writes cubes of a :class:`Space` (plus requested backends) as
+    :class:`Cube` values and points as :class:`Input` values."""
+
+    def __init__(self, space: Space, inputs: Mapping[str, object], backends: Sequence[str]):
+        self.space = space
+        self.inputs = inputs
+        self.backend_domain: tuple[str | None, ...] = (None, *backends)
+        names = list(space.input_names)
+        at = names.index("kv_cache_dtype") if "kv_cache_dtype" in names else len(names)
+        #: display order: the inputs as in a Query, the backend before kv_cache_dtype
+        self.order: tuple[str, ...] = tuple(names[:at] + [BACKEND] + names[at:])
+
+    def _domain(self, name: str, parents: Sequence[str] | None) -> list[str]:
+        decl = self.inputs[name]
+        if parents is None or decl.by is None:
+            return list(decl.values)
+        seen: dict[str, None] = {}
+        for p in parents:
+            for v in decl.values_for({decl.by: p}):
+                seen.setdefault(v, None)
+        return list(seen)
+
+    def _dim_alternatives(self, d, bits: int) -> list[dict[str, tuple[str, ...]]]:
+        """One dimension's value set as products of per-input value lists."""
+        rows = [d.values[i] for i in iter_bits(bits)]
+        if len(d.inputs) == 1:
+            return [{d.inputs[0]: tuple(r[0] for r in rows)}]
+        by_parent: dict[str, list[tuple[str, ...]]] = {}
+        for row in rows:
+            by_parent.setdefault(row[0], []).append(row[1:])
+        # parents with the same children are written together: platform=cuda,rocm capability=unknown
+        by_children: dict[tuple, list[str]] = {}
+        for parent, kids in by_parent.items():
+            by_children.setdefault(tuple(kids), []).append(parent)
+        out = []
+        for kids, parents in by_children.items():
+            columns = [tuple(dict.fromkeys(k[j] for k in kids)) for j in range(len(d.inputs) - 1)]
+            product = 1
+            for c in columns:
+                product *= len(c)
+            if product == len(kids):
+                out.append({d.inputs[0]: tuple(parents), **dict(zip(d.inputs[1:], columns))})
+            else:  # not a product: one cube per child combination
+                for k in kids:
+                    out.append({d.inputs[0]: tuple(parents), **{n: (v,) for n, v in zip(d.inputs[1:], k)}})
+        return out
+
+    def cubes(self, box: Box, backends: Iterable[str | None]) -> list[Cube]:
+        """``box`` x ``backends`` as a list of :class:`Cube` (usually one)."""
+        chosen = set(backends)
+        backend_values = tuple(b for b in self.backend_domain if b in chosen)
+        per_dim = [self._dim_alternatives(d, bits) for d, bits in zip(self.space.dims, box)]
+        out = []
+        stack: list[tuple[int, dict]] = [(0, {})]
+        combos: list[dict] = []
+        while stack:
+            k, acc = stack.pop()
+            if k == len(per_dim):
+                combos.append(acc)
+                continue
+            for alt in reversed(per_dim[k]):
+                stack.append((k + 1, {**acc, **alt}))
+        for values in combos:
+            values[BACKEND] = backend_values
+            items = tuple((n, values[n]) for n in self.order)
+            parts = []
+            for name, vals in items:
+                if name == BACKEND:
+                    domain = list(self.backend_domain)
+                else:
+                    decl = self.inputs[name]
+                    domain = self._domain(name, values.get(decl.by) if decl.by else None)
+                parts.append(f"{name}={describe(vals, domain)}")
+            out.append(Cube(items, " ".join(parts)))
+        return out
+
+    def input(self, point: Mapping[str, str], backend: str | None) -> Input:
+        """A point of the space plus a requested backend, as an :class:`Input`."""
+        return Input(tuple((n, backend if n == BACKEND else point[n]) for n in self.order))
