@@ -25,8 +25,23 @@ from .values import Message, Query, RuleRef, Selection  # noqa: E402
 __all__ = [
     "DEFAULT_ALLOWED_IMPL_MODULES", "ImplLoadError", "InvalidQuery", "Message", "Problem", "Query",
     "RuleError", "RuleRef", "RuleSet", "Selection", "SelectionError", "default_rules", "load_rules",
-    "select", "__version__",
+    "select", "__version__", "verify", "verify_program", "Report", "Finding", "VerifyError",
 ]
+
+
+def __getattr__(name: str):
+    # verify() compiles rule files (yaml, jsonschema): loaded on first use so
+    # that `import dsv4sel` stays free of both.
+    if name in ("verify", "verify_program"):
+        from . import verifier
+
+        return getattr(verifier, name)
+    if name in ("Report", "Finding", "VerifyError"):
+        from . import findings
+
+        return getattr(findings, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Impl classes are imported only from these module prefixes (and their submodules).
 DEFAULT_ALLOWED_IMPL_MODULES: tuple[str, ...] = ("dsv4sel.kernels",)
