@@ -24,7 +24,7 @@ import warnings
 
 from .record import Frozen
 from .ruleset import Rejection, RuleSet
-from .values import Message, Query, Selection
+from .values import Query, Selection
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,6 +50,14 @@ class ImplCheck(Frozen):
     __slots__ = ("impl", "backends", "available", "reason")
 
 
+class InputProbe(Frozen):
+    """A pack-declared input filled from this machine: ``value`` is the
+    input's last declared value when the ``impl`` class's ``is_available()``
+    says yes, its first otherwise (the schema's ``probe:`` contract)."""
+
+    __slots__ = ("name", "impl", "value", "reason")
+
+
 class Report(Frozen):
     """The doctor's findings. ``query`` is the normalized query for the
     machine (None when the platform is unknown), ``notes`` normalization's
@@ -57,7 +65,7 @@ class Report(Frozen):
     the default kv dtype first, ``impls`` one check per impl class. ``ok`` is
     True when the default kv dtype selects and that impl can run."""
 
-    __slots__ = ("machine", "query", "notes", "selections", "impls", "rules_digest", "rule_files")
+    __slots__ = ("machine", "query", "notes", "selections", "impls", "probes", "rules_digest", "rule_files")
 
     @property
     def auto(self) -> Selection | Rejection | None:
@@ -88,6 +96,9 @@ class Report(Frozen):
                 "python": pyplatform.python_version(), "dsv4sel": __version__,
                 "rules_digest": self.rules_digest,
             },
+            "query": None if self.query is None else self.query.as_dict(),
+            "probes": [{"input": p.name, "impl": p.impl, "value": p.value, "reason": p.reason}
+                       for p in self.probes],
             "messages": [{"level": n.level, "text": str(n)} for n in self.notes],
             "selections": [
                 {"kv_cache_dtype": kv, "status": "rejected", "backend": o.backend, "reason": o.reason,
@@ -101,7 +112,8 @@ class Report(Frozen):
 
 
 class UnknownPlatform(ValueError):
-    """The platform/capability given to :func:`build_report` is outside the rules' vocabulary."""
+    """A platform, capability, model or input given to :func:`build_report` is outside the
+    rules' vocabulary."""
 
 
 def _torch() -> tuple[Any, str | None]:
@@ -147,6 +159,52 @@ def _selections(rules: RuleSet, query: Query) -> tuple:
                  for kv in kvs)
 
 
+def _load_class(impl: str, allowed: tuple[str, ...]) -> type:
+    """Import ``module:Class`` if the module is on the allow-list; raises
+    ImplLoadError otherwise or when it cannot be imported."""
+    import importlib
+
+    from .errors import ImplLoadError
+    from .values import _check_impl_allowed
+
+    module_name, attr = _check_impl_allowed(impl, allowed)
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except ImportError as exc:
+        raise ImplLoadError(f"cannot import {module_name}: {exc}") from exc
+    except AttributeError:
+        raise ImplLoadError(f"{module_name} has no class {attr!r}") from None
+
+
+def _ask(cls: type, platform: str | None, capability: str | None) -> tuple[bool, str]:
+    """``cls.is_available(platform, capability)``, never raising."""
+    is_available = getattr(cls, "is_available", None)
+    if not callable(is_available):
+        return False, f"{cls.__name__} has no is_available() classmethod"
+    try:
+        ok, reason = is_available(platform, capability)
+    except Exception as exc:  # a kernel adapter's bug is a finding, not a crash
+        return False, f"is_available() raised {type(exc).__name__}: {exc}"
+    return bool(ok), str(reason)
+
+
+def probe_inputs(rules: RuleSet, platform: str | None = None,
+                 capability: str | None = None) -> tuple[InputProbe, ...]:
+    """Fill every input that declares a ``probe:`` from this machine (or from
+    ``platform``/``capability``); a probe that cannot load counts as "no"."""
+    from .errors import ImplLoadError
+
+    out = []
+    for name, impl in rules.probes.items():
+        values = rules.values(name)
+        try:
+            ok, reason = _ask(_load_class(impl, rules.allowed_impl_modules), platform, capability)
+        except ImplLoadError as exc:
+            ok, reason = False, f"cannot load: {exc}"
+        out.append(InputProbe(name, impl, values[-1] if ok else values[0], reason))
+    return tuple(out)
+
+
 def impl_checks(rules: RuleSet, platform: str | None = None, capability: str | None = None) -> tuple[ImplCheck, ...]:
     """Load every impl class the rules name, through a Selection that uses it
     (so the rule set's allow-list applies), and ask ``is_available(platform,
@@ -172,47 +230,42 @@ def impl_checks(rules: RuleSet, platform: str | None = None, capability: str | N
         selection = rules.outcome(Query(model, plat, cap, backend, kv, tuple(zip(rules.extra_inputs, extra))))
         backends = tuple(sorted(users[impl], key=rank))
         try:
-            cls = selection.load_impl()
+            ok, reason = _ask(selection.load_impl(), platform, capability)
         except ImplLoadError as exc:
-            checks.append(ImplCheck(impl, backends, False, f"cannot load: {exc}"))
-            continue
-        is_available = getattr(cls, "is_available", None)
-        if not callable(is_available):
-            checks.append(ImplCheck(impl, backends, False, f"{cls.__name__} has no is_available() classmethod"))
-            continue
-        try:
-            ok, reason = is_available(platform, capability)
-        except Exception as exc:  # a kernel adapter's bug is a finding, not a crash
-            ok, reason = False, f"is_available() raised {type(exc).__name__}: {exc}"
-        checks.append(ImplCheck(impl, backends, bool(ok), str(reason)))
+            ok, reason = False, f"cannot load: {exc}"
+        checks.append(ImplCheck(impl, backends, ok, reason))
     return tuple(checks)
 
 
-def build_report(rules: RuleSet, platform: str | None = None, capability: str | None = None) -> Report:
+def build_report(rules: RuleSet, platform: str | None = None, capability: str | None = None,
+                 model: str | None = None, inputs: dict[str, str] | None = None) -> Report:
     """The report for this machine, or for ``platform``/``capability`` when
-    given. Raises :class:`UnknownPlatform` when a given platform or capability
-    is outside the rules' vocabulary; a detected one that is becomes the
-    report's ``machine.problem``."""
+    given. Pack-declared inputs come from their probes unless ``inputs``
+    names them. Raises :class:`UnknownPlatform` when a given value is outside
+    the rules' vocabulary; a detected one that is becomes ``machine.problem``."""
     from .errors import InvalidQuery
 
     with warnings.catch_warnings():
         # a CPU-only torch without numpy warns on import; irrelevant to the report
         warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
         machine = _machine(platform, capability)
+        asked = platform is not None
+        # the kernels parse capabilities; "unknown" is the rules' word for None
+        target = (machine.platform if asked else None,
+                  machine.capability if asked and machine.capability != "unknown" else None)
+        probes = probe_inputs(rules, *target)
+        extra = {p.name: p.value for p in probes}
+        extra.update(inputs or {})
         query, notes = None, ()
         if machine.platform is not None:
             try:
-                query, notes = rules.normalize(platform=machine.platform, capability=machine.capability)
+                query, notes = rules.normalize(platform=machine.platform, capability=machine.capability,
+                                               model=model or rules.default_of("model"), extra=extra)
             except InvalidQuery as exc:
-                if platform:
+                if asked or model or inputs:
                     raise UnknownPlatform(exc.reason) from None
                 machine = machine.replace(platform=None, problem=f"detected {machine.platform} "
                                           f"{machine.capability}, which the rules do not know: {exc.reason}")
         selections = _selections(rules, query) if query is not None else ()
-        # a given platform is asked about; otherwise each impl checks this machine itself
-        asked = platform is not None and query is not None
-        # the kernels parse capabilities; "unknown" is the rules' word for None
-        impls = impl_checks(rules, query.platform if asked else None,
-                            query.capability if asked and query.capability != "unknown" else None)
-    return Report(machine, query, tuple(Message(n, n.level) for n in notes), selections, impls,
-                  rules.digest, rules.sources)
+        impls = impl_checks(rules, *target)
+    return Report(machine, query, tuple(notes), selections, impls, probes, rules.digest, rules.sources)

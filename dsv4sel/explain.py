@@ -34,8 +34,9 @@ if TYPE_CHECKING:  # typing and dataclasses cost ~15 ms of cold start; values us
 #: removed or changes meaning; adding keys keeps the version.
 JSON_VERSION = 1
 
-#: Values of :attr:`WhyNot.blocked_by`: the first input that stops a backend.
-BLOCKED_BY = ("platform", "capability", "kv_cache_dtype")
+#: Values of ``blocked_by`` (:class:`Refusal`, :class:`WhyNot`), broadest
+#: first; a pack-declared input's name (e.g. ``mega_attn``) may also appear.
+BLOCKED_BY = ("backend", "platform", "model", "capability", "kv_cache_dtype")
 
 
 class PathStep(Frozen):
@@ -77,15 +78,24 @@ class Refusal(Frozen):
     when none was named; None when the default decision itself rejected);
     ``rule`` the rejecting rule (None for a gap, where no rule decided);
     ``message`` the full one-line text :class:`~dsv4sel.SelectionError` carries.
+    ``blocked_by`` (None for a gap) is the input to change, narrowest first:
+    ``kv_cache_dtype`` when another kv dtype works here; a pack-declared
+    input such as ``mega_attn`` when another value of it works; else
+    ``capability`` when another capability of the platform works; ``model``
+    when another model works on the platform; ``platform`` when the backend
+    works only elsewhere; ``backend`` when it selects nowhere (not a
+    DeepSeek-V4 backend). When the default decision itself rejected, the same
+    questions are asked of the default decision.
     """
 
-    __slots__ = ("backend", "reason", "rule", "gap", "message")
+    __slots__ = ("backend", "reason", "rule", "gap", "message", "blocked_by")
 
     backend: str | None
     reason: str
     rule: RuleRef | None
     gap: bool
     message: str
+    blocked_by: str | None
 
 
 class WhyNot(Frozen):
@@ -94,10 +104,10 @@ class WhyNot(Frozen):
     ``verdict`` is ``rejects`` (its rules reject the query), ``would_serve``
     (it would select, but the query named another backend or the default
     decision picked another) or ``undecided`` (a gap in its table).
-    ``blocked_by`` names the first input that stops it, checked in the order
-    platform, capability, kv_cache_dtype (None unless ``rejects``): the
-    platform when it serves no capability of the platform, the capability when
-    it serves no kv dtype at this capability, else the kv dtype. ``rule`` is
+    ``blocked_by`` names the first input that stops it, as for
+    :class:`Refusal` (None unless ``rejects``; a backend of the platform is
+    never blocked by the platform, so it is ``capability`` or
+    ``kv_cache_dtype``). ``rule`` is
     the rule that rejects, or for ``would_serve`` the rule that would select.
     ``accepts`` lists the kv dtypes it serves at this platform and capability.
     """
@@ -178,6 +188,7 @@ class Explanation(Frozen):
             "rejection": None if self.rejection is None else {
                 "backend": self.rejection.backend,
                 "reason": self.rejection.reason,
+                "blocked_by": self.rejection.blocked_by,
                 "gap": self.rejection.gap,
                 "message": self.rejection.message,
             },
@@ -265,7 +276,7 @@ def explain_query(rules: RuleSet, query: Query, notes: tuple[Message, ...] = ())
         excluded = {decided.backend, query.backend}
         alternatives: tuple[Alternative, ...] = ()
     else:
-        selection, refusal = None, _refusal(decided)
+        selection, refusal = None, _refusal(rules, query, decided)
         rewrites = ()
         # outcome() keeps the messages of the rules before a rejection only in
         # the row (e.g. the default rule's "capability unknown" warning)
@@ -279,8 +290,37 @@ def explain_query(rules: RuleSet, query: Query, notes: tuple[Message, ...] = ())
                        rules.digest)
 
 
-def _refusal(rejection: Rejection) -> Refusal:
-    return Refusal(rejection.backend, rejection.reason, rejection.rule, rejection.gap, rejection.message())
+def _refusal(rules: RuleSet, query: Query, rejection: Rejection) -> Refusal:
+    blocked = None if rejection.gap else _blocked_by(rules, query, rejection.backend)
+    return Refusal(rejection.backend, rejection.reason, rejection.rule, rejection.gap, rejection.message(),
+                   blocked)
+
+
+def _blocked_by(rules: RuleSet, query: Query, backend: str | None) -> str:
+    """The first input that stops ``backend`` (None: the default decision) on
+    this query: the kv dtype when another kv dtype works here, else a
+    pack-declared input (``mega_attn``...) when another value of it works, else
+    the capability, the model, the platform, or ``backend`` when the backend
+    selects nowhere at all. See :class:`Refusal`."""
+    kvs = rules.values("kv_cache_dtype")
+    combos = probe.extra_combos(rules)
+
+    def works(capability: str | None = None, extra: tuple | None = None) -> bool:
+        return any(probe.serves(probe.at(rules, query, backend, kv, capability, extra), backend) for kv in kvs)
+
+    if works():
+        return "kv_cache_dtype"
+    for extra in combos:
+        if extra != query.extra and works(extra=extra):
+            return next(name for (name, value), (_, mine) in zip(extra, query.extra) if value != mine)
+    if any(works(cap, extra) for cap in rules.values("capability", query.platform) for extra in combos):
+        return "capability"
+    if any(probe.serves_platform(rules, query, backend, model)
+           for model in rules.values("model") if model != query.model):
+        return "model"
+    if backend is None or backend in rules.selectable_backends:
+        return "platform"
+    return "backend"
 
 
 def _path(rules: RuleSet, row: tuple) -> tuple[PathStep, ...]:
@@ -321,14 +361,7 @@ def _why_not(rules: RuleSet, query: Query, backend: str, chosen: Selection | Non
         return WhyNot(backend, "would_serve", None, reason, outcome.rule, accepts, outcome)
     if outcome.gap:
         return WhyNot(backend, "undecided", None, outcome.reason, outcome.rule, accepts)
-    if accepts:
-        blocked = "kv_cache_dtype"
-    elif any(probe.accepted_kv(rules, query, backend, cap)
-             for cap in rules.values("capability", query.platform)):
-        blocked = "capability"
-    else:
-        blocked = "platform"
-    return WhyNot(backend, "rejects", blocked, outcome.reason, outcome.rule, accepts)
+    return WhyNot(backend, "rejects", _blocked_by(rules, query, backend), outcome.reason, outcome.rule, accepts)
 
 
 def nearest_alternatives(rules: RuleSet, query: Query, limit: int = 4) -> tuple[Alternative, ...]:

@@ -35,67 +35,49 @@ class Row(Frozen):
     """One line of the matrix.
 
     ``capabilities`` are the declared values the row covers, ``label`` their
-    compressed spelling. ``cache_dtype`` is the cache dtype string the engine
-    carries, or ``as requested`` when each kv dtype keeps its own string.
-    ``default`` is ``yes`` (the platform default picks this backend for all
-    the row's kv dtypes), ``no``, or ``with a, b`` (only for those).
+    compressed spelling. ``condition`` holds the pack-declared inputs the row
+    needs (e.g. ``(("mega_attn", "available"),)``), empty when the result is
+    the same for all their values. ``cache_dtype`` is the cache dtype string
+    the engine carries, or ``as requested`` when each kv dtype keeps its own
+    string. ``default`` is ``yes`` (the platform default picks this backend
+    for all the row's kv dtypes), ``no``, or ``with a, b`` (only for those).
     ``notes`` are 1-based indices into :attr:`Matrix.notes`.
     """
 
-    __slots__ = ("backend", "platform", "capabilities", "label", "kv_cache_dtypes", "layout", "cache_dtype",
-                 "torch_dtype", "bytes_per_token", "block_size", "default", "impl", "notes")
-
-    backend: str
-    platform: str
-    capabilities: tuple[str, ...]
-    label: str
-    kv_cache_dtypes: tuple[str, ...]
-    layout: str
-    cache_dtype: str
-    torch_dtype: str
-    bytes_per_token: int
-    block_size: int
-    default: str
-    impl: str
-    notes: tuple[int, ...]
+    __slots__ = ("model", "backend", "platform", "capabilities", "label", "condition", "kv_cache_dtypes",
+                 "layout", "cache_dtype", "torch_dtype", "bytes_per_token", "block_size", "default", "impl",
+                 "notes")
 
 
 class Unsupported(Frozen):
-    """Capabilities of a platform on which no backend selects with any kv
-    dtype, and the rule that rejects the default query there."""
+    """Capabilities of a platform on which no backend selects ``model`` with
+    any kv dtype or input value, and the rule that rejects the default query there."""
 
-    __slots__ = ("platform", "capabilities", "label", "rule")
-
-    platform: str
-    capabilities: tuple[str, ...]
-    label: str
-    rule: RuleRef | None
+    __slots__ = ("model", "platform", "capabilities", "label", "rule")
 
 
 class Matrix(Frozen):
     """The whole matrix: rows, the notes they reference (rule warnings), the
-    capabilities nothing serves, and the rule files it was generated from."""
+    capabilities nothing serves, the models in order (the default first) and
+    the rule files it was generated from."""
 
-    __slots__ = ("rows", "notes", "unsupported", "sources")
-    rows: tuple[Row, ...]
-    notes: tuple[str, ...]
-    unsupported: tuple[Unsupported, ...]
-    sources: tuple[str, ...]
+    __slots__ = ("rows", "notes", "unsupported", "models", "sources")
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "version": JSON_VERSION,
             "sources": list(self.sources),
+            "models": list(self.models),
             "rows": [{
-                "backend": r.backend, "platform": r.platform, "capabilities": list(r.capabilities),
-                "label": r.label, "kv_cache_dtypes": list(r.kv_cache_dtypes), "layout": r.layout,
-                "cache_dtype": r.cache_dtype, "torch_dtype": r.torch_dtype,
-                "bytes_per_token": r.bytes_per_token, "block_size": r.block_size, "default": r.default,
-                "impl": r.impl, "notes": list(r.notes),
+                "model": r.model, "backend": r.backend, "platform": r.platform,
+                "capabilities": list(r.capabilities), "label": r.label, "condition": dict(r.condition),
+                "kv_cache_dtypes": list(r.kv_cache_dtypes), "layout": r.layout, "cache_dtype": r.cache_dtype,
+                "torch_dtype": r.torch_dtype, "bytes_per_token": r.bytes_per_token, "block_size": r.block_size,
+                "default": r.default, "impl": r.impl, "notes": list(r.notes),
             } for r in self.rows],
             "notes": list(self.notes),
             "unsupported": [{
-                "platform": u.platform, "capabilities": list(u.capabilities), "label": u.label,
+                "model": u.model, "platform": u.platform, "capabilities": list(u.capabilities), "label": u.label,
                 "rule": None if u.rule is None else {"id": u.rule.id, "location": u.rule.location},
             } for u in self.unsupported],
         }
@@ -116,33 +98,42 @@ class Matrix(Frozen):
             "",
             "Each row is one attention backend on a set of device capabilities, with the "
             "`--kv-cache-dtype` values that give the same KV cache there. `9.x` means every "
-            "declared 9.* capability; `unknown` is the decision when the capability cannot be read. "
-            "*Default* says whether the backend is picked when no `--attention-backend` is given. "
+            "declared 9.* capability; `unknown` is the decision when the capability cannot be read; "
+            "`any` is every capability of the platform. *Default* says whether the backend is picked "
+            "when no `--attention-backend` is given. *Needs* names inputs that rule packs declare "
+            "(`dsv4sel doctor` shows this machine's values). "
             "`dsv4sel explain --platform P --capability C --kv-cache-dtype D` shows the rules behind "
             "any cell.",
-            "",
-            "| Backend | Platform | Capability | `--kv-cache-dtype` | Layout | Cache dtype | Torch dtype "
-            "| Bytes/token | Block | Default | Notes |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
-        for r in self.rows:
-            notes = ", ".join(f"[{n}](#note-{n})" for n in r.notes)
-            out.append(f"| `{r.backend}` | {r.platform} | {r.label} | {', '.join(r.kv_cache_dtypes)} "
-                       f"| {r.layout} | {r.cache_dtype} | {r.torch_dtype} | {r.bytes_per_token} "
-                       f"| {r.block_size} | {r.default} | {notes} |")
+        for model in self.models:
+            rows = [r for r in self.rows if r.model == model]
+            if not rows:
+                continue
+            needs = any(r.condition for r in rows)
+            out += ["", f"## Model `{model}`", "",
+                    "| Backend | Platform | Capability | " + ("Needs | " if needs else "")
+                    + "`--kv-cache-dtype` | Layout | Cache dtype | Torch dtype | Bytes/token | Block | Default "
+                    "| Notes |",
+                    "|---|---|---|" + ("---|" if needs else "") + "---|---|---|---|---|---|---|---|"]
+            for r in rows:
+                notes = ", ".join(f"[{n}](#note-{n})" for n in r.notes)
+                cond = (", ".join(f"{k}={v}" for k, v in r.condition) + " | ") if needs else ""
+                out.append(f"| `{r.backend}` | {r.platform} | {r.label} | {cond}{', '.join(r.kv_cache_dtypes)} "
+                           f"| {r.layout} | {r.cache_dtype} | {r.torch_dtype} | {r.bytes_per_token} "
+                           f"| {r.block_size} | {r.default} | {notes} |")
         if self.notes:
             out += ["", "## Notes", ""]
             out += [f'{n}. <a id="note-{n}"></a>{_md(text)}' for n, text in enumerate(self.notes, 1)]
-        impls = {}
+        impls: dict[str, str] = {}
         for r in self.rows:
             impls.setdefault(r.backend, r.impl)
         out += ["", "## Implementations", "", "| Backend | Impl class |", "|---|---|"]
         out += [f"| `{b}` | `{impl}` |" for b, impl in impls.items()]
         if self.unsupported:
-            out += ["", "## No DeepSeek-V4 backend", "",
-                    "No backend selects with any kv-cache dtype here.", "",
-                    "| Platform | Capability | Rejected by |", "|---|---|---|"]
-            out += [f"| {u.platform} | {u.label} | "
+            out += ["", "## No backend", "",
+                    "No backend selects the model here, with any kv-cache dtype or input value.", "",
+                    "| Model | Platform | Capability | Rejected by |", "|---|---|---|---|"]
+            out += [f"| {u.model} | {u.platform} | {u.label} | "
                     + (f"`{u.rule.id}` ({u.rule.location})" if u.rule else "a gap in the rules") + " |"
                     for u in self.unsupported]
         return "\n".join(out) + "\n"
@@ -164,7 +155,7 @@ def capability_label(caps: tuple[str, ...], declared: tuple[str, ...]) -> str:
     """Compress ``caps`` (a subset of the platform's ``declared`` values):
     ``any`` when it is all of them, a family ``9.x`` when it holds every
     declared member of the family, else the values themselves."""
-    if set(caps) == set(declared) and len(declared) > 1 or declared == ("unknown",):
+    if set(caps) == set(declared):
         return "any"
     parts: list[str] = []
     for value in declared:
@@ -172,7 +163,7 @@ def capability_label(caps: tuple[str, ...], declared: tuple[str, ...]) -> str:
             continue
         family = _family(value)
         members = [v for v in declared if _family(v) == family]
-        if all(m in caps for m in members) and family != value:
+        if family != value and all(m in caps for m in members):
             if family not in parts:
                 parts.append(family)
         else:
@@ -186,11 +177,31 @@ def _warnings(row: tuple) -> tuple[str, ...]:
     return ()
 
 
+def _models(rules: RuleSet) -> tuple[str, ...]:
+    models = rules.values("model")
+    default = rules.default_of("model")
+    return tuple(sorted(models, key=lambda m: m != default))  # stable: the default model first
+
+
+def _groups(rules: RuleSet, query: Query, backend: str) -> tuple:
+    """What ``backend`` gives at ``query``'s point for every kv dtype, grouped
+    by the cache it selects: ``((layout, torch, bytes, block, impl), items)``
+    with items ``(kv, cache dtype, is default, warnings)``."""
+    groups: dict[tuple, list] = {}
+    for kv in rules.values("kv_cache_dtype"):
+        row = probe.at(rules, query, backend, kv)
+        if not probe.serves(row, backend):
+            continue
+        default_row = probe.at(rules, query, None, kv)
+        is_default = probe.serves(default_row, backend) and probe.same_result(default_row, row)
+        warnings = _warnings(row) + (_warnings(default_row) if is_default else ())
+        groups.setdefault((row[3], row[5], row[6], row[7], row[2]), []).append((kv, row[4], is_default, warnings))
+    return tuple((key, tuple(items)) for key, items in groups.items())
+
+
 def build_matrix(rules: RuleSet) -> Matrix:
     """The support matrix of ``rules`` (see the module docstring)."""
-    extra = tuple((name, rules.default_of(name)) for name in rules.extra_inputs)
-    model = rules.default_of("model") or rules.values("model")[0]
-    kvs = rules.values("kv_cache_dtype")
+    combos = probe.extra_combos(rules)
     notes: list[str] = []
     rows: list[Row] = []
 
@@ -199,59 +210,64 @@ def build_matrix(rules: RuleSet) -> Matrix:
             notes.append(text)
         return notes.index(text) + 1
 
-    for backend in rules.selectable_backends:
-        for platform in rules.values("platform"):
-            declared = rules.values("capability", platform)
-            by_signature: dict[tuple, list[str]] = {}
-            for cap in declared:
-                query = Query(model, platform, cap, None, "auto", extra)
-                groups: dict[tuple, list] = {}
-                for kv in kvs:
-                    row = probe.at(rules, query, backend, kv)
-                    if not probe.serves(row, backend):
-                        continue
-                    # the same cache: layout, torch dtype, bytes, block, impl
-                    key = (row[3], row[5], row[6], row[7], row[2])
-                    default_row = probe.at(rules, query, None, kv)
-                    is_default = probe.serves(default_row, backend) and probe.same_result(default_row, row)
-                    warnings = _warnings(row) + (_warnings(default_row) if is_default else ())
-                    groups.setdefault(key, []).append((kv, row[4], is_default, warnings))
-                signature = tuple((key, tuple(items)) for key, items in groups.items())
-                if signature:
-                    by_signature.setdefault(signature, []).append(cap)
-            for signature, caps in by_signature.items():
-                label = capability_label(tuple(caps), declared)
-                for (layout, torch_dtype, bpt, block, impl), items in signature:
-                    kv_list = tuple(kv for kv, *_ in items)
-                    cache = {c for _, c, _, _ in items}
-                    if len(cache) == 1:
-                        cache_col = cache.pop()
-                    elif all(c == kv for kv, c, _, _ in items):
-                        cache_col = "as requested"
+    for model in _models(rules):
+        for backend in rules.selectable_backends:
+            for platform in rules.values("platform"):
+                declared = rules.values("capability", platform)
+                by_signature: dict[tuple, list[str]] = {}
+                for cap in declared:
+                    per_combo = [(extra, _groups(rules, Query(model, platform, cap, None, "auto", extra), backend))
+                                 for extra in combos]
+                    if all(g == per_combo[0][1] for _, g in per_combo):
+                        # the pack-declared inputs do not matter here: no condition
+                        signature = (((), per_combo[0][1]),) if per_combo[0][1] else ()
                     else:
-                        cache_col = ", ".join(f"{kv} -> {c}" for kv, c, _, _ in items)
-                    defaults = [kv for kv, _, d, _ in items if d]
-                    default = ("yes" if len(defaults) == len(items) else "no" if not defaults
-                               else "with " + ", ".join(defaults))
-                    refs = tuple(sorted({note(w) for *_, ws in items for w in ws}))
-                    rows.append(Row(backend, platform, tuple(caps), label, kv_list, layout, cache_col,
-                                    torch_dtype, bpt, block, default, impl, refs))
-    return Matrix(tuple(rows), tuple(notes), _unsupported(rules, model, extra), rules.sources)
+                        signature = tuple((extra, g) for extra, g in per_combo if g)
+                    if signature:
+                        by_signature.setdefault(signature, []).append(cap)
+                for signature, caps in by_signature.items():
+                    label = capability_label(tuple(caps), declared)
+                    for condition, groups in signature:
+                        for (layout, torch_dtype, bpt, block, impl), items in groups:
+                            rows.append(_row(model, backend, platform, tuple(caps), label, condition, layout,
+                                             torch_dtype, bpt, block, impl, items, note))
+    return Matrix(tuple(rows), tuple(notes), _unsupported(rules, combos), _models(rules), rules.sources)
 
 
-def _unsupported(rules: RuleSet, model: str, extra: tuple) -> tuple[Unsupported, ...]:
+def _row(model, backend, platform, caps, label, condition, layout, torch_dtype, bpt, block, impl, items,
+         note) -> Row:
+    cache = {c for _, c, _, _ in items}
+    if len(cache) == 1:
+        cache_col = next(iter(cache))
+    elif all(c == kv for kv, c, _, _ in items):
+        cache_col = "as requested"
+    else:
+        cache_col = ", ".join(f"{kv} -> {c}" for kv, c, _, _ in items)
+    defaults = [kv for kv, _, d, _ in items if d]
+    default = ("yes" if len(defaults) == len(items) else "no" if not defaults
+               else "with " + ", ".join(defaults))
+    refs = tuple(sorted({note(w) for *_, ws in items for w in ws}))
+    return Row(model, backend, platform, caps, label, condition, tuple(kv for kv, *_ in items), layout,
+               cache_col, torch_dtype, bpt, block, default, impl, refs)
+
+
+def _unsupported(rules: RuleSet, combos: list) -> tuple[Unsupported, ...]:
     out: list[Unsupported] = []
     kvs = rules.values("kv_cache_dtype")
     backends = (None, *rules.selectable_backends)
-    for platform in rules.values("platform"):
-        declared = rules.values("capability", platform)
-        by_rule: dict[RuleRef | None, list[str]] = {}
-        for cap in declared:
-            query = Query(model, platform, cap, None, "auto", extra)
-            if any(probe.at(rules, query, b, kv)[0] == "select" for b in backends for kv in kvs):
-                continue
-            path = probe.path_of(probe.at(rules, query, None, "auto"))
-            by_rule.setdefault(rules.rule(path[-1]) if path else None, []).append(cap)
-        for rule, caps in by_rule.items():
-            out.append(Unsupported(platform, tuple(caps), capability_label(tuple(caps), declared), rule))
+    default_extra = probe.default_extra(rules)
+    for model in _models(rules):
+        for platform in rules.values("platform"):
+            declared = rules.values("capability", platform)
+            by_rule: dict[RuleRef | None, list[str]] = {}
+            for cap in declared:
+                query = Query(model, platform, cap, None, "auto", default_extra)
+                if any(probe.at(rules, query, b, kv, extra=e)[0] == "select"
+                       for b in backends for e in combos for kv in kvs):
+                    continue
+                path = probe.path_of(probe.at(rules, query, None, "auto"))
+                by_rule.setdefault(rules.rule(path[-1]) if path else None, []).append(cap)
+            for rule, caps in by_rule.items():
+                out.append(Unsupported(model, platform, tuple(caps), capability_label(tuple(caps), declared),
+                                       rule))
     return tuple(out)

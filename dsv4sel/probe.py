@@ -23,19 +23,22 @@ from .values import Query
 #: imported: importing the compiler would pull in yaml.
 DEFAULT_TABLE = "<default>"
 
+#: ``at(..., backend=KEEP)`` keeps the query's backend; None asks the platform default.
+KEEP = object()
 
-def at(rules: RuleSet, query: Query, backend: str | None = None, kv_cache_dtype: str | None = None,
-       capability: str | None = None) -> tuple:
+
+def at(rules: RuleSet, query: Query, backend=KEEP, kv_cache_dtype: str | None = None,
+       capability: str | None = None, extra: tuple | None = None, model: str | None = None) -> tuple:
     """The compiled outcome row for ``query`` with some inputs replaced.
 
-    ``backend`` None keeps nothing: it asks the platform default, like a query
-    without ``--attention-backend``. Pass ``query.backend`` to keep the query's.
+    ``backend`` None asks the platform default (no ``--attention-backend``);
+    the other replacements default to the query's own values.
     """
-    point = Query(query.model, query.platform,
+    point = Query(query.model if model is None else model, query.platform,
                   query.capability if capability is None else capability,
-                  backend,
+                  query.backend if backend is KEEP else backend,
                   query.kv_cache_dtype if kv_cache_dtype is None else kv_cache_dtype,
-                  query.extra)
+                  query.extra if extra is None else extra)
     # normalize() admits only declared values, so every such point is in the table
     return rules._outcomes[rules._table[rules.key(point)]]
 
@@ -45,27 +48,49 @@ def path_of(row: tuple) -> tuple[int, ...]:
     return row[10] if row[0] == "select" else row[3]
 
 
-def serves(row: tuple, backend: str) -> bool:
-    """True when ``row`` selects and the selected backend is ``backend`` itself
-    (not another backend reached through a ``use:`` rule)."""
-    return row[0] == "select" and row[1] == backend
+def serves(row: tuple, backend: str | None) -> bool:
+    """True when ``row`` selects ``backend`` itself (not another backend reached
+    through a ``use:`` rule); for ``backend`` None, when it selects anything."""
+    return row[0] == "select" and (backend is None or row[1] == backend)
 
 
-def accepted_kv(rules: RuleSet, query: Query, backend: str, capability: str | None = None) -> tuple[str, ...]:
-    """The kv dtypes with which ``backend``, requested explicitly, serves the
-    query's platform at ``capability`` (default: the query's), vocabulary order."""
+def extra_combos(rules: RuleSet) -> list[tuple[tuple[str, str], ...]]:
+    """Every combination of the values of the pack-declared inputs (such as
+    ``mega_attn``), as ``Query.extra`` tuples; ``[()]`` when there are none."""
+    combos: list[tuple[tuple[str, str], ...]] = [()]
+    for name in rules.extra_inputs:
+        combos = [c + ((name, v),) for c in combos for v in rules.values(name)]
+    return combos
+
+
+def default_extra(rules: RuleSet) -> tuple[tuple[str, str], ...]:
+    """The pack-declared inputs at their declared defaults."""
+    return tuple((name, rules.default_of(name)) for name in rules.extra_inputs)
+
+
+def accepted_kv(rules: RuleSet, query: Query, backend: str | None, capability: str | None = None,
+                extra: tuple | None = None) -> tuple[str, ...]:
+    """The kv dtypes with which ``backend`` (None: the platform default) serves
+    the query's platform at ``capability`` and ``extra`` (default: the
+    query's own), in vocabulary order."""
     return tuple(kv for kv in rules.values("kv_cache_dtype")
-                 if serves(at(rules, query, backend, kv, capability), backend))
+                 if serves(at(rules, query, backend, kv, capability, extra), backend))
+
+
+def serves_platform(rules: RuleSet, query: Query, backend: str | None, model: str | None = None) -> bool:
+    """True when ``backend`` serves the query's platform and model (or
+    ``model``) at some capability, kv dtype and value of the other inputs."""
+    kvs = rules.values("kv_cache_dtype")
+    return any(serves(at(rules, query, backend, kv, cap, extra, model), backend)
+               for cap in rules.values("capability", query.platform)
+               for extra in extra_combos(rules) for kv in kvs)
 
 
 def platform_backends(rules: RuleSet, query: Query) -> tuple[str, ...]:
-    """The selectable backends that serve the query's platform at some
-    capability with some kv dtype, in rule-file order. A backend that only
-    hands over to another one there (FLASHMLA_SPARSE_DSV4 on ROCm) is not one
-    of the platform's backends."""
-    caps = rules.values("capability", query.platform)
-    return tuple(b for b in rules.selectable_backends
-                 if any(accepted_kv(rules, query, b, cap) for cap in caps))
+    """The backends that serve the query's platform and model somewhere, in
+    rule-file order. A backend that only hands over to another one there
+    (FLASHMLA_SPARSE_DSV4 on ROCm) is not one of the platform's backends."""
+    return tuple(b for b in rules.selectable_backends if serves_platform(rules, query, b))
 
 
 def same_result(a: tuple, b: tuple) -> bool:
@@ -73,4 +98,4 @@ def same_result(a: tuple, b: tuple) -> bool:
     layout, torch dtype, bytes per token and block size. The cache dtype
     string is left out on purpose: ``auto`` and ``bfloat16`` on a bf16-row
     backend keep different strings for the same bytes."""
-    return (a[0] == b[0] == "select" and a[1:4] == b[1:4] and a[5:8] == b[5:8])
+    return a[0] == b[0] == "select" and a[1:4] == b[1:4] and a[5:8] == b[5:8]

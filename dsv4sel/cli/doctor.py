@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from .common import add_rules_option
+from .options import add_input_option
 
 PROG = "dsv4sel doctor"
 
@@ -27,6 +28,8 @@ def add_parser(sub) -> None:
     p.add_argument("--platform", metavar="P", help="ask about this platform instead of detecting it")
     p.add_argument("--capability", metavar="C", help="the capability (with --platform, or to override "
                                                      "the detected one)")
+    p.add_argument("--model", metavar="M", help="model family (default: the rules' default model)")
+    add_input_option(p)
     add_rules_option(p)
     p.add_argument("--json", action="store_true", help="print one JSON object (keys: docs/cli.md)")
     p.set_defaults(run=run)
@@ -37,9 +40,15 @@ def run(args: argparse.Namespace) -> int:
     from .common import load
     from .output import error
 
+    from .options import parse_inputs
+
+    try:
+        inputs = parse_inputs(args.input)
+    except ValueError as exc:
+        return error(PROG, str(exc))
     rules = load(args)
     try:
-        report = build_report(rules, args.platform, args.capability)
+        report = build_report(rules, args.platform, args.capability, args.model, inputs)
     except UnknownPlatform as exc:
         return error(PROG, str(exc))
     if args.json:

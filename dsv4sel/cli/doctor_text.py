@@ -32,12 +32,13 @@ def render(report, style: Style) -> list[str]:
         ["torch", m.torch or style.yellow(m.torch_problem or "torch not installed")],
         ["python", pyplatform.python_version()],
         ["dsv4sel", f"{__version__}, rules {report.rules_digest[:12]} ({len(report.rule_files)} files)"],
-    ], style)
+    ] + [[p.name, f"{p.value} (probe {p.impl}: {p.reason})"] for p in report.probes], style)
     for note in report.notes:
         lines.append("  " + style.yellow(f"{note.level}: {note}"))
 
     if query is not None:
-        lines += ["", style.bold(f"selection on {_where(query)}") + " (no --attention-backend)"]
+        given = ", ".join([f"model {query.model}"] + [f"{k}={v}" for k, v in query.extra])
+        lines += ["", style.bold(f"selection on {_where(query)}") + f" ({given}, no --attention-backend)"]
         rows = [["kv dtype", "backend", "layout", "cache dtype", "rule", "at"]]
         for kv, outcome in report.selections:
             ref = outcome.rule

@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from .common import add_rules_option
+from .options import add_input_option
 
 PROG = "dsv4sel explain"
 
@@ -32,10 +33,12 @@ def add_parser(sub) -> None:
                    help="the requested attention backend (default: none, the platform default)")
     p.add_argument("--kv-cache-dtype", default="auto", metavar="D", help="vLLM --kv-cache-dtype (default: auto)")
     p.add_argument("--model", default="deepseek_v4", metavar="M", help="model family (default: deepseek_v4)")
+    add_input_option(p)
     add_rules_option(p)
     p.add_argument("--json", action="store_true", help="print one JSON object (keys: docs/cli.md)")
     p.add_argument("--detect", action="store_true",
-                   help="fill --platform and --capability from this machine's torch; explicit options win")
+                   help="fill --platform, --capability and probed inputs (e.g. mega_attn) from this machine "
+                        "through torch and the kernel probes; explicit options win")
     p.set_defaults(run=run)
 
 
@@ -45,29 +48,38 @@ def run(args: argparse.Namespace) -> int:
     from .common import load
     from .output import error
 
+    from .options import parse_inputs
+
+    try:
+        inputs = parse_inputs(args.input)
+    except ValueError as exc:
+        return error(PROG, str(exc))
     rules = load(args)  # a RuleError reaches cli.main: exit 2 with file:line:column
     platform, capability, detected = args.platform, args.capability, False
     if args.detect:
         import warnings
 
+        from ..doctor import probe_inputs
         from ..platform import detect
 
-        try:
-            with warnings.catch_warnings():
-                # a CPU-only torch without numpy warns on import; not the user's concern here
-                warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+        with warnings.catch_warnings():
+            # a CPU-only torch without numpy warns on import; not the user's concern here
+            warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+            try:
                 found_platform, found_capability = detect()
-        except InvalidQuery as exc:
-            return error(PROG, f"--detect: {exc.reason} (here: --platform P [--capability C])")
-        detected = True
-        platform = platform or found_platform
-        capability = capability if capability is not None else found_capability
+            except InvalidQuery as exc:
+                return error(PROG, f"--detect: {exc.reason} (here: --platform P [--capability C])")
+            detected = True
+            platform = platform or found_platform
+            capability = capability if capability is not None else found_capability
+            probed = probe_inputs(rules, platform, None if capability in (None, "unknown") else capability)
+        inputs = {**{p.name: p.value for p in probed}, **inputs}
     if not platform:
         return error(PROG, "--platform is required (one of " + ", ".join(rules.values("platform"))
                      + "), or pass --detect to read it from this machine")
     try:
         result = explain(rules, platform=platform, capability=capability, backend=args.backend,
-                         kv_cache_dtype=args.kv_cache_dtype, model=args.model)
+                         kv_cache_dtype=args.kv_cache_dtype, model=args.model, extra=inputs)
     except InvalidQuery as exc:
         # the reason already names the nearest value and all valid ones; the
         # suggestions list would only repeat it
@@ -99,7 +111,7 @@ def render(ex, style, detected: bool = False) -> list[str]:
     q = ex.query
     head = [f"{_where(q)}{' (detected)' if detected else ''}", f"--kv-cache-dtype {q.kv_cache_dtype}",
             f"--attention-backend {q.backend}" if q.backend else "no --attention-backend",
-            f"model {q.model}"] + [f"{k} {v}" for k, v in q.extra]
+            f"model {q.model}"] + [f"{k}={v}" for k, v in q.extra]
     lines = [style.bold("query") + "     " + ", ".join(head), ""]
 
     if ex.selection is not None:
@@ -119,6 +131,8 @@ def render(ex, style, detected: bool = False) -> list[str]:
             else f"no DeepSeek-V4 backend for {_where(q)}"
         lines.append(style.paint("rejected", "bold", "red") + f"  {style.bold(who)}")
         rows = [["reason", r.reason]]
+        if r.blocked_by:
+            rows.append(["blocked by", r.blocked_by.replace("_", "-")])
         if r.rule is not None:
             rows.append(["decided by", f"{r.rule.id}  " + style.cyan(r.rule.location)])
         lines += align(rows, style)
