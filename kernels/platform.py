@@ -31,7 +31,8 @@ Capability = tuple[int, int]
 _DOTTED = re.compile(r"^\s*(?:sm_?)?(\d+)\.(\d+)\s*$", re.IGNORECASE)
 _SM = re.compile(r"^\s*sm_?(\d+)\s*$", re.IGNORECASE)
 # gfx<major><minor hex digit><stepping hex digit>: gfx942 -> 9.4, gfx1100 -> 11.0
-_GFX = re.compile(r"^\s*gfx(\d+)([0-9a-f])([0-9a-f])\s*$", re.IGNORECASE)
+# torch's gcnArchName may carry target features: "gfx942:sramecc+:xnack-".
+_GFX = re.compile(r"^\s*gfx(\d+)([0-9a-f])([0-9a-f])(?::[\w+-]+)*\s*$", re.IGNORECASE)
 
 
 def parse_capability(value: Any) -> Capability | None:
@@ -41,7 +42,7 @@ def parse_capability(value: Any) -> Capability | None:
     digit is the minor), ``"gfx942"``, an int major (minor 0), or a float such
     as ``9.0``. Raises ValueError for anything else, naming the input.
     """
-    if value is None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "unknown", "none")):
         return None
     if isinstance(value, bool):
         raise ValueError(f"not a compute capability: {value!r}")

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import dsv4sel.kernels as kernels
+from kernel_fixtures import device, gen  # noqa: F401  (pytest fixtures)
 from dsv4sel.kernels.base import SparseMLAImpl
 from dsv4sel.kernels.errors import KernelUnavailableError, UnknownLayoutError, UnsupportedLayoutError
 from dsv4sel.kernels.flashinfer import DeepseekV4FlashInferMLASparseImpl
@@ -643,7 +644,7 @@ def test_aiter_mapping(fake_module, gen) -> None:
 @pytest.mark.parametrize(
     ("value", "expected"),
     [((9, 0), (9, 0)), ("9.0", (9, 0)), ("sm_90", (9, 0)), ("sm100", (10, 0)), ("12.1", (12, 1)),
-     (10, (10, 0)), (9.0, (9, 0)), ("gfx942", (9, 4)), ("gfx950", (9, 5)), ("gfx1100", (11, 0)), (None, None)],
+     (10, (10, 0)), (9.0, (9, 0)), ("gfx942", (9, 4)), ("gfx950", (9, 5)), ("gfx1100", (11, 0)), ("gfx942:sramecc+:xnack-", (9, 4)), (None, None), ("unknown", None)],
 )
 def test_parse_capability(value, expected) -> None:
     assert parse_capability(value) == expected

@@ -1,4 +1,7 @@
-"""Fixtures for the dsv4sel.kernels tests.
+"""Fixtures for the dsv4sel.kernels tests, imported by each test module.
+
+Not a conftest.py: the core's tests import their own ``conftest`` module by
+name, and a second conftest.py here would shadow it.
 
 ``device`` runs a test on the CPU and on a CUDA GPU (marked ``gpu``; skipped,
 with the reason, where torch sees none). The kernel libraries are never needed: contract tests inject
