@@ -4,8 +4,8 @@
 ``A x Y`` become ``A x (X | Y)``), repeatedly, so a gap the scan reports as
 many pieces reads as one or two lines. :class:`CubeWriter` turns a cube over
 the fused dimensions of :mod:`dsv4sel.space` (plus a set of requested
-backends) into public :class:`~dsv4sel.findings.Cube` values, one per
-product of per-input values, e.g.
+backends) into public :class:`~dsv4sel.findings.Cube` values (per-input
+value lists, read with capability scoped by platform), e.g.
 ``model=* platform=cuda capability=12.x backend=<none> kv_cache_dtype=float16``.
 """
 
@@ -117,7 +117,10 @@ class CubeWriter:
         by_parent: dict[str, list[tuple[str, ...]]] = {}
         for row in rows:
             by_parent.setdefault(row[0], []).append(row[1:])
-        # parents with the same children are written together: platform=cuda,rocm capability=unknown
+        if len(d.inputs) == 2:
+            return self._scoped_groups(d.inputs[0], d.inputs[1], {p: [k[0] for k in kids]
+                                                                 for p, kids in by_parent.items()})
+        # several inputs scoped by one parent (rare): exact products only
         by_children: dict[tuple, list[str]] = {}
         for parent, kids in by_parent.items():
             by_children.setdefault(tuple(kids), []).append(parent)
@@ -133,6 +136,26 @@ class CubeWriter:
                 for k in kids:
                     out.append({d.inputs[0]: tuple(parents), **{n: (v,) for n, v in zip(d.inputs[1:], k)}})
         return out
+
+    def _scoped_groups(self, parent: str, child: str, kids_of: dict[str, list[str]]) -> list[dict]:
+        """Parents written together when one child list fits them all, read
+        with scoping: ``platform=cuda,rocm capability=*`` is every declared
+        capability of cuda and of rocm."""
+        decl = self.inputs[child]
+        scope = {p: set(decl.values_for({parent: p})) for p in kids_of}
+        groups: list[tuple[list[str], set[str]]] = []
+        for p, kids in kids_of.items():
+            for members, union in groups:
+                joined = union | set(kids)
+                if all(set(kids_of[q]) == joined & scope[q] for q in (*members, p)):
+                    members.append(p)
+                    union |= set(kids)
+                    break
+            else:
+                groups.append(([p], set(kids)))
+        order = {v: i for i, v in enumerate(decl.values)}
+        return [{parent: tuple(members), child: tuple(sorted(union, key=order.__getitem__))}
+                for members, union in groups]
 
     def cubes(self, box: Box, backends: Iterable[str | None]) -> list[Cube]:
         """``box`` x ``backends`` as a list of :class:`Cube` (usually one)."""
@@ -152,6 +175,10 @@ class CubeWriter:
         for values in combos:
             values[BACKEND] = backend_values
             items = tuple((n, values[n]) for n in self.order)
+            scopes = tuple(
+                (name, decl.by, tuple((p, tuple(decl.values_for({decl.by: p}))) for p in values[decl.by]))
+                for name, decl in ((n, self.inputs[n]) for n in self.order if n != BACKEND)
+                if decl.by is not None)
             parts = []
             for name, vals in items:
                 if name == BACKEND:
@@ -160,7 +187,7 @@ class CubeWriter:
                     decl = self.inputs[name]
                     domain = self._domain(name, values.get(decl.by) if decl.by else None)
                 parts.append(f"{name}={describe(vals, domain)}")
-            out.append(Cube(items, " ".join(parts)))
+            out.append(Cube(items, " ".join(parts), scopes))
         return out
 
     def input(self, point: Mapping[str, str], backend: str | None) -> Input:

@@ -64,24 +64,29 @@ class Input:
 @dataclass(frozen=True)
 class Cube:
     """A set of inputs written compactly: every input with the values it
-    takes; the set is the product of them (every combination is a declared
-    input). ``text`` abbreviates: ``*`` for all declared values, ``12.x`` for
-    a whole family, ``not(a,b)`` for all but a few."""
+    takes. The set is the product of them, keeping only declared inputs:
+    ``scopes`` lists, for each scoped input (capability), its parent input
+    (platform) and the values declared per parent value, so
+    ``platform=cuda,rocm capability=*`` means every capability of either.
+    ``text`` abbreviates: ``*`` for all declared values, ``12.x`` for a
+    whole family, ``not(a,b)`` for all but a few."""
 
     values: tuple[tuple[str, tuple[str | None, ...]], ...]
     text: str
-
-    @property
-    def size(self) -> int:
-        n = 1
-        for _, vals in self.values:
-            n *= len(vals)
-        return n
+    scopes: tuple[tuple[str, str, tuple[tuple[str, tuple[str, ...]], ...]], ...] = ()
 
     def points(self) -> Iterator[dict[str, str | None]]:
         names = [k for k, _ in self.values]
+        allowed = [(child, parent, {p: set(vals) for p, vals in table})
+                   for child, parent, table in self.scopes]
         for combo in itertools.product(*(v for _, v in self.values)):
-            yield dict(zip(names, combo))
+            point = dict(zip(names, combo))
+            if all(point[child] in table.get(point[parent], ()) for child, parent, table in allowed):
+                yield point
+
+    @property
+    def size(self) -> int:
+        return sum(1 for _ in self.points())
 
     def __str__(self) -> str:
         return self.text

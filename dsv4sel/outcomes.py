@@ -49,12 +49,13 @@ def needs_regions(rule) -> bool:
 def render_fields(rule, values: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The rule's selection fields and rewrites rendered with ``values``
     (input name -> value, plus ``backend``)."""
+    raw = dict(rule.outcome.fields)
     fields = {}
     for key in SELECTION_FIELDS:
-        v = rule.outcome.field(key)
+        v = raw.get(key)
         fields[key] = render(v, values) if isinstance(v, str) else v
     rewrites = {k: render(v, values) if isinstance(v, str) else v
-                for k, v in (rule.outcome.field("rewrites") or {}).items()}
+                for k, v in (raw.get("rewrites") or {}).items()}
     return fields, rewrites
 
 
@@ -71,6 +72,7 @@ class FieldChecker:
         self._layouts = layouts
         self._layout_error: str | None = None
         self._impl_memo: dict[str, str | None] = {}
+        self._fields_memo: dict[tuple, list[tuple[str, str]]] = {}
 
     def layouts(self) -> Mapping[str, Any] | None:
         if self._layouts is None and self._layout_error is None:
@@ -113,6 +115,13 @@ class FieldChecker:
 
     def field_problems(self, fields: Mapping[str, Any]) -> list[tuple[str, str]]:
         """``(kind, message)`` for each problem of one rendered selection."""
+        key = (fields["impl"], fields["layout"], fields["torch_dtype"], fields["bytes_per_token"])
+        hit = self._fields_memo.get(key)
+        if hit is None:
+            hit = self._fields_memo[key] = self._field_problems(fields)
+        return hit
+
+    def _field_problems(self, fields: Mapping[str, Any]) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
         problem = self.impl_problem(fields["impl"])
         if problem:

@@ -97,6 +97,8 @@ class Space:
             n: (d.index, k) for d in self.dims for k, n in enumerate(d.inputs)}
         self._index = [{v: i for i, v in enumerate(d.values)} for d in self.dims]
         self._cond_memo: dict[tuple, int] = {}
+        self._full = tuple(d.full for d in self.dims)
+        self._single = tuple(len(d.inputs) == 1 for d in self.dims)
 
     # ----------------------------------------------------------- building
     @property
@@ -110,30 +112,36 @@ class Space:
         inputs not named accept everything. Memoized per distinct condition,
         because generated and hand-written tables repeat them a lot.
         """
-        by_name = dict(conditions)
-        out = []
-        for d in self.dims:
-            sets = tuple(by_name.get(n) for n in d.inputs)
-            if all(s is None for s in sets):
-                out.append(d.full)
-                continue
-            key = (d.index, sets)
-            bits = self._cond_memo.get(key)
-            if bits is None:
-                if len(d.inputs) == 1:
-                    index = self._index[d.index]
+        out = list(self._full)
+        fused: dict[int, dict[str, frozenset]] = {}
+        for name, values in conditions:
+            di, _ = self.where[name]
+            if self._single[di]:
+                key = (di, values)
+                bits = self._cond_memo.get(key)
+                if bits is None:
+                    index = self._index[di]
                     bits = 0
-                    for v in sets[0]:
+                    for v in values:
                         i = index.get((v,))
                         if i is not None:
                             bits |= 1 << i
-                else:
-                    bits = 0
-                    for i, row in enumerate(d.values):
-                        if all(s is None or v in s for s, v in zip(sets, row)):
-                            bits |= 1 << i
+                    self._cond_memo[key] = bits
+                out[di] = bits
+            else:
+                fused.setdefault(di, {})[name] = values
+        for di, by_name in fused.items():
+            d = self.dims[di]
+            sets = tuple(by_name.get(n) for n in d.inputs)
+            key = (di, sets)
+            bits = self._cond_memo.get(key)
+            if bits is None:
+                bits = 0
+                for i, row in enumerate(d.values):
+                    if all(s is None or v in s for s, v in zip(sets, row)):
+                        bits |= 1 << i
                 self._cond_memo[key] = bits
-            out.append(bits)
+            out[di] = bits
         return tuple(out)
 
     def point_cube(self, point: Mapping[str, str]) -> Box | None:

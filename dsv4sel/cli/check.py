@@ -4,9 +4,11 @@ Prints every finding (``file:line[:column]: severity [kind] message``, then
 the rules involved and one concrete input), the coverage figures (inputs
 that select, reject or are undecided; per requested backend and per rule)
 and a summary line. ``--json`` prints :meth:`dsv4sel.findings.Report.to_dict`
-instead. Exit status: 0 clean, 1 findings, 2 unusable input (a path that
-does not exist, a directory without rule files, bad arguments), 3 an
-internal error (a bug in dsv4sel). Never a traceback.
+instead. ``--rules`` adds packs on top of the default rule set and
+``--only-rules`` checks them alone, as for the other subcommands. Exit
+status: 0 clean, 1 findings, 2 unusable input (a path that does not exist,
+a directory without rule files, bad arguments), 3 an internal error (a bug
+in dsv4sel). Never a traceback.
 """
 
 from __future__ import annotations
@@ -24,20 +26,41 @@ def add_parser(sub) -> None:
         description="Load, validate and compile the rule files, then verify them over the whole decision "
                     "space: gaps, overlaps, shadowed, dead and redundant rules, dangling references, impl "
                     "classes, layouts, rewrite fixpoints. Exit 0 clean, 1 findings, 2 unusable input.")
+    # the same rule options as the other subcommands, so that `check` proves
+    # exactly the rule set `explain --rules ...` would use
     p.add_argument("--rules", action="extend", nargs="+", metavar="PATH", default=None,
-                   help="rule files or directories to check instead of the default rule set "
+                   help="rule packs (directories or files) to check on top of the default rule set "
                         "(shipped rules, installed packs, DSV4SEL_RULES_PATH); repeatable")
+    p.add_argument("--only-rules", action="store_true",
+                   help="check only the --rules paths, without the default rule set")
+    p.add_argument("--allow-impl-module", action="append", metavar="MODULE", default=None,
+                   help="also allow impl classes from MODULE (for a directory pack's own code)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=run)
 
 
+def _rules(args: argparse.Namespace):
+    """The ``rules`` argument of :func:`dsv4sel.verify` the options name."""
+    from ..sources import default_packs
+
+    if not args.rules:
+        return None
+    return list(args.rules) if args.only_rules else [*default_packs(), *args.rules]
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.only_rules and not args.rules:
+        print("dsv4sel check: --only-rules needs at least one --rules PATH", file=sys.stderr)
+        return EXIT_UNUSABLE
     try:
+        from .. import DEFAULT_ALLOWED_IMPL_MODULES
         from ..findings import VerifyError
         from ..verifier import verify
 
+        allowed = ((*DEFAULT_ALLOWED_IMPL_MODULES, *args.allow_impl_module)
+                   if args.allow_impl_module else None)
         try:
-            report = verify(args.rules)
+            report = verify(_rules(args), allowed_impl_modules=allowed)
         except VerifyError as exc:
             print(f"dsv4sel check: {exc}", file=sys.stderr)
             return EXIT_UNUSABLE
@@ -66,8 +89,10 @@ def _table(rows: list[tuple], right: set[int]) -> list[str]:
 
 def render(report) -> str:
     """The human-readable report (the text ``dsv4sel check`` prints)."""
-    lines = [f"dsv4sel check: {len(report.sources)} files, {report.rule_count} rules, "
-             f"{report.table_count} tables"]
+    head = f"dsv4sel check: {len(report.sources)} files"
+    if report.analysed:
+        head += f", {report.rule_count} rules, {report.table_count} tables"
+    lines = [head]
     for f in report.findings:
         lines.append(str(f))
         if f.rules:
