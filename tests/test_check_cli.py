@@ -1,0 +1,117 @@
+"""``dsv4sel check`` as a user runs it: a subprocess, real exit status."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from test_verify import DEFAULTS, HEAD, VOCAB  # noqa: E402
+from test_verify_properties import _v41_kernels_missing  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = Path(sys.executable).with_name("dsv4sel")
+COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [
+    sys.executable, "-c", "import sys; from dsv4sel.cli import main; sys.exit(main())"]
+
+
+def check(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("DSV4SEL_RULES_PATH", None)  # the default rule set, exactly
+    proc = subprocess.run([*COMMAND, "check", *args], capture_output=True, text=True, cwd=cwd, env=env,
+                          timeout=120)
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    return proc
+
+
+def write(directory: Path, files: dict[str, str]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (directory / name).write_text(text)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return check()
+
+
+@pytest.mark.xfail(_v41_kernels_missing(), strict=True,
+                   reason="shipped V4.1 rules name dsv4sel.kernels.v41 impls and layouts fp8_ds_mla_v41/"
+                          "nvfp4_ds_mla that dsv4sel.kernels does not define yet")
+def test_shipped_rules_are_clean(shipped):
+    assert shipped.returncode == 0, shipped.stdout
+    assert "clean:" in shipped.stdout.splitlines()[-1]
+
+
+def test_shipped_rules_report_coverage(shipped):
+    out = shipped.stdout
+    match = re.search(r"coverage: (\d+) points x (\d+) backend choices .* = (\d+) inputs", out)
+    assert match and int(match[1]) * int(match[2]) == int(match[3])
+    totals = re.search(r"select (\d+), reject (\d+), undecided (\d+)", out)
+    assert int(totals[1]) + int(totals[2]) + int(totals[3]) == int(match[3]) and totals[3] == "0"
+    assert re.search(r"^  <none>\s+\S+\s+\d+\s+\d+\s+0$", out, re.M)
+    assert re.search(r"^  not-a-dsv4-backend\s+rules/not_dsv4.yaml:\d+\s+reject\s+\d+\s+\d+$", out, re.M)
+    # every finding of the shipped rules is a kernels gap, not a structural one
+    kinds = set(re.findall(r"^\S+: (?:error|warning) \[(\w+)\]", out, re.M))
+    assert kinds <= {"impl", "layout"}, kinds
+
+
+def test_bad_rule_dir_gives_locations_and_exit_1(tmp_path):
+    rules = write(tmp_path / "bad", {
+        "vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULTS,
+        "a.yaml": HEAD.format(policy="first") + "  - id: a-typo\n    when: {kv_cache_dtype: fp8_ds_mal}\n"
+                                                "    reject: {reason: typo}\n"})
+    proc = check("--only-rules", "--rules", str(rules), cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "bad/a.yaml:13:28: error [vocabulary] 'fp8_ds_mal' is not a declared value of 'kv_cache_dtype'; " \
+           "did you mean 'fp8_ds_mla'?" in proc.stdout
+    assert proc.stdout.rstrip().endswith("the decision space was not analysed: fix the problems above first")
+
+
+def test_gap_and_overlap_with_counterexamples(tmp_path):
+    rules = write(tmp_path / "gappy", {
+        "vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULTS,
+        "a.yaml": HEAD.format(policy="unique") + (
+            "  - id: a-cuda\n    when: {platform: cuda, kv_cache_dtype: [auto, fp8]}\n    reject: {reason: x}\n"
+            "  - id: a-fp8\n    when: {kv_cache_dtype: fp8}\n    reject: {reason: y}\n")})
+    proc = check("--only-rules", "--rules", str(rules), cwd=tmp_path)
+    assert proc.returncode == 1
+    out = proc.stdout
+    assert ("gappy/a.yaml:1: error [gap] no rule of table A decides 28 inputs (routed there by d-all "
+            "(gappy/defaults.yaml:4)): model=* platform=* capability=* backend=* kv_cache_dtype=float16,fp8_ds_mla"
+            in out)
+    assert re.search(r"^gappy/a.yaml:12: error \[overlap\] rules a-cuda and a-fp8 \(gappy/a.yaml:15\) both match "
+                     r"5 inputs of table A, whose hit policy is unique: model=\* platform=cuda capability=\* "
+                     r"backend=A kv_cache_dtype=fp8$", out, re.M)
+    assert "model=* platform=rocm capability=* backend=* kv_cache_dtype=auto" in out
+    assert "    e.g.:    model=m platform=cuda capability=9.0 backend=A kv_cache_dtype=fp8" in out
+    assert out.rstrip().endswith("findings: 3 errors, 0 warnings")
+
+
+def test_json_output(tmp_path):
+    rules = write(tmp_path / "ok", {
+        "vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULTS,
+        "a.yaml": HEAD.format(policy="first") + "  - id: a-all\n    reject: {reason: never}\n"})
+    proc = check("--only-rules", "--rules", str(rules), "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout
+    data = json.loads(proc.stdout)
+    assert data["ok"] is True and data["findings"] == []
+    # 7 platform/capability pairs x 4 dtypes, asked with no backend and with A
+    assert data["coverage"]["totals"] == {"select": 0, "reject": 56, "undecided": 0, "total": 56}
+
+
+def test_unusable_input_exits_2(tmp_path):
+    missing = check("--rules", str(tmp_path / "missing"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr and missing.stdout == ""
+    empty = check("--only-rules", "--rules", str(write(tmp_path / "empty", {})))
+    assert empty.returncode == 2 and "no rule files" in empty.stderr
+    bare = check("--only-rules")
+    assert bare.returncode == 2 and "--only-rules needs" in bare.stderr
