@@ -16,6 +16,8 @@ jsonschema: compiled rules are cached by content hash (see :mod:`dsv4sel.cache`)
 
 from __future__ import annotations
 
+import os
+
 __version__ = "0.1.0"
 
 from .errors import ImplLoadError, InvalidQuery, Problem, RuleError, SelectionError  # noqa: E402
@@ -72,6 +74,9 @@ def load_rules(paths=None, *, allowed_impl_modules=None, use_cache: bool = True)
         if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") or isinstance(paths, _sources.Pack):
             paths = [paths]
         packs = [p if isinstance(p, _sources.Pack) else _sources.directory_pack(str(p)) for p in paths]
+    # the same directory reached twice (an installed pack also on DSV4SEL_RULES_PATH) loads once
+    seen: set[str] = set()
+    packs = [p for p in packs if not (os.path.realpath(p.path) in seen or seen.add(os.path.realpath(p.path)))]
     srcs = [s for pack in packs for s in pack.sources()]
     extra_modules = tuple(m for pack in packs for m in pack.impl_modules)
     allowed = tuple(dict.fromkeys((*(allowed_impl_modules or DEFAULT_ALLOWED_IMPL_MODULES), *extra_modules)))

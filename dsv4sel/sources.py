@@ -88,8 +88,10 @@ def shipped_sources() -> list[Source]:
 
 def directory_pack(path: str) -> Pack:
     """A pack from a directory (or file) named on the command line or in the environment."""
-    name = os.path.basename(os.path.normpath(path)) or path
-    return Pack(os.path.splitext(name)[0], path)
+    parts = os.path.normpath(os.path.abspath(path)).split(os.sep)
+    # a pack's YAML usually sits in a folder named `rules`; the folder above names the pack
+    name = parts[-2] if parts[-1] == "rules" and len(parts) > 1 else parts[-1]
+    return Pack(os.path.splitext(name)[0] or path, path)
 
 
 def _path_stamp() -> tuple:

@@ -1,4 +1,4 @@
-"""The ``dsv4sel`` command: explain, check, table, doctor.
+"""The ``dsv4sel`` command: explain, check, table, doctor, diff.
 
 Each subcommand lives in its own module with ``add_parser(subparsers)`` and
 ``run(args) -> int``. Exit codes: 0 success, 1 a finding or a rejection,
@@ -13,9 +13,9 @@ import sys
 
 from .. import __version__
 from ..errors import RuleError, SelectionError
-from . import check, doctor, explain, table
+from . import check, diff, doctor, explain, table
 
-COMMANDS = (explain, check, table, doctor)
+COMMANDS = (explain, check, table, doctor, diff)
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 

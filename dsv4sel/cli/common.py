@@ -1,4 +1,10 @@
-"""Helpers shared by the subcommands: loading rules from --rules options."""
+"""Helpers shared by the subcommands: which rules a command works on.
+
+``--rules PATH`` adds a rule pack (a directory or file) on top of the default
+rule set (shipped rules, installed packs, ``DSV4SEL_RULES_PATH``);
+``--only-rules`` makes the given paths the whole rule set. Impl classes of a
+directory pack must be allowed explicitly with ``--allow-impl-module``.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,38 @@ import argparse
 
 
 def add_rules_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rules", action="append", metavar="PATH", default=None,
-                        help="rule file or directory to use instead of the shipped rules (repeatable)")
+    group = parser.add_argument_group("rules")
+    group.add_argument("--rules", action="append", metavar="PATH", default=None,
+                       help="add a rule pack (directory or file) on top of the default rules (repeatable)")
+    group.add_argument("--only-rules", action="store_true",
+                       help="use only the --rules paths, not the shipped rules and installed packs")
+    group.add_argument("--allow-impl-module", action="append", metavar="MODULE", default=None,
+                       help="also allow impl classes from MODULE (for a directory pack's own code)")
+
+
+def rule_paths(args: argparse.Namespace) -> list | None:
+    """The ``paths`` argument for :func:`dsv4sel.load_rules` (None: the default set)."""
+    from ..sources import default_packs
+
+    if not getattr(args, "rules", None):
+        return None
+    if getattr(args, "only_rules", False):
+        return list(args.rules)
+    return [*default_packs(), *args.rules]
+
+
+def allowed_modules(args: argparse.Namespace) -> tuple[str, ...] | None:
+    from .. import DEFAULT_ALLOWED_IMPL_MODULES
+
+    extra = getattr(args, "allow_impl_module", None)
+    return (*DEFAULT_ALLOWED_IMPL_MODULES, *extra) if extra else None
 
 
 def load(args: argparse.Namespace):
-    """The RuleSet named by ``--rules`` (the shipped rules when absent)."""
+    """The RuleSet the options name (the default rule set when none)."""
     from .. import default_rules, load_rules
 
-    return load_rules(args.rules) if args.rules else default_rules()
+    paths, allowed = rule_paths(args), allowed_modules(args)
+    if paths is None and allowed is None:
+        return default_rules()
+    return load_rules(paths, allowed_impl_modules=allowed)

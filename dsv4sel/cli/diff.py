@@ -1,0 +1,51 @@
+"""``dsv4sel diff OLD NEW``: every input whose outcome changes between two rule sets."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "diff", help="list every input whose selection changes between two rule sets",
+        description="Compare two rule sets over the union of their decision spaces and list every "
+                    "input whose outcome changes, grouped into cubes, with both outcomes. The review "
+                    "tool for a pull request that edits rules. Exit 0: no change, 1: changes, "
+                    "2: unusable input.")
+    p.add_argument("old", metavar="OLD", help="the old rule directory (or file)")
+    p.add_argument("new", metavar="NEW", help="the new rule directory (or file)")
+    p.add_argument("--pack", action="store_true",
+                   help="OLD and NEW are packs: compare default rules + OLD with default rules + NEW")
+    p.add_argument("--allow-impl-module", action="append", metavar="MODULE", default=None,
+                   help="also allow impl classes from MODULE")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import load_rules
+    from ..diff import describe_outcome, diff
+    from ..sources import default_packs
+    from .common import allowed_modules
+
+    allowed = allowed_modules(args)
+    base = default_packs() if args.pack else []
+    old = load_rules([*base, args.old], allowed_impl_modules=allowed)
+    new = load_rules([*base, args.new], allowed_impl_modules=allowed)
+    result = diff(old, new)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return 1 if result.changes else 0
+    if not result.changes:
+        print(f"no change: {result.compared} inputs decide the same way")
+        return 0
+    print(f"{result.changed} of {result.compared} inputs change, in {len(result.changes)} groups")
+    for change in result.changes:
+        print()
+        print(f"{change.count} input{'s' if change.count != 1 else ''}:")
+        for cube in change.cubes:
+            print(f"  {cube}")
+        print(f"  old: {describe_outcome(change.old)}")
+        print(f"  new: {describe_outcome(change.new)}")
+    return 1

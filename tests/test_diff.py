@@ -1,0 +1,85 @@
+"""dsv4sel diff: the review tool for a pull request that edits rules."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+DSV4SEL = [os.path.join(os.path.dirname(sys.executable), "dsv4sel")]
+
+
+def run(*args, cwd=None):
+    return subprocess.run([*DSV4SEL, *args], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.fixture
+def edited_rules(tmp_path):
+    """A copy of the shipped rules in which SM12x defaults to FlashMLA."""
+    copy = tmp_path / "rules"
+    shutil.copytree(os.path.join(REPO, "rules"), copy)
+    path = copy / "defaults.yaml"
+    text = path.read_text()
+    edited = text.replace("capability: 12.x}\n    use: FLASHINFER_MLA_SPARSE_DSV4",
+                          "capability: 12.x}\n    use: FLASHMLA_SPARSE_DSV4")
+    assert edited != text
+    path.write_text(edited)
+    return str(copy)
+
+
+def test_identical_rule_sets_exit_zero():
+    rules = os.path.join(REPO, "rules")
+    result = run("diff", rules, rules)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("no change: ")
+
+
+def test_changes_are_grouped_into_cubes_with_both_outcomes(edited_rules):
+    result = run("diff", os.path.join(REPO, "rules"), edited_rules)
+    assert result.returncode == 1, result.stderr
+    out = result.stdout
+    assert "68 of " in out.splitlines()[0]
+    assert ("model=deepseek_v4 platform=cuda capability=12.x backend=<none> "
+            "kv_cache_dtype=auto,fp8,fp8_e4m3 mega_attn=*") in out
+    assert "old: select FLASHINFER_MLA_SPARSE_DSV4 layout=fp8_ds_mla" in out
+    assert "new: reject (FLASHMLA_SPARSE_DSV4): FlashMLA's sparse kernels are built for SM90 and SM100 only" in out
+
+
+def test_json_output_counts_every_changed_input(edited_rules):
+    result = run("diff", "--json", os.path.join(REPO, "rules"), edited_rules)
+    assert result.returncode == 1
+    data = json.loads(result.stdout)
+    assert data["changed"] == sum(c["inputs"] for c in data["changes"]) == 68
+    assert data["compared"] > 40000
+
+
+def test_moving_a_rule_is_not_a_change(tmp_path):
+    copy = tmp_path / "rules"
+    shutil.copytree(os.path.join(REPO, "rules"), copy)
+    path = copy / "flashmla.yaml"
+    path.write_text(path.read_text().replace("rules:\n", "rules:\n\n\n  # moved down three lines\n", 1))
+    result = run("diff", os.path.join(REPO, "rules"), str(copy))
+    assert result.returncode == 0, result.stdout
+
+
+def test_a_bad_side_is_unusable_input_with_its_location(tmp_path):
+    result = run("diff", os.path.join(REPO, "rules"), str(tmp_path / "missing"))
+    assert result.returncode == 2
+    assert "cannot read rule file" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_pack_diff_compares_the_default_rules_with_and_without_it(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "vocabulary.yaml").write_text("kind: vocabulary\ninputs:\n  model: {values: [deepseek_v4]}\n")
+    pack = os.path.join(REPO, "examples", "b12x-pack", "dsv4sel_b12x", "rules")
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "examples", "b12x-pack"))
+    result = subprocess.run([*DSV4SEL, "diff", "--pack", "--allow-impl-module", "dsv4sel_b12x", str(empty), pack],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode == 1, result.stderr
+    assert "platform=cuda capability=12.1 backend=<none>" in result.stdout
+    assert "new: select B12X_MLA_SPARSE" in result.stdout

@@ -1,0 +1,119 @@
+"""Rule packs: installed (entry points), DSV4SEL_RULES_PATH and --rules; precedence and overrides."""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import dsv4sel
+from dsv4sel import RuleError
+from dsv4sel.sources import default_packs, directory_pack
+
+from conftest import REPO
+
+EXAMPLE = os.path.join(REPO, "examples", "b12x-pack")
+EXAMPLE_RULES = os.path.join(EXAMPLE, "dsv4sel_b12x", "rules")
+
+
+@pytest.fixture
+def example_importable(monkeypatch):
+    monkeypatch.syspath_prepend(EXAMPLE)
+
+
+def with_example(**kw):
+    return dsv4sel.load_rules([*default_packs(), EXAMPLE_RULES],
+                              allowed_impl_modules=("dsv4sel.kernels", "dsv4sel_b12x"), **kw)
+
+
+def test_a_directory_pack_adds_a_backend_and_names_itself(example_importable):
+    rules = with_example()
+    sel = dsv4sel.select(platform="cuda", capability="12.0", backend="B12X_MLA_SPARSE", rules=rules)
+    assert (sel.backend, sel.layout, sel.bytes_per_token) == ("B12X_MLA_SPARSE", "fp8_ds_mla", 584)
+    assert sel.rule.pack == "dsv4sel_b12x" and sel.rule.file.endswith("dsv4sel_b12x/rules/b12x.yaml")
+    assert sel.load_impl().__name__ == "B12XMLASparseImpl"
+
+
+def test_a_pack_overrides_a_default_only_where_it_says_so(example_importable):
+    rules = with_example()
+    assert dsv4sel.select(platform="cuda", capability="12.1", rules=rules).backend == "B12X_MLA_SPARSE"
+    # SM120 keeps the shipped default: the pack's override names 12.1 only
+    assert dsv4sel.select(platform="cuda", capability="12.0", rules=rules).backend == "FLASHINFER_MLA_SPARSE_DSV4"
+
+
+def test_without_override_a_pack_default_cannot_displace_the_shipped_one(tmp_path):
+    pack = tmp_path / "quiet"
+    pack.mkdir()
+    (pack / "defaults.yaml").write_text(textwrap.dedent("""\
+        kind: default
+        hit_policy: first
+        rules:
+          - id: quiet-default
+            when: {platform: cuda, capability: "12.1"}
+            use: FLASHMLA_SPARSE_DSV4
+        """))
+    rules = dsv4sel.load_rules([*default_packs(), str(pack)])
+    assert dsv4sel.select(platform="cuda", capability="12.1", rules=rules).backend == "FLASHINFER_MLA_SPARSE_DSV4"
+
+
+def test_a_pack_may_not_take_over_an_existing_backend_table(tmp_path):
+    pack = tmp_path / "hijack"
+    pack.mkdir()
+    (pack / "flashmla.yaml").write_text(textwrap.dedent("""\
+        kind: backend
+        backends: [FLASHMLA_SPARSE_DSV4]
+        hit_policy: first
+        rules:
+          - id: hijack
+            reject: {reason: taken}
+        """))
+    with pytest.raises(RuleError, match="backend FLASHMLA_SPARSE_DSV4 already has a table in rules/flashmla.yaml"):
+        dsv4sel.load_rules([*default_packs(), str(pack)])
+
+
+def test_override_is_refused_outside_the_default_decision(tmp_path):
+    pack = tmp_path / "bad"
+    pack.mkdir()
+    (pack / "x.yaml").write_text(textwrap.dedent("""\
+        kind: backend
+        backends: [X_DSV4]
+        hit_policy: first
+        rules:
+          - id: x-any
+            override: true
+            reject: {reason: taken}
+        """))
+    with pytest.raises(RuleError, match="`override` applies to default-backend rules only"):
+        dsv4sel.load_rules([*default_packs(), str(pack)])
+
+
+def test_a_directory_pack_cannot_import_its_impl_without_an_explicit_allowance():
+    with pytest.raises(RuleError, match="'dsv4sel_b12x.impl:B12XMLASparseImpl' is not in an allowed module"):
+        dsv4sel.load_rules([*default_packs(), EXAMPLE_RULES])
+
+
+def test_environment_packs_join_the_default_set(monkeypatch):
+    monkeypatch.setenv("DSV4SEL_RULES_PATH", os.pathsep.join([EXAMPLE_RULES, "/elsewhere/rules"]))
+    packs = default_packs()
+    assert [p.name for p in packs][:1] == ["dsv4sel"]
+    assert packs[-2] == directory_pack(EXAMPLE_RULES) and packs[-2].name == "dsv4sel_b12x"
+    assert packs[-1].path == "/elsewhere/rules"
+
+
+def test_an_installed_pack_is_found_through_its_entry_point(tmp_path):
+    site, source = tmp_path / "site", tmp_path / "src"
+    # build from a copy: an in-tree build leaves *.egg-info metadata next to the example
+    shutil.copytree(EXAMPLE, source)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-q",
+                    "--target", str(site), str(source)], check=True, capture_output=True)
+    code = textwrap.dedent("""\
+        import dsv4sel
+        sel = dsv4sel.select(platform="cuda", capability="12.1")
+        print(sel.backend, sel.rule.pack, sel.rule.file, sel.load_impl().__name__)
+        """)
+    env = dict(os.environ, PYTHONPATH=str(site), DSV4SEL_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=str(tmp_path), check=True).stdout.split()
+    assert out == ["B12X_MLA_SPARSE", "b12x", "b12x/b12x.yaml", "B12XMLASparseImpl"]

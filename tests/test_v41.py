@@ -1,0 +1,84 @@
+"""DeepSeek-V4.1, added as YAML: its own backends, never crossing with V4.0 classes."""
+
+import pytest
+
+import dsv4sel
+from dsv4sel import SelectionError
+
+V41 = dict(model="deepseek_v4_1", platform="cuda")
+V40_IMPLS = ("dsv4sel.kernels.flashmla:", "dsv4sel.kernels.flashinfer:", "dsv4sel.kernels.rocm:",
+             "dsv4sel.kernels.reference:")
+
+
+def test_sm12x_defaults_to_flashinfer_dsv41_in_blocks_of_64():
+    sel = dsv4sel.select(capability="12.0", **V41)
+    assert (sel.backend, sel.layout, sel.bytes_per_token, sel.block_size) == (
+        "FLASHINFER_MLA_SPARSE_DSV41", "fp8_ds_mla_v41", 528, 64)
+    assert dict(sel.rewrites) == {"cache_dtype": "fp8_ds_mla"}
+
+
+def test_sm100_gets_mega_attention_when_available():
+    sel = dsv4sel.select(capability="10.0", mega_attn="available", **V41)
+    assert sel.backend == "FLASHMLA_MEGA_ATTN_DSV41"
+    assert sel.impl == "dsv4sel.kernels.v41:DeepseekV41MegaAttnImpl"
+    assert (sel.layout, sel.bytes_per_token, sel.block_size) == ("fp8_ds_mla_v41", 528, 128)
+    assert "The compressed KV cache uses nvfp4_ds_mla (288 B/token)." in sel.messages
+
+
+def test_sm100_falls_back_to_flashmla_dsv41_without_mega_attention_and_says_why():
+    sel = dsv4sel.select(capability="10.0", **V41)
+    assert (sel.backend, sel.block_size) == ("FLASHMLA_SPARSE_DSV41", 128)
+    assert any("mega-attention is unavailable" in m for m in sel.messages)
+
+
+def test_sm90_uses_flashmla_dsv41_in_blocks_of_64():
+    sel = dsv4sel.select(capability="9.0", **V41)
+    assert (sel.backend, sel.block_size, sel.bytes_per_token) == ("FLASHMLA_SPARSE_DSV41", 64, 528)
+
+
+def test_nvfp4_ds_mla_is_kept_by_mega_attention_only():
+    sel = dsv4sel.select(capability="10.0", mega_attn="available", kv_cache_dtype="nvfp4_ds_mla", **V41)
+    assert (sel.layout, sel.cache_dtype, sel.bytes_per_token, dict(sel.rewrites)) == (
+        "nvfp4_ds_mla", "nvfp4_ds_mla", 288, {})
+    with pytest.raises(SelectionError):
+        dsv4sel.select(capability="10.0", kv_cache_dtype="nvfp4_ds_mla", **V41)
+    with pytest.raises(SelectionError):
+        dsv4sel.select(platform="cuda", capability="10.0", kv_cache_dtype="nvfp4_ds_mla")
+
+
+def test_requesting_mega_attention_when_unavailable_is_rejected_with_the_alternative():
+    with pytest.raises(SelectionError, match="mega-attention ops are unavailable") as info:
+        dsv4sel.select(capability="10.0", backend="FLASHMLA_MEGA_ATTN_DSV41", **V41)
+    assert any("FLASHMLA_SPARSE_DSV41" in s for s in info.value.suggestions)
+
+
+@pytest.mark.parametrize("backend", ["FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4",
+                                     "ROCM_FLASHMLA_SPARSE_DSV4", "CPU_V4_MLA_SPARSE"])
+def test_a_v41_query_never_resolves_a_v40_backend(backend):
+    with pytest.raises(SelectionError, match="serves deepseek_v4 only"):
+        dsv4sel.select(capability="10.0", backend=backend, **V41)
+
+
+@pytest.mark.parametrize("backend", ["FLASHMLA_SPARSE_DSV41", "FLASHINFER_MLA_SPARSE_DSV41",
+                                     "FLASHMLA_MEGA_ATTN_DSV41"])
+def test_a_v40_query_never_resolves_a_v41_backend(backend):
+    with pytest.raises(SelectionError, match="serves deepseek_v4_1 only"):
+        dsv4sel.select(platform="cuda", capability="10.0", backend=backend, mega_attn="available")
+
+
+def test_no_selection_anywhere_crosses_models():
+    rules = dsv4sel.default_rules()
+    for key, index in rules._table.items():
+        row = rules._outcomes[index]
+        if row[0] != "select":
+            continue
+        model, impl = key[0], row[2]
+        if model == "deepseek_v4_1":
+            assert impl.startswith("dsv4sel.kernels.v41:"), (key, impl)
+        else:
+            assert impl.startswith(V40_IMPLS), (key, impl)
+
+
+def test_v41_on_rocm_is_rejected_by_the_default_decision():
+    with pytest.raises(SelectionError, match="no DeepSeek-V4.1 attention backend runs on rocm"):
+        dsv4sel.select(model="deepseek_v4_1", platform="rocm", capability="gfx942")
