@@ -33,13 +33,17 @@ class _Impl:
 
 
 def _install_stand_ins() -> None:
-    """Modules the seed imports inside its functions, as cheap stand-ins."""
+    """Modules the seed imports inside its functions, as cheap stand-ins. They get a
+    module spec like real modules: the import statement's fast path checks it."""
+    import importlib.util
+
     registry = types.ModuleType("seed_stub_registry")
     registry.AttentionBackendEnum = AttentionBackendEnum
     impls = types.ModuleType("seed_stub_impls")
     impls.FlashInferImpl = impls.RocmImpl = impls.FlashMLAImpl = _Impl
-    sys.modules["seed_stub_registry"] = registry
-    sys.modules["seed_stub_impls"] = impls
+    for module in (registry, impls):
+        module.__spec__ = importlib.util.spec_from_loader(module.__name__, loader=None)
+        sys.modules[module.__name__] = module
 
 
 _install_stand_ins()
