@@ -250,14 +250,17 @@ def _selection_dict(sel: Selection | None) -> dict[str, Any] | None:
 # ------------------------------------------------------------------ building
 
 def explain(rules: RuleSet, *, platform: Any, kv_cache_dtype: Any = "auto", backend: Any = None,
-            capability: Any = None, model: Any = "deepseek_v4",
+            capability: Any = None, model: Any = None,
             extra: Mapping[str, Any] | None = None) -> Explanation:
-    """Explain the decision for one raw query (arguments as :func:`dsv4sel.select`).
+    """Explain the decision for one raw query (arguments as :func:`dsv4sel.select`;
+    ``model`` None means the rules' default model).
 
     Raises :class:`~dsv4sel.InvalidQuery` (naming the valid values and the
     nearest one) when an input is outside the rules' vocabulary. A query that
     no backend serves is not an error here: the Explanation says why.
     """
+    if model is None:
+        model = rules.default_of("model") or rules.values("model")[0]
     query, notes = rules.normalize(platform=platform, kv_cache_dtype=kv_cache_dtype, backend=backend,
                                    capability=capability, model=model, extra=extra)
     return explain_query(rules, query, notes)
@@ -302,20 +305,15 @@ def _blocked_by(rules: RuleSet, query: Query, backend: str | None) -> str:
     pack-declared input (``mega_attn``...) when another value of it works, else
     the capability, the model, the platform, or ``backend`` when the backend
     selects nowhere at all. See :class:`Refusal`."""
-    kvs = rules.values("kv_cache_dtype")
-    combos = probe.extra_combos(rules)
-
-    def works(capability: str | None = None, extra: tuple | None = None) -> bool:
-        return any(probe.serves(probe.at(rules, query, backend, kv, capability, extra), backend) for kv in kvs)
-
-    if works():
+    here = (query.capability,)
+    if probe.serves_somewhere(rules, query, backend, here, [query.extra]):
         return "kv_cache_dtype"
-    for extra in combos:
-        if extra != query.extra and works(extra=extra):
+    for extra in probe.extra_combos(rules):
+        if extra != query.extra and probe.serves_somewhere(rules, query, backend, here, [extra]):
             return next(name for (name, value), (_, mine) in zip(extra, query.extra) if value != mine)
-    if any(works(cap, extra) for cap in rules.values("capability", query.platform) for extra in combos):
+    if probe.serves_somewhere(rules, query, backend):
         return "capability"
-    if any(probe.serves_platform(rules, query, backend, model)
+    if any(probe.serves_somewhere(rules, query, backend, model=model)
            for model in rules.values("model") if model != query.model):
         return "model"
     if backend is None or backend in rules.selectable_backends:
@@ -387,7 +385,7 @@ def nearest_alternatives(rules: RuleSet, query: Query, limit: int = 4) -> tuple[
             if not changes:
                 continue
             row = probe.at(rules, query, backend, kv)
-            if row[0] == "select":
+            if row[0] == "select":  # any backend: a hand-over (use:) is a fine alternative too
                 found.append((len(changes), brank, krank, backend, kv, changes, row))
     found.sort(key=lambda f: f[:3])
     picked: list[list] = []  # [backend, kv, changes, also, row]

@@ -12,9 +12,16 @@ A compiled outcome row is one of (see ``Program.to_table``)::
      block_size, rewrites, messages, path)
     ("reject", backend, reason, path, messages)
     ("gap", backend, table, path)
+
+Speed matters: ``dsv4sel explain`` runs a few thousand lookups per process
+within a cold-start budget. Keys are therefore built as plain tuples in the
+order of ``RuleSet.key`` (no Query objects), and "does this select backend
+X" is a membership test of the outcome index in a precomputed set.
 """
 
 from __future__ import annotations
+
+import weakref
 
 from .ruleset import RuleSet
 from .values import Query
@@ -26,6 +33,42 @@ DEFAULT_TABLE = "<default>"
 #: ``at(..., backend=KEEP)`` keeps the query's backend; None asks the platform default.
 KEEP = object()
 
+# RuleSet -> {backend or None: frozenset of outcome indices that select it}
+_serving_memo: "weakref.WeakKeyDictionary[RuleSet, dict]" = weakref.WeakKeyDictionary()
+
+
+def _memo(rules: RuleSet) -> dict:
+    memo = _serving_memo.get(rules)
+    if memo is None:
+        memo = _serving_memo[rules] = {}
+    return memo
+
+
+def _serving(rules: RuleSet, backend: str | None) -> frozenset[int]:
+    """Indices of the outcome rows that select ``backend`` itself (any backend for None)."""
+    memo = _memo(rules)
+    ids = memo.get(backend)
+    if ids is None:
+        ids = memo[backend] = frozenset(i for i, row in enumerate(rules._outcomes)
+                                        if row[0] == "select" and (backend is None or row[1] == backend))
+    return ids
+
+
+def _values(extra: tuple) -> tuple:
+    return tuple(v for _, v in extra)
+
+
+def index_at(rules: RuleSet, query: Query, backend=KEEP, kv_cache_dtype: str | None = None,
+             capability: str | None = None, extra: tuple | None = None, model: str | None = None) -> int:
+    """The outcome index for ``query`` with some inputs replaced (see :func:`at`)."""
+    key = (query.model if model is None else model, query.platform,
+           query.capability if capability is None else capability,
+           query.backend if backend is KEEP else backend,
+           query.kv_cache_dtype if kv_cache_dtype is None else kv_cache_dtype,
+           *_values(query.extra if extra is None else extra))
+    # normalize() admits only declared values, so every such point is in the table
+    return rules._table[key]
+
 
 def at(rules: RuleSet, query: Query, backend=KEEP, kv_cache_dtype: str | None = None,
        capability: str | None = None, extra: tuple | None = None, model: str | None = None) -> tuple:
@@ -34,13 +77,7 @@ def at(rules: RuleSet, query: Query, backend=KEEP, kv_cache_dtype: str | None = 
     ``backend`` None asks the platform default (no ``--attention-backend``);
     the other replacements default to the query's own values.
     """
-    point = Query(query.model if model is None else model, query.platform,
-                  query.capability if capability is None else capability,
-                  query.backend if backend is KEEP else backend,
-                  query.kv_cache_dtype if kv_cache_dtype is None else kv_cache_dtype,
-                  query.extra if extra is None else extra)
-    # normalize() admits only declared values, so every such point is in the table
-    return rules._outcomes[rules._table[rules.key(point)]]
+    return rules._outcomes[index_at(rules, query, backend, kv_cache_dtype, capability, extra, model)]
 
 
 def path_of(row: tuple) -> tuple[int, ...]:
@@ -73,24 +110,50 @@ def accepted_kv(rules: RuleSet, query: Query, backend: str | None, capability: s
     """The kv dtypes with which ``backend`` (None: the platform default) serves
     the query's platform at ``capability`` and ``extra`` (default: the
     query's own), in vocabulary order."""
-    return tuple(kv for kv in rules.values("kv_cache_dtype")
-                 if serves(at(rules, query, backend, kv, capability, extra), backend))
+    ids = _serving(rules, backend)
+    head = (query.model, query.platform, query.capability if capability is None else capability, backend)
+    tail = _values(query.extra if extra is None else extra)
+    get = rules._table.get
+    return tuple(kv for kv in rules.values("kv_cache_dtype") if get((*head, kv, *tail)) in ids)
 
 
-def serves_platform(rules: RuleSet, query: Query, backend: str | None, model: str | None = None) -> bool:
+def serves_somewhere(rules: RuleSet, query: Query, backend: str | None, capabilities=None,
+                     combos=None, model: str | None = None) -> bool:
     """True when ``backend`` serves the query's platform and model (or
-    ``model``) at some capability, kv dtype and value of the other inputs."""
+    ``model``) at one of ``capabilities`` (default: all of the platform's)
+    with some kv dtype and one of ``combos`` of the pack-declared inputs
+    (default: all of them)."""
+    m = query.model if model is None else model
+    caps = rules.values("capability", query.platform) if capabilities is None else tuple(capabilities)
+    combos = extra_combos(rules) if combos is None else combos
+    # memoized per rule set: explaining many queries asks the same questions
+    memo_key = ("somewhere", backend, m, query.platform, caps, tuple(combos))
+    memo = _memo(rules)
+    found = memo.get(memo_key)
+    if found is None:
+        found = memo[memo_key] = _scan(rules, backend, m, query.platform, caps, combos)
+    return found
+
+
+def _scan(rules: RuleSet, backend: str | None, model: str, platform: str, caps, combos) -> bool:
+    ids = _serving(rules, backend)
+    get = rules._table.get
     kvs = rules.values("kv_cache_dtype")
-    return any(serves(at(rules, query, backend, kv, cap, extra, model), backend)
-               for cap in rules.values("capability", query.platform)
-               for extra in extra_combos(rules) for kv in kvs)
+    for cap in caps:
+        head = (model, platform, cap, backend)
+        for extra in combos:
+            tail = _values(extra)
+            for kv in kvs:
+                if get((*head, kv, *tail)) in ids:
+                    return True
+    return False
 
 
 def platform_backends(rules: RuleSet, query: Query) -> tuple[str, ...]:
     """The backends that serve the query's platform and model somewhere, in
     rule-file order. A backend that only hands over to another one there
     (FLASHMLA_SPARSE_DSV4 on ROCm) is not one of the platform's backends."""
-    return tuple(b for b in rules.selectable_backends if serves_platform(rules, query, b))
+    return tuple(b for b in rules.selectable_backends if serves_somewhere(rules, query, b))
 
 
 def same_result(a: tuple, b: tuple) -> bool:

@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
     p.add_argument("--backend", "--attention-backend", dest="backend", metavar="B",
                    help="the requested attention backend (default: none, the platform default)")
     p.add_argument("--kv-cache-dtype", default="auto", metavar="D", help="vLLM --kv-cache-dtype (default: auto)")
-    p.add_argument("--model", default="deepseek_v4", metavar="M", help="model family (default: deepseek_v4)")
+    p.add_argument("--model", metavar="M", help="model family (default: the rules' default, deepseek_v4)")
     add_input_option(p)
     add_rules_option(p)
     p.add_argument("--json", action="store_true", help="print one JSON object (keys: docs/cli.md)")
