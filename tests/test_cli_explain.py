@@ -1,0 +1,167 @@
+"""`dsv4sel explain` as a user runs it: a subprocess, real exit codes, real output."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from _cli import ANSI, REPO, SHARED_CACHE, environ, rule_line, run, run_tty
+
+
+def loc(file: str, rule_id: str) -> str:
+    return f"rules/{file}:{rule_line(file, rule_id)}"
+
+
+def test_selection_shows_outcome_rewrite_path_and_deciding_rule():
+    r = run("explain", "--platform", "cuda", "--capability", "9.0", "--kv-cache-dtype", "auto")
+    assert r.rc == 0, r
+    assert r.err == ""
+    out = r.out
+    assert re.search(r"^selected\s+FLASHMLA_SPARSE_DSV4 \(platform default\)$", out, re.M), out
+    assert re.search(r"^  impl\s+dsv4sel\.kernels\.flashmla:DeepseekV4FlashMLASparseImpl$", out, re.M)
+    assert re.search(r"^  bytes per token\s+584$", out, re.M)
+    assert re.search(rf"^  decided by\s+flashmla-fp8  {re.escape(loc('flashmla.yaml', 'flashmla-fp8'))}$", out, re.M)
+    assert re.search(r"^  cache_dtype  auto -> fp8_ds_mla$", out, re.M), out
+    # the path: the default rule first, then the backend rule, each with file:line
+    path = out[out.index("\npath\n"):]
+    assert re.search(rf"1\s+default-cuda-sm9x-sm10x\s+{re.escape(loc('defaults.yaml', 'default-cuda-sm9x-sm10x'))}"
+                     r"\s+default backend -> FLASHMLA_SPARSE_DSV4", path), path
+    assert re.search(rf"2\s+flashmla-fp8\s+{re.escape(loc('flashmla.yaml', 'flashmla-fp8'))}\s+selects", path)
+
+
+def test_why_not_lines_name_the_reason_and_rule():
+    r = run("explain", "--platform", "cuda", "--capability", "9.0")
+    why = r.out[r.out.index("\nwhy not\n"):]
+    assert re.search(rf"FLASHINFER_MLA_SPARSE_DSV4\s+rejects \(capability\)\s+flashinfer-sm9x\s+"
+                     rf"{re.escape(loc('flashinfer.yaml', 'flashinfer-sm9x'))}", why), why
+    assert "TRTLLM-gen has no SM90 path" in why
+    r10 = run("explain", "--platform", "cuda", "--capability", "10.0", "--kv-cache-dtype", "fp8_ds_mla")
+    assert re.search(r"FLASHINFER_MLA_SPARSE_DSV4\s+rejects \(kv-cache-dtype\)", r10.out), r10.out
+    assert re.search(r"accepts here: --kv-cache-dtype .*bfloat16", r10.out)
+
+
+def test_rejection_exits_1_with_reason_and_nearest_alternatives():
+    r = run("explain", "--platform", "cuda", "--capability", "10.0", "--kv-cache-dtype", "bfloat16")
+    assert r.rc == 1, r
+    assert re.search(r"^rejected\s+FLASHMLA_SPARSE_DSV4 \(platform default\)$", r.out, re.M), r.out
+    assert re.search(r"^  reason\s+FLASHMLA_SPARSE_DSV4 stores the KV cache only as fp8_ds_mla", r.out, re.M)
+    assert re.search(r"^  blocked by\s+kv-cache-dtype$", r.out, re.M)
+    assert loc("flashmla.yaml", "flashmla-unsupported-dtype") in r.out
+    alts = r.out[r.out.index("nearest working alternatives"):].splitlines()[1:]
+    assert alts[0].split()[:2] == ["--kv-cache-dtype", "auto"] and "FLASHMLA_SPARSE_DSV4" in alts[0]
+    assert any(line.split()[:2] == ["--attention-backend", "FLASHINFER_MLA_SPARSE_DSV4"] and "bf16_row" in line
+               for line in alts), alts
+
+
+def test_rejection_with_nothing_nearby_says_so():
+    r = run("explain", "--platform", "cuda", "--capability", "8.0")
+    assert r.rc == 1
+    assert "rejected  no DeepSeek-V4 backend for cuda 8.0" in r.out
+    assert "  none: no backend and kv-cache dtype select on cuda 8.0" in r.out
+
+
+def test_json_is_one_object_with_the_documented_keys():
+    r = run("explain", "--platform", "cuda", "--capability", "9.0", "--json")
+    assert r.rc == 0
+    data = json.loads(r.out)
+    assert list(data) == ["version", "status", "query", "selection", "rejection", "rule", "path", "rewrites",
+                          "messages", "why_not", "alternatives", "rules_digest"]
+    assert data["status"] == "selected" and data["selection"]["backend"] == "FLASHMLA_SPARSE_DSV4"
+    assert data["rule"]["location"] == loc("flashmla.yaml", "flashmla-fp8")
+    assert [p["action"] for p in data["path"]] == ["default", "select"]
+    assert data["rewrites"] == [{"attribute": "cache_dtype", "before": "auto", "after": "fp8_ds_mla"}]
+    bad = run("explain", "--platform", "cuda", "--capability", "10.0", "--kv-cache-dtype", "bfloat16", "--json")
+    assert bad.rc == 1
+    data = json.loads(bad.out)
+    assert data["status"] == "rejected" and data["rejection"]["blocked_by"] == "kv_cache_dtype"
+    assert data["alternatives"][0]["flags"] == "--kv-cache-dtype auto"
+
+
+@pytest.mark.parametrize("args, nearest", [
+    (["--platform", "cuda", "--kv-cache-dtype", "fp8_e4m4"], "did you mean 'fp8_e4m3'"),
+    (["--platform", "cuda", "--backend", "flashmla_sparse_dsv"], "did you mean 'FLASHMLA_SPARSE_DSV4'"),
+    (["--platform", "cdua"], "did you mean 'cuda'"),
+])
+def test_misspelt_values_exit_2_and_suggest_the_nearest(args, nearest):
+    r = run("explain", *args)
+    assert r.rc == 2, r
+    assert r.out == ""
+    assert r.err.startswith("dsv4sel explain: error: ") and nearest in r.err
+    assert "Valid" in r.err or "backends:" in r.err  # the valid values are named too
+
+
+def test_missing_platform_names_the_valid_platforms():
+    r = run("explain")
+    assert r.rc == 2
+    assert "--platform is required (one of cuda, rocm, xpu, cpu)" in r.err
+
+
+def test_bad_input_option_exits_2():
+    assert run("explain", "--platform", "cuda", "--input", "mega").rc == 2
+
+
+def test_bad_rules_dir_exits_2_with_file_line_column(tmp_path):
+    rules = tmp_path / "rules"
+    shutil.copytree(REPO / "rules", rules)
+    text = (rules / "flashmla.yaml").read_text()
+    bad = text.replace("kv_cache_dtype: [auto, fp8, fp8_e4m3]", "kv_cache_dtype: [autoo, fp8, fp8_e4m3]", 1)
+    assert bad != text
+    (rules / "flashmla.yaml").write_text(bad)
+    line = next(i for i, t in enumerate(bad.splitlines(), 1) if "autoo" in t)
+    r = run("explain", "--platform", "cuda", "--rules", str(rules))
+    assert r.rc == 2, r
+    assert re.search(rf"flashmla\.yaml:{line}:\d+: 'autoo' is not a declared value of 'kv_cache_dtype'; "
+                     r"did you mean 'auto'\?", r.err), r.err
+    missing = run("explain", "--platform", "cuda", "--rules", str(tmp_path / "nowhere"))
+    assert missing.rc == 2 and "nowhere" in missing.err
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color():
+    tty = run_tty("explain", "--platform", "cuda", "--capability", "9.0")
+    assert tty.rc == 0 and ANSI.search(tty.out), tty.out[:300]
+    assert ANSI.sub("", tty.out) == run("explain", "--platform", "cuda", "--capability", "9.0").out
+    no_color = run_tty("explain", "--platform", "cuda", "--capability", "9.0", env=environ(NO_COLOR="1"))
+    assert no_color.rc == 0 and not ANSI.search(no_color.out) and "selected" in no_color.out
+    piped = run("explain", "--platform", "cuda", "--capability", "10.0", "--kv-cache-dtype", "bfloat16")
+    assert not ANSI.search(piped.out)
+
+
+def test_output_is_stable_between_runs():
+    args = ("explain", "--platform", "rocm", "--capability", "gfx942", "--backend", "FLASHMLA_SPARSE_DSV4")
+    first = run(*args)
+    assert first.rc == 0 and "hands over to ROCM_FLASHMLA_SPARSE_DSV4" in first.out
+    assert run(*args).out == first.out
+
+
+def test_detect_fills_the_platform_from_this_machine():
+    r = run("explain", "--detect", env=environ(DSV4SEL_PLATFORM="cpu", CUDA_VISIBLE_DEVICES=""))
+    assert r.rc == 0, r
+    assert "query     cpu capability unknown (detected)" in r.out
+    assert re.search(r"^selected\s+CPU_V4_MLA_SPARSE", r.out, re.M)
+    assert "UserWarning" not in r.err
+
+
+def test_detect_without_a_platform_says_what_to_do():
+    r = run("explain", "--detect", env=environ(CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES=""))
+    if r.rc == 0:  # pragma: no cover - a machine with a visible GPU
+        pytest.skip("this machine has a GPU torch can see")
+    assert r.rc == 2
+    assert "cannot detect the platform" in r.err and "--platform" in r.err
+
+
+def test_a_warm_explain_imports_neither_torch_yaml_nor_jsonschema():
+    env = environ()
+    assert run("explain", "--platform", "cuda", "--capability", "9.0", env=env).rc == 0  # warm the cache
+    code = ("import sys, io, contextlib\n"
+            "from dsv4sel.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    rc = main(['explain', '--platform', 'cuda', '--capability', '10.0', '--kv-cache-dtype', 'bfloat16'])\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'yaml', 'jsonschema'))\n"
+            "print(rc, bad)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
+    assert proc.stdout.strip() == "1 []", (proc.stdout, proc.stderr, SHARED_CACHE)
