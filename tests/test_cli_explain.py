@@ -113,11 +113,11 @@ def test_bad_rules_dir_exits_2_with_file_line_column(tmp_path):
     assert bad != text
     (rules / "flashmla.yaml").write_text(bad)
     line = next(i for i, t in enumerate(bad.splitlines(), 1) if "autoo" in t)
-    r = run("explain", "--platform", "cuda", "--rules", str(rules))
+    r = run("explain", "--platform", "cuda", "--only-rules", "--rules", str(rules))
     assert r.rc == 2, r
     assert re.search(rf"flashmla\.yaml:{line}:\d+: 'autoo' is not a declared value of 'kv_cache_dtype'; "
                      r"did you mean 'auto'\?", r.err), r.err
-    missing = run("explain", "--platform", "cuda", "--rules", str(tmp_path / "nowhere"))
+    missing = run("explain", "--platform", "cuda", "--only-rules", "--rules", str(tmp_path / "nowhere"))
     assert missing.rc == 2 and "nowhere" in missing.err
 
 
