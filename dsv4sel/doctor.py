@@ -212,16 +212,22 @@ def impl_checks(rules: RuleSet, platform: str | None = None, capability: str | N
     backends. Never raises."""
     from .errors import ImplLoadError
 
-    first: dict[str, tuple] = {}
     users: dict[str, list[str]] = {}
+    impl_of: dict[int, str] = {}
+    for index, row in enumerate(rules._outcomes):
+        if row[0] == "select":
+            impl_of[index] = row[2]
+            names = users.setdefault(row[2], [])
+            if row[1] not in names:
+                names.append(row[1])
+    # one point per impl, to build a Selection through the evaluator; stop once all are found
+    first: dict[str, tuple] = {}
     for key, index in rules._table.items():
-        row = rules._outcomes[index]
-        if row[0] != "select":
-            continue
-        first.setdefault(row[2], key)
-        names = users.setdefault(row[2], [])
-        if row[1] not in names:
-            names.append(row[1])
+        impl = impl_of.get(index)
+        if impl is not None and impl not in first:
+            first[impl] = key
+            if len(first) == len(users):
+                break
     order = {b: i for i, b in enumerate(rules.selectable_backends)}
     rank = lambda b: order.get(b, len(order))  # noqa: E731
     checks = []
