@@ -268,7 +268,7 @@ def explain(rules: RuleSet, *, platform: Any, kv_cache_dtype: Any = "auto", back
 
 def explain_query(rules: RuleSet, query: Query, notes: tuple[Message, ...] = ()) -> Explanation:
     """Explain a normalized query; ``notes`` are normalization's messages."""
-    row = probe.at(rules, query, query.backend)
+    row = probe.at(rules, query)
     decided = rules.outcome(query, notes)
     path = _path(rules, row)
     if isinstance(decided, Selection):
@@ -276,7 +276,6 @@ def explain_query(rules: RuleSet, query: Query, notes: tuple[Message, ...] = ())
         rewrites = tuple(Rewrite(name, query.kv_cache_dtype if name == "cache_dtype" else None, value)
                          for name, value in decided.rewrites.items())
         messages = decided.messages
-        excluded = {decided.backend, query.backend}
         alternatives: tuple[Alternative, ...] = ()
     else:
         selection, refusal = None, _refusal(rules, query, decided)
@@ -285,9 +284,10 @@ def explain_query(rules: RuleSet, query: Query, notes: tuple[Message, ...] = ())
         # the row (e.g. the default rule's "capability unknown" warning)
         messages = notes + (tuple(Message(text, level) for level, text in row[4])
                             if row[0] == "reject" else ())
-        excluded = {decided.backend, query.backend}
         alternatives = nearest_alternatives(rules, query)
-    why_not = tuple(_why_not(rules, query, b, selection, path)
+    # the chosen (or rejecting) backend and the requested one are the subject, not a "why not"
+    excluded = {decided.backend, query.backend}
+    why_not = tuple(_why_not(rules, query, b, path)
                     for b in probe.platform_backends(rules, query) if b not in excluded)
     return Explanation(query, selection, refusal, path, rewrites, messages, why_not, alternatives,
                        rules.digest)
@@ -340,8 +340,7 @@ def _path(rules: RuleSet, row: tuple) -> tuple[PathStep, ...]:
     return tuple(steps)
 
 
-def _why_not(rules: RuleSet, query: Query, backend: str, chosen: Selection | None,
-             path: tuple[PathStep, ...]) -> WhyNot:
+def _why_not(rules: RuleSet, query: Query, backend: str, path: tuple[PathStep, ...]) -> WhyNot:
     accepts = probe.accepted_kv(rules, query, backend)
     asked = Query(query.model, query.platform, query.capability, backend, query.kv_cache_dtype, query.extra)
     outcome = rules.outcome(asked)
