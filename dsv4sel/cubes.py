@@ -98,6 +98,9 @@ class CubeWriter:
         at = names.index("kv_cache_dtype") if "kv_cache_dtype" in names else len(names)
         #: display order: the inputs as in a Query, the backend before kv_cache_dtype
         self.order: tuple[str, ...] = tuple(names[:at] + [BACKEND] + names[at:])
+        # tables repeat the same value sets over and over: write each once
+        self._alternatives: dict[tuple[int, int], list[dict]] = {}
+        self._texts: dict[tuple, object] = {}  # value texts and scopes
 
     def _domain(self, name: str, parents: Sequence[str] | None) -> list[str]:
         decl = self.inputs[name]
@@ -161,34 +164,40 @@ class CubeWriter:
         """``box`` x ``backends`` as a list of :class:`Cube` (usually one)."""
         chosen = set(backends)
         backend_values = tuple(b for b in self.backend_domain if b in chosen)
-        per_dim = [self._dim_alternatives(d, bits) for d, bits in zip(self.space.dims, box)]
+        combos: list[dict] = [{BACKEND: backend_values}]
+        for d, bits in zip(self.space.dims, box):
+            alternatives = self._alternatives.get((d.index, bits))
+            if alternatives is None:
+                alternatives = self._alternatives[(d.index, bits)] = self._dim_alternatives(d, bits)
+            combos = [{**acc, **alt} for acc in combos for alt in alternatives] if len(alternatives) > 1 else [
+                {**acc, **alternatives[0]} for acc in combos]
         out = []
-        stack: list[tuple[int, dict]] = [(0, {})]
-        combos: list[dict] = []
-        while stack:
-            k, acc = stack.pop()
-            if k == len(per_dim):
-                combos.append(acc)
-                continue
-            for alt in reversed(per_dim[k]):
-                stack.append((k + 1, {**acc, **alt}))
         for values in combos:
-            values[BACKEND] = backend_values
             items = tuple((n, values[n]) for n in self.order)
-            scopes = tuple(
-                (name, decl.by, tuple((p, tuple(decl.values_for({decl.by: p}))) for p in values[decl.by]))
-                for name, decl in ((n, self.inputs[n]) for n in self.order if n != BACKEND)
-                if decl.by is not None)
+            scopes = []
             parts = []
             for name, vals in items:
-                if name == BACKEND:
-                    domain = list(self.backend_domain)
-                else:
-                    decl = self.inputs[name]
-                    domain = self._domain(name, values.get(decl.by) if decl.by else None)
-                parts.append(f"{name}={describe(vals, domain)}")
-            out.append(Cube(items, " ".join(parts), scopes))
+                by = self.inputs[name].by if name != BACKEND else None
+                parents = values[by] if by else None
+                key = (name, vals, parents)
+                text = self._texts.get(key)
+                if text is None:
+                    domain = list(self.backend_domain) if name == BACKEND else self._domain(name, parents)
+                    text = self._texts[key] = f"{name}={describe(vals, domain)}"
+                parts.append(text)
+                if by:
+                    scopes.append(self._scope(name, parents))
+            out.append(Cube(items, " ".join(parts), tuple(scopes)))
         return out
+
+    def _scope(self, name: str, parents: tuple[str, ...]) -> tuple:
+        key = ("scope", name, parents)
+        hit = self._texts.get(key)
+        if hit is None:
+            decl = self.inputs[name]
+            hit = self._texts[key] = (name, decl.by, tuple((p, tuple(decl.values_for({decl.by: p})))
+                                                           for p in parents))
+        return hit
 
     def input(self, point: Mapping[str, str], backend: str | None) -> Input:
         """A point of the space plus a requested backend, as an :class:`Input`."""

@@ -17,7 +17,7 @@ The last dimension is swept: the rules left are taken in table order, each
 wins the values no earlier rule took. So the cost grows with the number of
 distinct rule boxes, not with the number of points.
 
-:func:`overlap_masks` finds, for every rule, the later rules whose boxes
+:func:`intersect_masks` finds, for every rule, the other rules whose boxes
 intersect its own; over fused dimensions (see :mod:`dsv4sel.space`) that is
 exact, so overlaps need no enumeration either.
 """
@@ -216,27 +216,36 @@ def scan(index: TableIndex, domain: Box | None = None, record=None) -> Scan:
     return out
 
 
-def overlap_masks(index: TableIndex) -> list[int]:
-    """For each rule ``r``, the mask of later rules (``s > r``) whose boxes
-    intersect ``r``'s, i.e. that match at least one common point."""
+def intersect_masks(index: TableIndex) -> list[int]:
+    """For each rule ``r``, the mask of the other rules whose boxes intersect
+    ``r``'s, i.e. that match at least one common point (0 for a dead rule).
+
+    The rules meeting ``r`` on one dimension are those accepting one of its
+    values there: an OR of a few per-value masks, memoized per distinct
+    condition. Boxes intersect when they meet on every dimension: an AND.
+    """
     memo: dict[tuple[int, int], int] = {}
+    vm = index.value_masks
     out = []
     for r, box in enumerate(index.boxes):
-        m = index.all & ~((1 << (r + 1)) - 1)
         if not all(box):
             out.append(0)
             continue
+        m = index.all & ~(1 << r)
         for d, bits in enumerate(box):
             if not m:
                 break
             key = (d, bits)
             touching = memo.get(key)
             if touching is None:
-                touching = 0
-                for other, mask in index.groups[d]:
-                    if other & bits:
-                        touching |= mask
-                memo[key] = touching
+                touching = memo[key] = _or_values(vm[d], bits)
             m &= touching
         out.append(m)
+    return out
+
+
+def _or_values(masks: list[int], bits: int) -> int:
+    out = 0
+    for i in iter_bits(bits):
+        out |= masks[i]
     return out

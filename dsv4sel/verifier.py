@@ -36,10 +36,16 @@ from .findings import (ERROR, WARNING, BackendCoverage, Counts, Coverage, Findin
                        RuleCoverage, VerifyError)
 from .flow import Flow
 from .outcomes import SELECTION_FIELDS, FieldChecker, needs_regions, placeholders, render_fields
-from .scan import overlap_masks
+from .scan import intersect_masks
 from .space import Space, iter_bits
 
 KV = "kv_cache_dtype"
+#: Overlapping pairs reported one by one per rule; the rest are named in one more finding.
+PAIRS_PER_RULE = 5
+#: Rules named (in ``Finding.rules``) by that finding.
+MORE_NAMED = 20
+#: Detailed pair findings per table; past that, one naming finding per rule.
+PAIR_DETAILS = 1000
 _KIND_ORDER = {k: i for i, k in enumerate((
     "load", "schema", "vocabulary", "dangling", "compile", "cycle", "dead", "overlap", "shadowed",
     "redundant", "gap", "impl", "layout", "consistency", "fixpoint"))}
@@ -189,6 +195,7 @@ class _Verifier:
         self.starts: tuple[str | None, ...] = (None, *program.backends)
         self.has_kv = KV in program.inputs
         self._chains: set[tuple] = set()
+        self._details: dict[str, int] = {}  # table -> detailed pair findings left
 
     # ------------------------------------------------------------ helpers
     def _requests(self, table) -> tuple[str | None, ...]:
@@ -216,7 +223,7 @@ class _Verifier:
     def _table_findings(self, table) -> None:
         index = self.flow.indexes[table.name]
         full = self.flow.table_scan(table)
-        masks = overlap_masks(index)
+        masks = intersect_masks(index)
         same: dict[tuple, int] = {}
         keys = []
         for r, rule in enumerate(table.rules):
@@ -230,14 +237,14 @@ class _Verifier:
                 self._add(ERROR, "dead", f"rule {rule.ref.id} matches no input: {self._why_empty(box)}",
                           rule.ref, rules=(rule.ref,), table=table.name)
                 continue
+            later = masks[r] >> (r + 1) << (r + 1)
+            identical = later & same[keys[r]]
             if table.hit_policy == "unique":
-                pairs = masks[r]
-            else:  # under first, overlaps are how the table works; only identical outcomes are suspect
-                pairs = masks[r] & same[keys[r]]
-            for s in iter_bits(pairs):
-                self._pair_finding(table, r, s, keys[r] == keys[s], requests)
+                self._pair_findings(table, r, later & ~identical, "overlap", requests)
+            # under first, overlaps are how the table works; only identical outcomes are suspect
+            self._pair_findings(table, r, identical, "redundant", requests)
             if table.hit_policy == "first" and not full.won[r]:
-                self._shadow_finding(table, r, requests)
+                self._shadow_finding(table, r, masks[r] & ((1 << r) - 1), requests)
 
     def _why_empty(self, box) -> str:
         for d, bits in zip(self.space.dims, box):
@@ -249,38 +256,70 @@ class _Verifier:
                     + " satisfies its conditions (values scoped by " + d.inputs[0] + ")")
         return "empty"  # pragma: no cover - only called for empty boxes
 
-    def _pair_finding(self, table, r, s, identical, requests) -> None:
+    def _pair_findings(self, table, r, partners: int, kind: str, requests) -> None:
+        """One finding per pair, with the cube both rules match, for the first
+        :data:`PAIRS_PER_RULE` later rules ``r`` overlaps; then one finding
+        naming the rest. After :data:`PAIR_DETAILS` detailed pairs in a table,
+        every rule gets only the naming finding: a table where each rule
+        meets thousands of others still gives a report of bounded size."""
+        if not partners:
+            return
         index = self.flow.indexes[table.name]
-        a, b = table.rules[r], table.rules[s]
-        inter = self.space.intersect(index.boxes[r], index.boxes[s])
-        cubes = tuple(self.writer.cubes(inter, requests))
-        count = self.space.size(inter) * len(requests)
-        where = "; ".join(c.text for c in cubes)
-        if identical:
-            kind = "redundant"
-            severity = ERROR if table.hit_policy == "unique" else WARNING
-            text = (f"rules {a.ref.id} and {b.ref.id} ({b.ref.location}) have identical outcomes and "
-                    f"both match {count} inputs of {_table_label(table)}: {where}")
-        else:
-            kind, severity = "overlap", ERROR
-            text = (f"rules {a.ref.id} and {b.ref.id} ({b.ref.location}) both match {count} inputs of "
-                    f"{_table_label(table)}, whose hit policy is unique: {where}")
-        self._add(severity, kind, text, a.ref, rules=(a.ref, b.ref), cubes=cubes, count=count,
-                  counterexample=self._input(inter, requests[0]), table=table.name)
+        a = table.rules[r]
+        severity = WARNING if kind == "redundant" and table.hit_policy == "first" else ERROR
+        budget = self._details.get(table.name, PAIR_DETAILS)
+        listed = 0
+        rest = []
+        for s in iter_bits(partners):
+            if listed == min(PAIRS_PER_RULE, budget):
+                rest.append(s)
+                if len(rest) == MORE_NAMED:
+                    break
+                continue
+            listed += 1
+            b = table.rules[s]
+            inter = self.space.intersect(index.boxes[r], index.boxes[s])
+            cubes = tuple(self.writer.cubes(inter, requests))
+            count = self.space.size(inter) * len(requests)
+            where = "; ".join(c.text for c in cubes)
+            if kind == "redundant":
+                text = (f"rules {a.ref.id} and {b.ref.id} ({b.ref.location}) have identical outcomes and "
+                        f"both match {count} inputs of {_table_label(table)}: {where}")
+            else:
+                text = (f"rules {a.ref.id} and {b.ref.id} ({b.ref.location}) both match {count} inputs of "
+                        f"{_table_label(table)}, whose hit policy is unique: {where}")
+            self._add(severity, kind, text, a.ref, rules=(a.ref, b.ref), cubes=cubes, count=count,
+                      counterexample=self._input(inter, requests[0]), table=table.name)
+        self._details[table.name] = budget - listed
+        if rest:
+            total = partners.bit_count() - listed
+            refs = tuple(table.rules[s].ref for s in rest)
+            named = ", ".join(f"{ref.id} ({ref.location})" for ref in refs[:3])
+            more = f" and {total - 3} more" if total > 3 else ""
+            what = "with identical outcomes " if kind == "redundant" else ""
+            also = "also " if listed else ""
+            inter = self.space.intersect(index.boxes[r], index.boxes[rest[0]])
+            self._add(severity, kind, f"rule {a.ref.id} {also}overlaps {total} later rules {what}of "
+                      f"{_table_label(table)}: {named}{more}", a.ref, rules=(a.ref, *refs), table=table.name,
+                      counterexample=self._input(inter, requests[0]))
 
-    def _shadow_finding(self, table, r, requests) -> None:
+    def _shadow_finding(self, table, r, earlier: int, requests) -> None:
         index = self.flow.indexes[table.name]
         rule = table.rules[r]
         box = index.boxes[r]
-        earlier = [table.rules[s] for s in range(r)
-                   if all(x & y for x, y in zip(box, index.boxes[s]))]
-        names = ", ".join(f"{e.ref.id} ({e.ref.location})" for e in earlier[:3])
-        more = f" and {len(earlier) - 3} more" if len(earlier) > 3 else ""
+        refs = []
+        for s in iter_bits(earlier):
+            refs.append(table.rules[s].ref)
+            if len(refs) == 3:
+                break
+        names = ", ".join(f"{ref.id} ({ref.location})" for ref in refs)
+        n = earlier.bit_count()
+        more = f" and {n - 3} more" if n > 3 else ""
         count = self.space.size(box) * len(requests)
         self._add(ERROR, "shadowed",
                   f"rule {rule.ref.id} never decides an input: earlier rules decide all {count} inputs "
                   f"it matches ({names}{more}); hit policy first",
-                  rule.ref, rules=(rule.ref, *(e.ref for e in earlier[:3])), count=count,
+                  rule.ref, rules=(rule.ref, *refs), count=count,
                   counterexample=self._input(box, requests[0]), table=table.name,
                   cubes=tuple(self.writer.cubes(box, requests)))
 

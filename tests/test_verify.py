@@ -262,7 +262,7 @@ def test_selection_checks(write_rules):
         select: {impl: "dsv4sel.kernels.flashmla:NoSuchImpl"}
       - id: a-no-layout
         when: {platform: cuda, capability: "10.0"}
-        select: {layout: fp8_ds_mla_v9}
+        select: {layout: bf16_rwo, torch_dtype: bfloat16, bytes_per_token: 1024}
       - id: a-wrong-size
         when: {platform: cuda, capability: 12.x}
         select: {layout: bf16_row, torch_dtype: uint8, bytes_per_token: 1024, cache_dtype: "{kv_cache_dtype}"}
@@ -275,7 +275,7 @@ def test_selection_checks(write_rules):
         by_kind.setdefault(f.kind, []).append(f)
     assert set(by_kind) == {"impl", "layout", "consistency", "fixpoint"}, [str(f) for f in report.findings]
     assert by_kind["impl"][0].rules[0].id == "a-no-class" and "NoSuchImpl" in by_kind["impl"][0].message
-    assert "did you mean 'fp8_ds_mla'" in by_kind["layout"][0].message
+    assert "did you mean 'bf16_row'?" in by_kind["layout"][0].message
     (consistency,) = by_kind["consistency"]
     assert consistency.rules[0].id == "a-wrong-size" and "bf16_row" in consistency.message
     (fix,) = by_kind["fixpoint"]
