@@ -101,8 +101,17 @@ def test_missing_platform_names_the_valid_platforms():
     assert "--platform is required (one of cuda, rocm, xpu, cpu)" in r.err
 
 
-def test_bad_input_option_exits_2():
-    assert run("explain", "--platform", "cuda", "--input", "mega").rc == 2
+def test_pack_inputs_are_set_with_input_and_can_be_what_blocks():
+    base = ("explain", "--platform", "cuda", "--capability", "10.0", "--model", "deepseek_v4_1")
+    without = run(*base)
+    assert without.rc == 0 and re.search(r"^selected\s+FLASHMLA_SPARSE_DSV41 ", without.out, re.M), without.out
+    assert re.search(r"FLASHMLA_MEGA_ATTN_DSV41\s+rejects \(mega_attn\)\s+mega-dsv41-unavailable", without.out)
+    mega = run(*base, "--input", "mega_attn=available")
+    assert mega.rc == 0 and re.search(r"^selected\s+FLASHMLA_MEGA_ATTN_DSV41 ", mega.out, re.M), mega.out
+    assert "mega_attn=available" in mega.out.splitlines()[0]
+    typo = run(*base, "--input", "mega_atn=available")
+    assert typo.rc == 2 and "unknown input 'mega_atn'" in typo.err and "mega_attn" in typo.err
+    assert run(*base, "--input", "mega_attn").rc == 2  # not NAME=VALUE
 
 
 def test_bad_rules_dir_exits_2_with_file_line_column(tmp_path):

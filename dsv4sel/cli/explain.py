@@ -46,9 +46,8 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import InvalidQuery
     from ..explain import explain
     from .common import load
-    from .output import error
-
     from .options import parse_inputs
+    from .output import error
 
     try:
         inputs = parse_inputs(args.input)
@@ -68,8 +67,10 @@ def run(args: argparse.Namespace) -> int:
             try:
                 found_platform, found_capability = detect()
             except InvalidQuery as exc:
-                return error(PROG, f"--detect: {exc.reason} (here: --platform P [--capability C])")
-            detected = True
+                if not platform:  # an explicit --platform still gets the probed inputs
+                    return error(PROG, f"--detect: {exc.reason} (here: --platform P [--capability C])")
+                found_platform = found_capability = None
+            detected = found_platform is not None and not args.platform
             platform = platform or found_platform
             capability = capability if capability is not None else found_capability
             probed = probe_inputs(rules, platform, None if capability in (None, "unknown") else capability)
@@ -97,6 +98,11 @@ def run(args: argparse.Namespace) -> int:
 
 _ACTIONS = {"default": "default backend -> {target}", "use": "hands over to {target}",
             "select": "selects", "reject": "rejects"}
+
+
+def _input_name(name: str) -> str:
+    """How the report names an input: as its flag for the kv dtype, else as the rules do."""
+    return "kv-cache-dtype" if name == "kv_cache_dtype" else name
 
 
 def _where(query) -> str:
@@ -132,7 +138,7 @@ def render(ex, style, detected: bool = False) -> list[str]:
         lines.append(style.paint("rejected", "bold", "red") + f"  {style.bold(who)}")
         rows = [["reason", r.reason]]
         if r.blocked_by:
-            rows.append(["blocked by", r.blocked_by.replace("_", "-")])
+            rows.append(["blocked by", _input_name(r.blocked_by)])
         if r.rule is not None:
             rows.append(["decided by", f"{r.rule.id}  " + style.cyan(r.rule.location)])
         lines += align(rows, style)
@@ -155,7 +161,7 @@ def render(ex, style, detected: bool = False) -> list[str]:
     if ex.why_not:
         lines += ["", style.bold("why not")]
         heads = align([[w.backend,
-                        w.verdict.replace("_", " ") + (f" ({w.blocked_by.replace('_', '-')})" if w.blocked_by else ""),
+                        w.verdict.replace("_", " ") + (f" ({_input_name(w.blocked_by)})" if w.blocked_by else ""),
                         w.rule.id if w.rule else "-", (w.rule.location, "cyan") if w.rule else ""]
                        for w in ex.why_not], style)
         for w, head in zip(ex.why_not, heads):
