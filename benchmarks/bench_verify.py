@@ -12,6 +12,9 @@ of the boxes are widened into a neighbour (overlaps), every fifth rule
 rejects, select rules differ in block size (so an overlap may be redundant
 or conflicting). Under hit policy ``first`` the last rule is a catch-all
 reject. The default table routes every input to that backend with ``use:``.
+A stress row uses random boxes instead (each rule: 2-3 random inputs, 1-3
+random values each), where millions of rule pairs overlap and the report
+lists bounded, per-rule findings.
 
 For each configuration it times ``dsv4sel.verify_program`` (the full
 report: gaps, overlaps, redundancy, shadowed and dead rules, coverage, impl
@@ -64,8 +67,12 @@ def _extras(points: int, base: int) -> list[int]:
 
 
 def synthetic_program(points: int, rules: int, policy: str = "unique", seed: int = 0,
-                      caps: int = 4) -> Program:
-    """A Program with >= ``points`` points and exactly ``rules`` rules in table SYN."""
+                      caps: int = 4, shape: str = "grid") -> Program:
+    """A Program with >= ``points`` points and exactly ``rules`` rules in table SYN.
+
+    ``shape="grid"`` tiles the space (see the module docstring);
+    ``shape="random"`` gives every rule 2-3 random inputs constrained to 1-3
+    random values each: a stress case where rules overlap by the million."""
     rng = random.Random(seed)
     cap_values = {p: tuple(f"{i + 1}.{j}" for j in range(caps)) for i, p in enumerate(PLATFORMS)}
     extra_sizes = _extras(points, len(PLATFORMS) * caps * len(KV))
@@ -105,6 +112,10 @@ def synthetic_program(points: int, rules: int, policy: str = "unique", seed: int
         own = cond.get("kv_cache_dtype", frozenset(KV))
         nxt = next((c for c in kv_chunks if min(c) > max(own)), kv_chunks[0])
         cond["kv_cache_dtype"] = own | {nxt[0]}
+    if shape == "random":
+        names = [n for n in inputs if n != "model"]
+        conditions = [{n: frozenset(rng.sample(inputs[n].values, min(len(inputs[n].values), rng.randint(1, 3))))
+                       for n in rng.sample(names, rng.randint(2, 3))} for _ in range(grid_rules)]
 
     table = Table(BACKEND, (BACKEND,), policy, "synthetic/syn.yaml", 1)
     all_rules: list[Rule] = []
@@ -181,6 +192,9 @@ def main(argv=None) -> int:
     for policy in ("unique", "first"):
         program = synthetic_program(1_000_000, 10_000, policy)
         print(row(f"headline, hit policy {policy}", program, measure(program)))
+    for policy in ("unique", "first"):
+        program = synthetic_program(1_000_000, 10_000, policy, shape="random")
+        print(row(f"random boxes, {policy}", program, measure(program)))
     print()
     print("rules grow, ~10^6 points, hit policy unique")
     print(HEADER)

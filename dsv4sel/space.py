@@ -43,6 +43,17 @@ def iter_bits(mask: int) -> Iterator[int]:
         i = text.find("1", i + 1)
 
 
+def first_bits(mask: int, k: int) -> list[int]:
+    """The indices of the ``k`` lowest set bits of ``mask`` (all if fewer),
+    without walking the rest of a wide mask."""
+    out = []
+    while mask and len(out) < k:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
+
+
 @dataclass(frozen=True)
 class Dim:
     """One dimension: an unscoped input and the inputs scoped by it.

@@ -37,7 +37,7 @@ from .findings import (ERROR, WARNING, BackendCoverage, Counts, Coverage, Findin
 from .flow import Flow
 from .outcomes import SELECTION_FIELDS, FieldChecker, needs_regions, placeholders, render_fields
 from .scan import intersect_masks
-from .space import Space, iter_bits
+from .space import Space, first_bits, iter_bits
 
 KV = "kv_cache_dtype"
 #: Overlapping pairs reported one by one per rule; the rest are named in one more finding.
@@ -268,14 +268,11 @@ class _Verifier:
         a = table.rules[r]
         severity = WARNING if kind == "redundant" and table.hit_policy == "first" else ERROR
         budget = self._details.get(table.name, PAIR_DETAILS)
+        detailed = min(PAIRS_PER_RULE, budget)
+        chosen = first_bits(partners, detailed + MORE_NAMED)
         listed = 0
-        rest = []
-        for s in iter_bits(partners):
-            if listed == min(PAIRS_PER_RULE, budget):
-                rest.append(s)
-                if len(rest) == MORE_NAMED:
-                    break
-                continue
+        rest = chosen[detailed:]
+        for s in chosen[:detailed]:
             listed += 1
             b = table.rules[s]
             inter = self.space.intersect(index.boxes[r], index.boxes[s])
@@ -307,11 +304,7 @@ class _Verifier:
         index = self.flow.indexes[table.name]
         rule = table.rules[r]
         box = index.boxes[r]
-        refs = []
-        for s in iter_bits(earlier):
-            refs.append(table.rules[s].ref)
-            if len(refs) == 3:
-                break
+        refs = [table.rules[s].ref for s in first_bits(earlier, 3)]
         names = ", ".join(f"{ref.id} ({ref.location})" for ref in refs)
         n = earlier.bit_count()
         more = f" and {n - 3} more" if n > 3 else ""
@@ -320,8 +313,7 @@ class _Verifier:
                   f"rule {rule.ref.id} never decides an input: earlier rules decide all {count} inputs "
                   f"it matches ({names}{more}); hit policy first",
                   rule.ref, rules=(rule.ref, *refs), count=count,
-                  counterexample=self._input(box, requests[0]), table=table.name,
-                  cubes=tuple(self.writer.cubes(box, requests)))
+                  counterexample=self._input(box, requests[0]), table=table.name)
 
     # ------------------------------------------------ through the chains
     def _walk_all(self):
