@@ -21,6 +21,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/dsv4sel check
+	$(BIN)/dsv4sel table --format md --check docs/backends.md
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

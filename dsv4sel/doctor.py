@@ -165,9 +165,9 @@ def _load_class(impl: str, allowed: tuple[str, ...]) -> type:
     import importlib
 
     from .errors import ImplLoadError
-    from .values import _check_impl_allowed
+    from .values import check_impl_allowed
 
-    module_name, attr = _check_impl_allowed(impl, allowed)
+    module_name, attr = check_impl_allowed(impl, allowed)
     try:
         return getattr(importlib.import_module(module_name), attr)
     except ImportError as exc:

@@ -100,14 +100,18 @@ class OutcomeTable:
 class Rejection:
     """A rejected point; :meth:`error` builds a fresh SelectionError to raise."""
 
-    __slots__ = ("ruleset", "query", "reason", "rule", "path", "messages", "gap", "backend")
+    __slots__ = ("ruleset", "query", "reason", "rule", "path", "messages", "gap", "backend", "suggestions")
 
     def __init__(self, ruleset, query, reason, rule, path, messages=(), gap=False, backend=None):
         self.ruleset, self.query, self.reason, self.backend = ruleset, query, reason, backend
+        self.suggestions: tuple[str, ...] | None = None
         self.rule, self.path, self.messages, self.gap = rule, path, messages, gap
 
     def error(self) -> SelectionError:
-        return SelectionError(self.message(), suggestions=self.ruleset.suggestions(self.query),
+        """A fresh exception to raise; the suggestions are computed once per memoized rejection."""
+        if self.suggestions is None:
+            self.suggestions = self.ruleset.suggestions(self.query)
+        return SelectionError(self.message(), suggestions=self.suggestions,
                               rule=self.rule, query=self.query, path=self.path)
 
     def message(self) -> str:
@@ -184,9 +188,8 @@ class RuleSet:
     def _invalid(self, what: str, value: Any, valid, hint: str = "", flag: str = "") -> InvalidQuery:
         near = _nearest(value, valid) if isinstance(value, str) else []
         text = f"unknown {what} {value!r}"
-        if near:
-            text += f"; did you mean {near[0]!r}?"
-        text += f". Valid {what} values: {', '.join(valid)}" + hint
+        text += f"; did you mean {near[0]!r}?" if near else "."
+        text += f" Valid {what} values: {', '.join(valid)}" + hint
         return InvalidQuery(text, suggestions=tuple(f"{flag} {n}".strip() for n in near))
 
     def normalize(self, *, platform: Any, kv_cache_dtype: Any = "auto", backend: Any = None,
@@ -219,9 +222,8 @@ class RuleSet:
                         + (f"; known but not DeepSeek-V4 backends: {', '.join(others)}" if others else ""))
                 near = _nearest(name, self.backends)
                 text = f"unknown attention backend {name!r}"
-                if near:
-                    text += f"; did you mean {near[0]!r}?"
-                raise InvalidQuery(text + ". DeepSeek-V4 backends: " + ", ".join(self.selectable_backends)
+                text += f"; did you mean {near[0]!r}?" if near else "."
+                raise InvalidQuery(text + " DeepSeek-V4 backends: " + ", ".join(self.selectable_backends)
                                    + hint, suggestions=tuple(f"--attention-backend {n}" for n in near))
         kv = kv_cache_dtype.strip().lower() if isinstance(kv_cache_dtype, str) else kv_cache_dtype
         kvs = self.values("kv_cache_dtype")
@@ -328,29 +330,38 @@ class RuleSet:
     def alternatives(self, query: Query, limit: int = 4) -> list[tuple[str | None, str, Selection]]:
         """The nearest changes of (backend, kv dtype) that select, keeping the
         platform, capability and model: one change before two, the platform
-        default before explicit backends, vocabulary order otherwise."""
+        default before explicit backends, vocabulary order otherwise. One
+        alternative per backend, and none that repeats an earlier one's
+        result (naming the default backend explicitly adds nothing)."""
         found: list[tuple[int, int, int, str | None, str]] = []
         backends = (None, *self.backends)
         kvs = self.values("kv_cache_dtype")
+        head = (query.model, query.platform, query.capability)
+        tail = tuple(v for _, v in query.extra)
+        table, outcomes = self._table, self._outcomes
         for bi, backend in enumerate(backends):
             for ki, kv in enumerate(kvs):
                 changes = (backend != query.backend) + (kv != query.kv_cache_dtype)
                 if changes == 0:
                     continue
-                index = self._table.get(self.key(Query(query.model, query.platform, query.capability,
-                                                       backend, kv, query.extra)))
-                if index is not None and self._outcomes[index][0] == "select":
+                index = table.get((*head, backend, kv, *tail))
+                if index is not None and outcomes[index][0] == "select":
                     found.append((changes, bi, ki, backend, kv))
         found.sort()
         out = []
         seen_backends: set = set()
+        seen_results: set = set()
         for changes, _, _, backend, kv in found:
-            # one suggestion per backend keeps the list short and varied
             if backend in seen_backends:
                 continue
-            seen_backends.add(backend)
             alt = Query(query.model, query.platform, query.capability, backend, kv, query.extra)
-            out.append((backend, kv, self.outcome(alt)))
+            selection = self.outcome(alt)
+            result = (selection.backend, selection.layout, selection.cache_dtype, kv)
+            if result in seen_results:
+                continue
+            seen_backends.add(backend)
+            seen_results.add(result)
+            out.append((backend, kv, selection))
             if len(out) >= limit:
                 break
         return out

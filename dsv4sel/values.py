@@ -79,7 +79,9 @@ class Query(Frozen):
         return " ".join(parts)
 
 
-def _check_impl_allowed(impl: str, allowed: tuple[str, ...]) -> tuple[str, str]:
+def check_impl_allowed(impl: str, allowed: tuple[str, ...]) -> tuple[str, str]:
+    """Split ``"module:Class"`` after checking that the module is one of ``allowed``
+    or inside one of them; raises :class:`ImplLoadError` otherwise."""
     module, _, attr = impl.partition(":")
     if not any(module == p or module.startswith(p + ".") for p in allowed):
         raise ImplLoadError(
@@ -142,7 +144,7 @@ class Selection(Frozen):
         allow-list are imported; anything else raises :class:`ImplLoadError`."""
         import importlib
 
-        module_name, attr = _check_impl_allowed(self.impl, self.allowed_impl_modules)
+        module_name, attr = check_impl_allowed(self.impl, self.allowed_impl_modules)
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
