@@ -2,12 +2,13 @@
 
 Two entry points, both exported lazily from :mod:`dsv4sel`:
 
-``verify(rules=None)``
+``verify(rules=None, *, allowed_impl_modules=None)``
     Load, schema-check and compile rule files, then verify the program.
-    ``rules`` is None (the shipped rules), a path or a list of paths (files
-    or directories, as for :func:`dsv4sel.load_rules`), a
-    :class:`~dsv4sel.ruleset.RuleSet` (its source files are re-read and must
-    still hash to the RuleSet's digest) or a compiled
+    ``rules`` is what :func:`dsv4sel.load_rules` takes: None (the default
+    rule set: shipped rules, installed packs, ``DSV4SEL_RULES_PATH``), or a
+    list of rule packs (directories, files, :class:`dsv4sel.sources.Pack`);
+    or a :class:`~dsv4sel.ruleset.RuleSet` (its source files are re-read and
+    must still hash to the RuleSet's digest); or a compiled
     :class:`~dsv4sel.compile.Program`. Problems in the files (YAML, schema,
     vocabulary typos, dangling references, ...) come back as findings with
     ``file:line:column``; when there are any, the space is not analysed,
@@ -20,6 +21,27 @@ Two entry points, both exported lazily from :mod:`dsv4sel`:
     Verify a compiled Program: gaps, overlaps, redundancy, shadowed and dead
     rules, dangling ``use:`` targets, impl classes, layout ids, selection
     consistency and rewrite fixpoints, plus the coverage figures.
+
+What counts as a finding (severity ``error`` unless noted):
+
+* gap: inputs whose chain of tables ends in a table where no rule matches;
+  one finding per compact cube, in the table that has the gap;
+* overlap (hit policy unique): two rules with different outcomes match a
+  common input; redundant: two rules with identical outcomes do (a
+  ``warning`` under hit policy first, where overlaps are normal);
+* shadowed (hit policy first): a rule that matches inputs but decides none;
+* dead: a rule that matches no input at all (only dead, never also shadowed);
+* dangling / cycle: a ``use:`` target without a table, or a loop;
+* impl / layout / consistency: a selection whose impl class does not import
+  from the allowed modules, whose layout ``dsv4sel.kernels.layouts`` does not
+  define, or whose torch dtype or bytes per token disagree with the layout;
+* fixpoint: selecting again with ``kv_cache_dtype`` = the rewritten
+  ``cache_dtype`` (same requested backend) gives another backend, another
+  selection, a rejection, a gap, or a further rewrite.
+
+Overlaps are reported per pair (with the cube both rules match) for the
+first few partners of each rule; a rule overlapping many more gets one more
+finding naming them, so the report stays bounded.
 
 Both are deterministic: the same rules give an equal :class:`Report`.
 The space is never enumerated point by point (see :mod:`dsv4sel.scan`).

@@ -114,7 +114,9 @@ def render(report) -> str:
             name = "<none>" if b.backend is None else b.backend
             if len(members) > 1:
                 name += f" +{len(members) - 1} more, each"
-            rows.append((name, b.file, b.counts.select, b.counts.reject, b.counts.undecided))
+            # the default decision may span several files (packs add default rules)
+            where = b.file if b.backend is not None else "<default-backend decision>"
+            rows.append((name, where, b.counts.select, b.counts.reject, b.counts.undecided))
         lines += _table(rows, {2, 3, 4}) + [""]
         rows = [("rule", "location", "outcome", "inputs", "points")]
         rows += [(r.rule.id, r.rule.location, r.outcome, r.inputs, r.points) for r in cov.rules]
