@@ -1,4 +1,4 @@
-"""DeepSeek-V4 KV-cache layouts, a torch reference sparse decode, and kernel adapters.
+"""DeepSeek-V4 / V4.1 KV-cache layouts, a torch reference sparse decode, and kernel adapters.
 
 Installed as ``dsv4sel.kernels``. Importing this package (or any module in it)
 imports neither torch nor any kernel library: the selector's ``check`` and
@@ -25,6 +25,9 @@ IMPLS: tuple[str, ...] = (
     "dsv4sel.kernels.flashinfer:DeepseekV4FlashInferMLASparseImpl",
     "dsv4sel.kernels.rocm:DeepseekV4ROCMAiterMLASparseImpl",
     "dsv4sel.kernels.reference:DeepseekV4ReferenceSparseImpl",
+    "dsv4sel.kernels.v41:DeepseekV41FlashMLASparseImpl",
+    "dsv4sel.kernels.v41:DeepseekV41FlashInferMLASparseImpl",
+    "dsv4sel.kernels.v41:DeepseekV41MegaAttnImpl",
 )
 
 

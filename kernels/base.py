@@ -1,6 +1,6 @@
-"""The shared contract of the DeepSeek-V4 sparse-MLA attention impls.
+"""The shared contract of the DeepSeek-V4 / V4.1 sparse-MLA attention impls.
 
-Every impl (FlashMLA, FlashInfer, AITER, torch reference) is a
+Every impl (FlashMLA, FlashInfer, AITER, torch reference, the V4.1 impls) is a
 :class:`SparseMLAImpl`:
 
 * ``is_available(platform=None, capability=None) -> (bool, reason)``:
@@ -17,6 +17,8 @@ Every impl (FlashMLA, FlashInfer, AITER, torch reference) is a
   runs the library kernel. When the library is missing or the device is
   wrong it raises :class:`KernelUnavailableError`, unless the impl was built
   with ``fallback="reference"``, the explicit opt-in to the torch reference.
+  The reference reads only layouts with a codec (``layout.has_codec``); for
+  the DeepSeek-V4.1 records the error is raised even with that opt-in.
 
 Outputs follow :mod:`dsv4sel.kernels.reference`: ``out`` bf16
 ``[b, s_q, h, 512]``; ``lse`` float32 ``[b, s_q, h]`` (natural log, no sink,
@@ -147,7 +149,8 @@ class SparseMLAImpl:
             block_size: tokens per cache page.
             kv_scale: per-tensor scale of ``fp8_e4m3_row`` (must stay 1.0 for others).
             fallback: ``"error"`` (default) raises KernelUnavailableError when
-                the library cannot run; ``"reference"`` runs the torch reference instead.
+                the library cannot run; ``"reference"`` runs the torch reference instead
+                (for layouts with a codec; otherwise the error is still raised).
             platform, capability: the target to check the library against; by
                 default taken from the device of ``q`` at each call.
         """
@@ -196,6 +199,15 @@ class SparseMLAImpl:
         raise NotImplementedError
 
     @classmethod
+    def _entry_point_reason(cls, module: Any, capability: Capability | None) -> str | None:
+        """Why the imported ``module`` cannot serve ``capability``, or None if it can.
+
+        For entry points whose required arguments depend on the GPU generation
+        (e.g. a keyword only newer library releases accept). Never raises.
+        """
+        return None
+
+    @classmethod
     def _library(cls) -> tuple[Any, str | None]:
         """``(module, None)`` or ``(None, reason)``; never raises."""
         try:
@@ -217,6 +229,8 @@ class SparseMLAImpl:
             if reason is not None:
                 return False, reason
             module, reason = cls._library()
+            if reason is None:
+                reason = cls._entry_point_reason(module, cap)
             if reason is not None:
                 return False, reason
             version = getattr(module, "__version__", None)
@@ -285,8 +299,17 @@ class SparseMLAImpl:
         if reason is None:
             module, reason = self._library()
         if reason is None:
+            reason = self._entry_point_reason(module, capability)
+        if reason is None:
             return self._forward_library(module, capability, inputs)
-        if self.fallback == "reference":
+        if self.fallback == "reference" and not self.layout.has_codec:
+            # The reference dequantizes through the layout; an opaque record
+            # would only fail deeper down with a less useful error.
+            reason += (
+                f"; fallback='reference' cannot stand in: the torch reference cannot read "
+                f"{self.layout.name} (dsv4sel has no verified codec for it)"
+            )
+        elif self.fallback == "reference":
             if not self._fallback_logged:
                 import logging
 

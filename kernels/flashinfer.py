@@ -26,11 +26,15 @@ Both: ``workspace_buffer`` is a zeroed uint8 buffer (128 MiB by default) kept pe
 device; ``sinks`` float32 ``[h]``; heads padded with zeros to 8, 16, 32, 64 or
 128. FlashInfer returns no lse here, so ``DecodeOutput.lse`` is None.
 There is no SM90 path: on an H200 use FlashMLA.
+
+:class:`dsv4sel.kernels.v41.DeepseekV41FlashInferMLASparseImpl` reuses this
+class for DeepSeek-V4.1 through the class attributes (``layouts_by_major``,
+``backend_name``, ``model_label``) and ``_packed_format_kwargs``.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 from .base import DecodeInputs, DecodeOutput, SparseMLAImpl, import_attr_module, pad_heads, padded_heads
 from .errors import UnsupportedLayoutError
@@ -58,6 +62,11 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
 
     impl_name: ClassVar[str] = "DeepseekV4FlashInferMLASparseImpl"
     library_name: ClassVar[str] = "flashinfer"
+    #: The backend name in messages, and the model the decode serves.
+    backend_name: ClassVar[str] = "FLASHINFER_MLA_SPARSE_DSV4"
+    model_label: ClassVar[str] = "DeepSeek-V4"
+    #: Layouts by GPU major (10: TRTLLM-gen plain rows, 12: packed pages).
+    layouts_by_major: ClassVar[Mapping[int, frozenset[str]]] = LAYOUTS_BY_MAJOR
     supported_layouts: ClassVar[frozenset[str]] = frozenset().union(*LAYOUTS_BY_MAJOR.values())
 
     def __init__(
@@ -87,13 +96,14 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
 
     @classmethod
     def _target_reason(cls, platform: str, capability: Capability | None) -> str | None:
+        what = f"FlashInfer {cls.model_label} sparse decode"
         if platform != "cuda":
-            return f"FlashInfer DeepSeek-V4 sparse decode runs on NVIDIA GPUs (platform cuda), not {platform}"
+            return f"{what} runs on NVIDIA GPUs (platform cuda), not {platform}"
         if capability is None:
-            return "no CUDA compute capability known; FlashInfer DeepSeek-V4 sparse decode needs SM10x or SM12x"
-        if capability[0] not in LAYOUTS_BY_MAJOR:
+            return f"no CUDA compute capability known; {what} needs SM10x or SM12x"
+        if capability[0] not in cls.layouts_by_major:
             return (
-                "FLASHINFER_MLA_SPARSE_DSV4 requires SM10x (TRTLLM-gen) or SM12x (packed sparse); "
+                f"{cls.backend_name} requires SM10x (TRTLLM-gen) or SM12x (packed sparse); "
                 f"this GPU is {format_capability(capability)} (on SM90 use FlashMLA)"
             )
         return None
@@ -117,11 +127,15 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
     def _forward_library(self, lib: Any, capability: Capability | None, inputs: DecodeInputs) -> DecodeOutput:
         assert capability is not None  # _target_reason guarantees it
         major = capability[0]
-        if self.layout.name not in LAYOUTS_BY_MAJOR[major]:
+        readable = self.layouts_by_major[major]
+        if self.layout.name not in readable:
             if major == 10:
-                why = "SM10x uses the plain bf16 / per-tensor FP8 row layouts (bf16_row, fp8_e4m3_row), not fp8_ds_mla"
+                why = (
+                    "SM10x uses the plain bf16 / per-tensor FP8 row layouts (bf16_row, fp8_e4m3_row), "
+                    f"not {self.layout.name}"
+                )
             else:
-                why = "SM12x reads only the packed fp8_ds_mla layout"
+                why = f"SM12x reads only the packed {', '.join(sorted(readable))} layout"
             raise UnsupportedLayoutError(f"{self.impl_name}: {why}; got {self.layout.name}")
         fn = getattr(lib, ENTRY_POINT)
         h = inputs.heads
@@ -133,6 +147,14 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
         return DecodeOutput(out[:, :, :h], None)
 
     # -- argument builders -------------------------------------------------
+    def _packed_format_kwargs(self) -> dict[str, Any]:
+        """Extra keywords of the SM12x packed call that name the record format.
+
+        Empty for V4: FlashInfer's default ``kv_cache_format`` is V4's 584-byte
+        record, and releases before the keyword existed must keep working.
+        """
+        return {}
+
     @staticmethod
     def _active_columns(indices: Any, lengths: Any) -> Any:
         """``indices`` with columns at or beyond ``lengths[b]`` set to -1 (negatives stay)."""
@@ -223,6 +245,7 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
             "bmm2_scale": 1.0,
             "sinks": self._sinks(inputs, h_pad),
             "kv_layout": "HND",
+            **self._packed_format_kwargs(),
         }
         if inputs.extra_kv_cache is not None:
             kwargs["compressed_kv_cache"] = self.layout.kernel_view(inputs.extra_kv_cache)

@@ -1,6 +1,7 @@
-"""Byte-exact DeepSeek-V4 KV-cache layouts: the single source of truth for sizes.
+"""DeepSeek-V4 / V4.1 KV-cache layouts: the single source of truth for sizes.
 
-Three layouts, by name (see ``docs/kernels.md`` for byte diagrams):
+Five layouts, by name (see ``docs/kernels.md`` for byte diagrams). Three are
+byte-exact codecs:
 
 ``fp8_ds_mla`` (584 B/token, uint8 pages; FlashMLA calls it "MODEL1")
     A page of ``block_size`` tokens is block-major: first ``block_size x 576``
@@ -15,12 +16,22 @@ Three layouts, by name (see ``docs/kernels.md`` for byte diagrams):
     One row of 512 float8_e4m3fn values per token, ``value / scale``; the
     per-tensor ``scale`` (default 1.0) is kept outside the cache, on the layout.
 
+Two are DeepSeek-V4.1 records known by size only (:class:`OpaqueRecordLayout`,
+``has_codec`` False): their byte encodings are written by the serving
+engine's V4.1 kernels and are not verified here, so ``write`` and ``read``
+raise :class:`UnsupportedLayoutError`:
+
+``fp8_ds_mla_v41`` (528 B/token, uint8 pages of exactly ``block_size x 528``)
+    V4.1's fp8 main / sliding-window record.
+``nvfp4_ds_mla`` (288 B/token, uint8 pages of exactly ``block_size x 288``)
+    V4.1's NVFP4 compressed-cache record (FlashMLA mega-attention).
+
 Sizes (``bytes_per_token``, ``torch_dtype_name``, ``alignment``,
 ``page_bytes``) are plain ints and strings: reading them never imports torch.
 The tensor methods (``allocate``, ``write``, ``read``, ``kernel_view``) import
 torch on first use.
 
-Slots address tokens as ``block * block_size + offset``. ``write`` and ``read``
+Slots address tokens as ``block * block_size + offset``. The codecs' ``write`` and ``read``
 reject slots outside ``[0, num_blocks * block_size)`` with ValueError (one
 device sync per call); with duplicate slots in one ``write`` the surviving row
 is unspecified.
@@ -31,9 +42,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
-from .errors import UnknownLayoutError
+from .errors import UnknownLayoutError, UnsupportedLayoutError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -51,6 +62,9 @@ __all__ = [
     "Fp8DsMlaLayout",
     "Bf16RowLayout",
     "Fp8E4m3RowLayout",
+    "OpaqueRecordLayout",
+    "Fp8DsMlaV41Layout",
+    "Nvfp4DsMlaLayout",
     "LAYOUTS",
     "get_layout",
     "resolve_layout",
@@ -95,12 +109,15 @@ class KVCacheLayout:
         torch_dtype_name: dtype of the cache tensor ``allocate`` returns, as the
             name of a ``torch`` attribute ("uint8", "bfloat16", "float8_e4m3fn").
         alignment: a page is padded to a multiple of this many bytes.
+        has_codec: class-level; True when :meth:`write` and :meth:`read`
+            encode and decode the bytes (False for :class:`OpaqueRecordLayout`).
     """
 
     name: str
     bytes_per_token: int
     torch_dtype_name: str
     alignment: int
+    has_codec: ClassVar[bool] = True
 
     # -- sizes: no torch -------------------------------------------------
     def page_bytes(self, block_size: int) -> int:
@@ -184,19 +201,13 @@ class KVCacheLayout:
 
 
 @dataclass(frozen=True)
-class Fp8DsMlaLayout(KVCacheLayout):
-    """``fp8_ds_mla``: block-major fp8 NoPE + bf16 RoPE + UE8M0 tile scales.
+class _BytePagesLayout(KVCacheLayout):
+    """Pages of raw bytes: cache uint8 ``[num_blocks, page_bytes]``.
 
-    The cache tensor is uint8 ``[num_blocks, page_bytes]``. Byte offsets inside
-    page ``p`` for the token at offset ``t``: data at ``t * 576`` (NoPE fp8 at
-    ``+0..447``, RoPE bf16 at ``+448..575``), scales at
-    ``block_size * 576 + t * 8`` (7 exponents, then a zero pad byte).
+    The kernel view is uint8 ``(num_blocks, block_size, bytes_per_token)``
+    with strides ``(page_bytes, bytes_per_token, 1)``. Requires
+    ``alignment <= bytes_per_token`` so that a page size names one block size.
     """
-
-    name: str = "fp8_ds_mla"
-    bytes_per_token: int = _TOKEN_DATA_BYTES + _SCALE_BYTES  # 584
-    torch_dtype_name: str = "uint8"
-    alignment: int = _TOKEN_DATA_BYTES  # 576
 
     def _kernel_width(self) -> int:
         return self.bytes_per_token
@@ -210,22 +221,23 @@ class Fp8DsMlaLayout(KVCacheLayout):
         self._check_cache_dtype(cache)
         if cache.dim() != 2:
             raise ValueError(
-                f"fp8_ds_mla cache must be [num_blocks, page_bytes] uint8, got shape {tuple(cache.shape)}"
+                f"{self.name} cache must be [num_blocks, page_bytes] uint8, got shape {tuple(cache.shape)}"
             )
         page = cache.shape[1]
-        # page_bytes - 584 * block_size is padding in [0, 575], so the quotient is exact.
+        # page_bytes - bytes_per_token * block_size is padding in [0, alignment - 1]
+        # and alignment <= bytes_per_token, so the quotient is exact.
         block_size = page // self.bytes_per_token
         if block_size == 0 or self.page_bytes(block_size) != page:
-            raise ValueError(f"{page} bytes is not an fp8_ds_mla page size")
+            raise ValueError(f"{page} bytes is not a page size of the {self.name} layout")
         if cache.stride(1) != 1 or cache.stride(0) != page:
-            raise ValueError("fp8_ds_mla cache pages must be contiguous")
+            raise ValueError(f"{self.name} cache pages must be contiguous")
         return block_size
 
     def kernel_view(self, cache: "torch.Tensor") -> "torch.Tensor":
-        """uint8 ``(num_blocks, block_size, 584)`` with strides ``(page_bytes, 584, 1)``.
+        """uint8 ``(num_blocks, block_size, bytes_per_token)`` with strides ``(page_bytes, bytes_per_token, 1)``.
 
-        Kernels use it for the page base pointer and page stride only; inside a
-        page they address data and scales block-major, not at ``t * 584``.
+        Kernels use it for the page base pointer and page stride only; how
+        they address bytes inside a page is the record format's business.
         """
         block_size = self.block_size_of(cache)
         num_blocks, page = cache.shape
@@ -234,6 +246,24 @@ class Fp8DsMlaLayout(KVCacheLayout):
             (page, self.bytes_per_token, 1),
             cache.storage_offset(),
         )
+
+
+@dataclass(frozen=True)
+class Fp8DsMlaLayout(_BytePagesLayout):
+    """``fp8_ds_mla``: block-major fp8 NoPE + bf16 RoPE + UE8M0 tile scales.
+
+    The cache tensor is uint8 ``[num_blocks, page_bytes]``. Byte offsets inside
+    page ``p`` for the token at offset ``t``: data at ``t * 576`` (NoPE fp8 at
+    ``+0..447``, RoPE bf16 at ``+448..575``), scales at
+    ``block_size * 576 + t * 8`` (7 exponents, then a zero pad byte).
+    The kernel view is uint8 ``(num_blocks, block_size, 584)``; inside a page
+    kernels address data and scales block-major, not at ``t * 584``.
+    """
+
+    name: str = "fp8_ds_mla"
+    bytes_per_token: int = _TOKEN_DATA_BYTES + _SCALE_BYTES  # 584
+    torch_dtype_name: str = "uint8"
+    alignment: int = _TOKEN_DATA_BYTES  # 576
 
     def _views(self, cache: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor", int]:
         block_size = self.block_size_of(cache)
@@ -382,8 +412,79 @@ class Fp8E4m3RowLayout(_RowLayout):
         return (raw.view(torch.float8_e4m3fn).float() * self.scale).to(torch.bfloat16)
 
 
+@dataclass(frozen=True)
+class OpaqueRecordLayout(_BytePagesLayout):
+    """A DeepSeek-V4.1 record whose size is known but whose bytes are not.
+
+    Sizes, allocation and the kernel view work as for any uint8 page layout,
+    so caches can be sized, allocated and handed to a kernel. The byte-level
+    encoding is written by the serving engine's V4.1 kernels and is not part
+    of dsv4sel's verified facts, so :meth:`write` and :meth:`read` raise
+    :class:`UnsupportedLayoutError` instead of guessing a codec, and the torch
+    reference decode cannot read these caches.
+
+    Page padding is not documented either: ``alignment`` equals
+    ``bytes_per_token``, i.e. a page is exactly ``block_size * bytes_per_token``
+    bytes with no padding.
+    """
+
+    has_codec: ClassVar[bool] = False
+    #: What the record is, for error messages.
+    record: ClassVar[str] = "record"
+
+    def write(self, cache: "torch.Tensor", kv: "torch.Tensor", slots: "torch.Tensor") -> None:
+        """Always raises :class:`UnsupportedLayoutError`: no verified encoder."""
+        raise UnsupportedLayoutError(self._no_codec("write"))
+
+    def read(self, cache: "torch.Tensor", slots: "torch.Tensor") -> "torch.Tensor":
+        """Always raises :class:`UnsupportedLayoutError`: no verified decoder."""
+        raise UnsupportedLayoutError(self._no_codec("read"))
+
+    def _no_codec(self, op: str) -> str:
+        return (
+            f"cannot {op} {self.name} rows: its {self.bytes_per_token}-byte {self.record} is written by "
+            "the serving engine's DeepSeek-V4.1 kernels and dsv4sel has no verified codec for it "
+            "(sizes, allocate and kernel_view work)"
+        )
+
+
+@dataclass(frozen=True)
+class Fp8DsMlaV41Layout(OpaqueRecordLayout):
+    """``fp8_ds_mla_v41``: DeepSeek-V4.1's fp8 main / sliding-window record, 528 B/token.
+
+    vLLM's V4.1 backends store it for kv-cache dtype ``fp8_ds_mla``; FlashInfer
+    reads it with ``kv_cache_format="fp8_dsv41"``. Pages: ``block_size * 528`` bytes.
+    """
+
+    name: str = "fp8_ds_mla_v41"
+    bytes_per_token: int = 528
+    torch_dtype_name: str = "uint8"
+    alignment: int = 528
+    record: ClassVar[str] = "DeepSeek-V4.1 fp8 record"
+
+
+@dataclass(frozen=True)
+class Nvfp4DsMlaLayout(OpaqueRecordLayout):
+    """``nvfp4_ds_mla``: DeepSeek-V4.1's NVFP4 compressed-cache record, 288 B/token.
+
+    Read only by FlashMLA's V4.1 mega-attention on SM10x (vLLM's
+    ``FLASHMLA_MEGA_ATTN_DSV41``). Pages: ``block_size * 288`` bytes.
+    """
+
+    name: str = "nvfp4_ds_mla"
+    bytes_per_token: int = 288
+    torch_dtype_name: str = "uint8"
+    alignment: int = 288
+    record: ClassVar[str] = "DeepSeek-V4.1 NVFP4 compressed-cache record"
+
+
 LAYOUTS: Mapping[str, KVCacheLayout] = MappingProxyType(
-    {layout.name: layout for layout in (Fp8DsMlaLayout(), Bf16RowLayout(), Fp8E4m3RowLayout())}
+    {
+        layout.name: layout
+        for layout in (
+            Fp8DsMlaLayout(), Bf16RowLayout(), Fp8E4m3RowLayout(), Fp8DsMlaV41Layout(), Nvfp4DsMlaLayout(),
+        )
+    }
 )
 """Every layout by name; read-only."""
 

@@ -5,10 +5,13 @@ name, and a second conftest.py here would shadow it.
 
 ``device`` runs a test on the CPU and on a CUDA GPU (marked ``gpu``; skipped,
 with the reason, where torch sees none). The kernel libraries are never needed: contract tests inject
-fake modules into ``sys.modules``.
+fake modules into ``sys.modules`` (``fake_module``), or make every library unimportable (``no_libraries``).
 """
 
 from __future__ import annotations
+
+import sys
+import types
 
 import pytest
 
@@ -32,3 +35,33 @@ def device(request: pytest.FixtureRequest) -> str:
 def gen() -> "torch.Generator":
     """A seeded CPU generator: tests draw data on the CPU, then move it."""
     return torch.Generator().manual_seed(1234)
+
+
+@pytest.fixture
+def fake_module(monkeypatch):
+    """Install fake modules: fake_module('flashinfer.mla', fn_name=fn, ...)."""
+
+    def install(name: str, **attrs):
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            sub = ".".join(parts[:i])
+            if sub not in sys.modules or not getattr(sys.modules[sub], "_dsv4sel_fake", False):
+                mod = types.ModuleType(sub)
+                mod._dsv4sel_fake = True
+                monkeypatch.setitem(sys.modules, sub, mod)
+                if i > 1:
+                    monkeypatch.setattr(sys.modules[".".join(parts[: i - 1])], parts[i - 1], mod, raising=False)
+        for key, value in attrs.items():
+            setattr(sys.modules[name], key, value)
+        return sys.modules[name]
+
+    return install
+
+
+@pytest.fixture
+def no_libraries(monkeypatch):
+    """Make every kernel library unimportable, whatever is installed (vLLM too: its _flashmla_C may carry ops)."""
+    for name in (
+        "flash_mla", "flashinfer", "flashinfer.mla", "flashinfer.decode", "aiter", "aiter.mla", "vllm", "vllm._flashmla_C",
+    ):
+        monkeypatch.setitem(sys.modules, name, None)

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
-import types
 
 import pytest
 import torch
 
 import dsv4sel.kernels as kernels
-from kernel_fixtures import device, gen  # noqa: F401  (pytest fixtures)
+from kernel_fixtures import device, fake_module, gen, no_libraries  # noqa: F401  (pytest fixtures)
 from dsv4sel.kernels.base import SparseMLAImpl
 from dsv4sel.kernels.errors import KernelUnavailableError, UnknownLayoutError, UnsupportedLayoutError
 from dsv4sel.kernels.flashinfer import DeepseekV4FlashInferMLASparseImpl
@@ -77,48 +75,23 @@ def reference_rows_decode(q, rows, valid, softmax_scale, sinks=None, value_scale
     return out, lse
 
 
-@pytest.fixture
-def fake_module(monkeypatch):
-    """Install fake modules: fake_module('flashinfer.mla', fn_name=fn, ...)."""
-
-    def install(name: str, **attrs):
-        parts = name.split(".")
-        for i in range(1, len(parts) + 1):
-            sub = ".".join(parts[:i])
-            if sub not in sys.modules or not getattr(sys.modules[sub], "_dsv4sel_fake", False):
-                mod = types.ModuleType(sub)
-                mod._dsv4sel_fake = True
-                monkeypatch.setitem(sys.modules, sub, mod)
-                if i > 1:
-                    monkeypatch.setattr(sys.modules[".".join(parts[: i - 1])], parts[i - 1], mod, raising=False)
-        for key, value in attrs.items():
-            setattr(sys.modules[name], key, value)
-        return sys.modules[name]
-
-    return install
-
-
-@pytest.fixture
-def no_libraries(monkeypatch):
-    """Make every kernel library unimportable, whatever is installed."""
-    for name in ("flash_mla", "flashinfer", "flashinfer.mla", "flashinfer.decode", "aiter", "aiter.mla"):
-        monkeypatch.setitem(sys.modules, name, None)
-
-
 # ---------------------------------------------------------------------------
 # registry, construction, availability
 # ---------------------------------------------------------------------------
 
 
-def test_registry_names_the_four_impls_by_module_and_class() -> None:
+def test_registry_names_the_v4_impls_then_the_v41_impls_by_module_and_class() -> None:
     assert kernels.IMPLS == (
         "dsv4sel.kernels.flashmla:DeepseekV4FlashMLASparseImpl",
         "dsv4sel.kernels.flashinfer:DeepseekV4FlashInferMLASparseImpl",
         "dsv4sel.kernels.rocm:DeepseekV4ROCMAiterMLASparseImpl",
         "dsv4sel.kernels.reference:DeepseekV4ReferenceSparseImpl",
+        "dsv4sel.kernels.v41:DeepseekV41FlashMLASparseImpl",
+        "dsv4sel.kernels.v41:DeepseekV41FlashInferMLASparseImpl",
+        "dsv4sel.kernels.v41:DeepseekV41MegaAttnImpl",
     )
     classes = [kernels.load_impl(spec) for spec in kernels.IMPLS]
-    assert classes == ALL_IMPLS
+    assert classes[:4] == ALL_IMPLS  # the V4.1 impls are tested in test_kernels_v41.py
     assert all(issubclass(cls, SparseMLAImpl) and cls.impl_name == cls.__name__ for cls in classes)
     with pytest.raises(ValueError):
         kernels.load_impl("dsv4sel.kernels.flashmla.DeepseekV4FlashMLASparseImpl")

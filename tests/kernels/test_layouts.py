@@ -128,8 +128,9 @@ def test_layout_identity(name: str, bytes_per_token: int, dtype_name: str, align
     assert layout.torch_dtype() == getattr(torch, dtype_name)
 
 
-def test_layouts_mapping_enumerates_exactly_the_three_layouts_read_only() -> None:
-    assert set(LAYOUTS) == {"fp8_ds_mla", "bf16_row", "fp8_e4m3_row"}
+def test_layouts_mapping_enumerates_exactly_the_five_layouts_read_only() -> None:
+    assert set(LAYOUTS) == {"fp8_ds_mla", "bf16_row", "fp8_e4m3_row", "fp8_ds_mla_v41", "nvfp4_ds_mla"}
+    assert {name for name in LAYOUTS if LAYOUTS[name].has_codec} == {"fp8_ds_mla", "bf16_row", "fp8_e4m3_row"}
     assert all(LAYOUTS[name].name == name for name in LAYOUTS)
     with pytest.raises(TypeError):
         LAYOUTS["x"] = LAYOUTS["bf16_row"]  # type: ignore[index]
@@ -164,8 +165,12 @@ def test_sizes_and_impl_modules_import_without_torch_or_kernel_libraries() -> No
         "import sys\n"
         "import dsv4sel.kernels, dsv4sel.kernels.layouts as L\n"
         "import dsv4sel.kernels.flashmla, dsv4sel.kernels.flashinfer, dsv4sel.kernels.rocm, dsv4sel.kernels.reference\n"
-        "assert [L.get_layout(n).page_bytes(64) for n in L.LAYOUTS] == [37440, 65536, 32768]\n"
-        "assert [L.LAYOUTS[n].torch_dtype_name for n in L.LAYOUTS] == ['uint8', 'bfloat16', 'float8_e4m3fn']\n"
+        "import dsv4sel.kernels.v41\n"
+        "assert [L.get_layout(n).page_bytes(64) for n in L.LAYOUTS] == [37440, 65536, 32768, 33792, 18432]\n"
+        "assert [L.LAYOUTS[n].torch_dtype_name for n in L.LAYOUTS] == ['uint8', 'bfloat16', 'float8_e4m3fn', 'uint8', 'uint8']\n"
+        "from dsv4sel.kernels.v41 import DeepseekV41MegaAttnImpl as M\n"
+        "ok, reason = M.is_available('cuda', '9.0')\n"
+        "assert not ok and 'sm_10x' in reason\n"
         "from dsv4sel.kernels.flashmla import DeepseekV4FlashMLASparseImpl as F\n"
         "ok, reason = F.is_available('cpu', None)\n"
         "assert not ok and 'cuda' in reason\n"
@@ -366,7 +371,7 @@ def test_fp8_e4m3_row_stores_value_over_scale(device: str, gen: torch.Generator)
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(LAYOUTS))
+@pytest.mark.parametrize("name", sorted(n for n in LAYOUTS if LAYOUTS[n].has_codec))
 def test_out_of_range_and_negative_slots_are_rejected(name: str) -> None:
     layout = get_layout(name)
     cache = layout.allocate(2, 4)

@@ -1,0 +1,282 @@
+"""DeepSeek-V4.1 sparse-MLA impls: FlashMLA, FlashInfer and FlashMLA mega-attention.
+
+The V4.1 rules name three impls, one per vLLM backend:
+
+``DeepseekV41FlashMLASparseImpl`` (``FLASHMLA_SPARSE_DSV41``; CUDA SM90, SM10x)
+    Reads ``fp8_ds_mla_v41`` (528 B/token). ``is_available`` checks the target
+    and that ``flash_mla`` imports. ``forward_decode`` always raises
+    :class:`KernelUnavailableError`: FlashMLA's V4.1 decode has no documented
+    Python API, so there is nothing to map arguments to.
+``DeepseekV41FlashInferMLASparseImpl`` (``FLASHINFER_MLA_SPARSE_DSV41``; SM10x, SM12x)
+    SM10x reads ``bf16_row`` / ``fp8_e4m3_row`` with exactly the V4 TRTLLM-gen
+    mapping of :mod:`dsv4sel.kernels.flashinfer`. SM12x reads
+    ``fp8_ds_mla_v41`` with the V4 packed-sparse mapping plus
+    ``kv_cache_format="fp8_dsv41"`` (FlashInfer's name for the 528-byte V4.1
+    record); the swa / compressed caches are uint8 ``(num_blocks, block_size,
+    528)`` views with strides ``(page_bytes, 528, 1)``. On SM12x
+    ``is_available`` also requires an entry point that accepts
+    ``kv_cache_format`` (flashinfer-python 0.7.4 does).
+``DeepseekV41MegaAttnImpl`` (``FLASHMLA_MEGA_ATTN_DSV41``; SM10x only)
+    Reads ``fp8_ds_mla_v41`` (main / sliding-window cache) and ``nvfp4_ds_mla``
+    (288 B/token compressed cache). ``is_available`` checks the target and
+    that the torch op ``torch.ops._flashmla_C.fused_norm_rope_attn_rope_cast_decode``
+    is registered; it is also the probe of the rules' ``mega_attn`` input
+    (``dsv4sel doctor``: available -> ``mega_attn=available``).
+    ``forward_decode`` always raises :class:`KernelUnavailableError`: the op's
+    arguments are not documented here.
+
+``is_available`` answers whether the *kernel library* can run on the target,
+which is what vLLM needs and what ``dsv4sel doctor`` reports; for the two
+impls without an adapter its reason says that dsv4sel itself cannot call it.
+
+The V4.1 layouts have no verified codec (:class:`~dsv4sel.kernels.layouts.OpaqueRecordLayout`):
+``write_kv`` raises :class:`UnsupportedLayoutError`, and ``fallback="reference"``
+does not run the torch reference on them (the reference cannot read them);
+``KernelUnavailableError`` is raised instead. On ``bf16_row`` / ``fp8_e4m3_row``
+the FlashInfer impl's reference fallback works as for V4.
+
+Importing this module imports neither torch nor a kernel library.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+
+from .base import DecodeInputs, DecodeOutput, KernelUnavailableError, SparseMLAImpl
+from .flashinfer import ENTRY_POINT, DeepseekV4FlashInferMLASparseImpl
+from .flashmla import FLASHMLA_INSTALL_HINT
+from .platform import Capability, format_capability
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = [
+    "DeepseekV41FlashMLASparseImpl",
+    "DeepseekV41FlashInferMLASparseImpl",
+    "DeepseekV41MegaAttnImpl",
+    "FLASHINFER_DSV41_FORMAT",
+    "MEGA_OP_NAMESPACE",
+    "MEGA_OP",
+    "MEGA_OP_PROVIDERS",
+]
+
+#: FlashInfer's ``kv_cache_format`` for DeepSeek-V4.1's 528-byte fp8 record.
+FLASHINFER_DSV41_FORMAT = "fp8_dsv41"
+#: The mega-attention decode op: ``torch.ops.<namespace>.<op>``.
+MEGA_OP_NAMESPACE = "_flashmla_C"
+MEGA_OP = "fused_norm_rope_attn_rope_cast_decode"
+#: Modules that may register ``torch.ops._flashmla_C`` ops when imported:
+#: FlashMLA's package and vLLM's build of FlashMLA. Which one carries the mega
+#: op depends on the build; importing one that does not is harmless. Imported
+#: only when the op is not registered yet and the target is an SM10x GPU.
+MEGA_OP_PROVIDERS: tuple[str, ...] = ("flash_mla", "vllm._flashmla_C")
+
+#: FlashInfer V4.1 layouts by GPU major: SM10x plain rows as for V4, SM12x the 528-byte record.
+_FI_LAYOUTS_BY_MAJOR: Mapping[int, frozenset[str]] = {
+    10: frozenset({"bf16_row", "fp8_e4m3_row"}),
+    12: frozenset({"fp8_ds_mla_v41"}),
+}
+
+_NO_FLASHMLA_ADAPTER = (
+    "dsv4sel has no adapter for FlashMLA's V4.1 decode: its Python API is not documented; "
+    "vLLM's own DeepSeek-V4.1 layer calls it"
+)
+_NO_MEGA_ADAPTER = (
+    f"dsv4sel has no adapter for FlashMLA's V4.1 mega-attention decode: the arguments of "
+    f"torch.ops.{MEGA_OP_NAMESPACE}.{MEGA_OP} are not documented; vLLM's own DeepSeek-V4.1 layer "
+    "(FLASHMLA_MEGA_ATTN_DSV41) calls it"
+)
+
+
+class _WithoutDecodeAdapter(SparseMLAImpl):
+    """An impl whose library dsv4sel can probe but not call.
+
+    ``is_available`` is the base class's library check, with the missing
+    adapter noted in the reason when the library is there. ``forward_decode``
+    always raises :class:`KernelUnavailableError` with :attr:`no_adapter_reason`.
+    """
+
+    #: Why forward_decode cannot call the library.
+    no_adapter_reason: ClassVar[str] = ""
+
+    @classmethod
+    def is_available(cls, platform: str | None = None, capability: Any = None) -> tuple[bool, str]:
+        """Can the kernel library run on (platform, capability)? Never raises.
+
+        True means vLLM can use the kernel here; dsv4sel's own
+        ``forward_decode`` still cannot, and the reason says so.
+        """
+        ok, reason = super().is_available(platform, capability)
+        if ok:
+            reason = f"{reason}; note: {cls.no_adapter_reason}"
+        return ok, reason
+
+    def forward_decode(
+        self,
+        q: "torch.Tensor",
+        kv_cache: "torch.Tensor",
+        indices: "torch.Tensor",
+        *,
+        softmax_scale: float,
+        attn_sink: "torch.Tensor | None" = None,
+        topk_length: "torch.Tensor | None" = None,
+        extra_kv_cache: "torch.Tensor | None" = None,
+        extra_indices: "torch.Tensor | None" = None,
+        extra_topk_length: "torch.Tensor | None" = None,
+        seq_lens: "torch.Tensor | None" = None,
+    ) -> DecodeOutput:
+        """Always raises :class:`KernelUnavailableError` (with ``fallback="reference"`` too).
+
+        No library call exists to map the arguments to, and the torch
+        reference cannot read the V4.1 records, so no result can be honest.
+        """
+        raise KernelUnavailableError(self.impl_name, self._no_decode_reason())
+
+    def _forward_library(self, lib: Any, capability: Capability | None, inputs: DecodeInputs) -> DecodeOutput:
+        raise KernelUnavailableError(self.impl_name, self._no_decode_reason())
+
+    def _no_decode_reason(self) -> str:
+        reason = self.no_adapter_reason
+        if self.fallback == "reference" and not self.layout.has_codec:
+            reason += (
+                f"; fallback='reference' cannot stand in: the torch reference cannot read "
+                f"{self.layout.name} (dsv4sel has no verified codec for it)"
+            )
+        return reason
+
+
+class DeepseekV41FlashMLASparseImpl(_WithoutDecodeAdapter):
+    """DeepSeek-V4.1 sparse decode through FlashMLA (SM90, SM10x): availability only."""
+
+    impl_name: ClassVar[str] = "DeepseekV41FlashMLASparseImpl"
+    library_name: ClassVar[str] = "flash_mla"
+    supported_layouts: ClassVar[frozenset[str]] = frozenset({"fp8_ds_mla_v41"})
+    supported_majors: ClassVar[frozenset[int]] = frozenset({9, 10})
+    no_adapter_reason: ClassVar[str] = _NO_FLASHMLA_ADAPTER
+
+    @classmethod
+    def _target_reason(cls, platform: str, capability: Capability | None) -> str | None:
+        if platform != "cuda":
+            return f"FlashMLA DeepSeek-V4.1 sparse decode runs on NVIDIA GPUs (platform cuda), not {platform}"
+        if capability is None:
+            return "no CUDA compute capability known; FlashMLA DeepSeek-V4.1 sparse decode needs SM90 or SM100"
+        if capability[0] not in cls.supported_majors:
+            return (
+                "FLASHMLA_SPARSE_DSV41 is built for SM90 and the SM100 family; "
+                f"this GPU is {format_capability(capability)} (on SM12x use FLASHINFER_MLA_SPARSE_DSV41)"
+            )
+        return None
+
+    @classmethod
+    def _import_library(cls) -> Any:
+        return importlib.import_module("flash_mla")
+
+    @classmethod
+    def _library_missing_reason(cls, exc: BaseException) -> str:
+        return f"flash_mla is not importable ({type(exc).__name__}: {exc}): {FLASHMLA_INSTALL_HINT}"
+
+
+class DeepseekV41FlashInferMLASparseImpl(DeepseekV4FlashInferMLASparseImpl):
+    """DeepSeek-V4.1 sparse decode through ``trtllm_batch_decode_sparse_mla_dsv4``.
+
+    SM10x: the V4 TRTLLM-gen mapping on plain rows, unchanged. SM12x: the V4
+    packed mapping on ``fp8_ds_mla_v41`` pages plus
+    ``kv_cache_format="fp8_dsv41"``. Constructor arguments: see
+    :class:`~dsv4sel.kernels.flashinfer.DeepseekV4FlashInferMLASparseImpl`.
+    """
+
+    impl_name: ClassVar[str] = "DeepseekV41FlashInferMLASparseImpl"
+    backend_name: ClassVar[str] = "FLASHINFER_MLA_SPARSE_DSV41"
+    model_label: ClassVar[str] = "DeepSeek-V4.1"
+    layouts_by_major: ClassVar[Mapping[int, frozenset[str]]] = _FI_LAYOUTS_BY_MAJOR
+    supported_layouts: ClassVar[frozenset[str]] = frozenset().union(*_FI_LAYOUTS_BY_MAJOR.values())
+
+    @classmethod
+    def _entry_point_reason(cls, module: Any, capability: Capability | None) -> str | None:
+        if capability is None or capability[0] != 12:
+            return None  # SM10x reads plain rows: the V4 call, no format keyword
+        try:
+            params = inspect.signature(getattr(module, ENTRY_POINT)).parameters
+        except (TypeError, ValueError):  # not introspectable (a C function): trust it
+            return None
+        if "kv_cache_format" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return None
+        return (
+            f"flashinfer's {ENTRY_POINT} has no kv_cache_format argument, so it cannot read DeepSeek-V4.1's "
+            f"528-byte record (kv_cache_format={FLASHINFER_DSV41_FORMAT!r}): upgrade flashinfer-python "
+            "(0.7.4 has it)"
+        )
+
+    def _packed_format_kwargs(self) -> dict[str, Any]:
+        return {"kv_cache_format": FLASHINFER_DSV41_FORMAT}
+
+
+class _MegaOpMissing(ImportError):
+    """The mega-attention op is not registered in this process."""
+
+
+class DeepseekV41MegaAttnImpl(_WithoutDecodeAdapter):
+    """FlashMLA's DeepSeek-V4.1 mega-attention (SM10x): availability and the ``mega_attn`` probe.
+
+    ``is_available()`` is True exactly when the target is a CUDA SM10x GPU and
+    ``torch.ops._flashmla_C.fused_norm_rope_attn_rope_cast_decode`` is
+    registered, after importing the :data:`MEGA_OP_PROVIDERS` that are
+    installed. It never raises, also without torch.
+    """
+
+    impl_name: ClassVar[str] = "DeepseekV41MegaAttnImpl"
+    library_name: ClassVar[str] = f"torch.ops.{MEGA_OP_NAMESPACE}.{MEGA_OP}"
+    supported_layouts: ClassVar[frozenset[str]] = frozenset({"fp8_ds_mla_v41", "nvfp4_ds_mla"})
+    no_adapter_reason: ClassVar[str] = _NO_MEGA_ADAPTER
+
+    @classmethod
+    def _target_reason(cls, platform: str, capability: Capability | None) -> str | None:
+        if platform != "cuda":
+            return f"FlashMLA mega attention runs on NVIDIA GPUs (platform cuda), not {platform}"
+        if capability is None:
+            return "no CUDA compute capability known; FlashMLA mega attention requires sm_10x GPUs"
+        if capability[0] != 10:
+            return f"FlashMLA mega attention requires sm_10x GPUs; this GPU is {format_capability(capability)}"
+        return None
+
+    @staticmethod
+    def _lookup(torch: Any) -> Any:
+        try:
+            # Resolving an unregistered op raises (AttributeError or RuntimeError by torch version).
+            return getattr(getattr(torch.ops, MEGA_OP_NAMESPACE), MEGA_OP)
+        except Exception:
+            return None
+
+    @classmethod
+    def _import_library(cls) -> Any:
+        import torch
+
+        op = cls._lookup(torch)
+        tried = []
+        for name in MEGA_OP_PROVIDERS:
+            if op is not None:
+                break
+            try:
+                importlib.import_module(name)
+            except Exception as exc:  # absent or broken: the op stays missing, the reason says why
+                tried.append(f"{name}: {type(exc).__name__}")
+                continue
+            tried.append(f"{name}: imported")
+            op = cls._lookup(torch)
+        if op is None:
+            raise _MegaOpMissing(", ".join(tried))
+        return op
+
+    @classmethod
+    def _library_missing_reason(cls, exc: BaseException) -> str:
+        if isinstance(exc, _MegaOpMissing):
+            return (
+                f"{cls.library_name} is not registered (imports tried: {exc}): FlashMLA / vLLM's "
+                "_flashmla_C is not installed, or was built without the mega attention ops"
+            )
+        return (
+            f"torch is not importable ({type(exc).__name__}: {exc}): the mega-attention decode is the torch "
+            f"custom op {cls.library_name}"
+        )
