@@ -109,9 +109,12 @@ def _packs_of_ruleset(ruleset) -> list:
     the one that was loaded."""
     from . import sources as _sources
 
-    candidates = [_sources.default_packs()]
-    dirs = list(dict.fromkeys(os.path.dirname(name) or "." for name in ruleset.sources))
-    candidates.append([_sources.directory_pack(d) for d in dirs])
+    default = _sources.default_packs()
+    known = {s.display for p in default for s in p.sources()}
+    def dirs(names):
+        return [_sources.directory_pack(d) for d in dict.fromkeys(os.path.dirname(n) or "." for n in names)]
+    # the default set; directory packs alone (--only-rules); the default set plus directory packs (--rules)
+    candidates = [default, dirs(ruleset.sources), [*default, *dirs(n for n in ruleset.sources if n not in known)]]
     for packs in candidates:
         srcs = [s for p in packs for s in p.sources()]
         if tuple(s.display for s in srcs) != tuple(ruleset.sources):

@@ -17,6 +17,8 @@ import argparse
 import json
 import sys
 
+from .common import add_rules_option, allowed_modules, rule_paths
+
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, EXIT_INTERNAL = 0, 1, 2, 3
 
 
@@ -27,25 +29,10 @@ def add_parser(sub) -> None:
                     "space: gaps, overlaps, shadowed, dead and redundant rules, dangling references, impl "
                     "classes, layouts, rewrite fixpoints. Exit 0 clean, 1 findings, 2 unusable input.")
     # the same rule options as the other subcommands, so that `check` proves
-    # exactly the rule set `explain --rules ...` would use
-    p.add_argument("--rules", action="extend", nargs="+", metavar="PATH", default=None,
-                   help="rule packs (directories or files) to check on top of the default rule set "
-                        "(shipped rules, installed packs, DSV4SEL_RULES_PATH); repeatable")
-    p.add_argument("--only-rules", action="store_true",
-                   help="check only the --rules paths, without the default rule set")
-    p.add_argument("--allow-impl-module", action="append", metavar="MODULE", default=None,
-                   help="also allow impl classes from MODULE (for a directory pack's own code)")
+    # exactly the rule set `explain --rules ...` uses
+    add_rules_option(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=run)
-
-
-def _rules(args: argparse.Namespace):
-    """The ``rules`` argument of :func:`dsv4sel.verify` the options name."""
-    from ..sources import default_packs
-
-    if not args.rules:
-        return None
-    return list(args.rules) if args.only_rules else [*default_packs(), *args.rules]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,14 +40,11 @@ def run(args: argparse.Namespace) -> int:
         print("dsv4sel check: --only-rules needs at least one --rules PATH", file=sys.stderr)
         return EXIT_UNUSABLE
     try:
-        from .. import DEFAULT_ALLOWED_IMPL_MODULES
         from ..findings import VerifyError
         from ..verifier import verify
 
-        allowed = ((*DEFAULT_ALLOWED_IMPL_MODULES, *args.allow_impl_module)
-                   if args.allow_impl_module else None)
         try:
-            report = verify(_rules(args), allowed_impl_modules=allowed)
+            report = verify(rule_paths(args), allowed_impl_modules=allowed_modules(args))
         except VerifyError as exc:
             print(f"dsv4sel check: {exc}", file=sys.stderr)
             return EXIT_UNUSABLE
