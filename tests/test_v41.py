@@ -38,8 +38,10 @@ def test_sm90_uses_flashmla_dsv41_in_blocks_of_64():
 
 def test_nvfp4_ds_mla_is_kept_by_mega_attention_only():
     sel = dsv4sel.select(capability="10.0", mega_attn="available", kv_cache_dtype="nvfp4_ds_mla", **V41)
+    # the string names the compressed cache's format; the main/SWA cache keeps V4.1's fp8 record
     assert (sel.layout, sel.cache_dtype, sel.bytes_per_token, dict(sel.rewrites)) == (
-        "nvfp4_ds_mla", "nvfp4_ds_mla", 288, {})
+        "fp8_ds_mla_v41", "nvfp4_ds_mla", 528, {})
+    assert "The compressed KV cache uses nvfp4_ds_mla (288 B/token)." in sel.messages
     with pytest.raises(SelectionError):
         dsv4sel.select(capability="10.0", kv_cache_dtype="nvfp4_ds_mla", **V41)
     with pytest.raises(SelectionError):
