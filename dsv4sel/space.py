@@ -11,8 +11,8 @@ size is the product of its per-dimension counts.
 A cube (a :data:`Box`) is a tuple of ints, one per dimension: bit ``i`` set means the
 dimension's value ``i`` is in the cube. A rule's conditions become such a
 cube (:meth:`Space.rule_cube`); a cube with an empty dimension is empty.
-This module knows nothing about rules or tables; it only counts, enumerates
-and restricts.
+This module knows nothing about rules or tables; it only counts, picks
+points and restricts.
 """
 
 from __future__ import annotations
@@ -174,10 +174,6 @@ class Space:
         return n
 
     @staticmethod
-    def is_empty(cube: Box) -> bool:
-        return not all(cube)
-
-    @staticmethod
     def intersect(a: Box, b: Box) -> Box:
         return tuple(x & y for x, y in zip(a, b))
 
@@ -189,20 +185,6 @@ class Space:
             row = d.values[(bits & -bits).bit_length() - 1]
             point.update(zip(d.inputs, row))
         return {n: point[n] for n in self.input_names}
-
-    def points(self, cube: Box) -> Iterator[dict[str, str]]:
-        """Every point of ``cube`` in vocabulary order."""
-        rows = [[d.values[i] for i in iter_bits(bits)] for d, bits in zip(self.dims, cube)]
-
-        def walk(k: int, acc: dict[str, str]) -> Iterator[dict[str, str]]:
-            if k == len(rows):
-                yield {n: acc[n] for n in self.input_names}
-                return
-            for row in rows[k]:
-                acc.update(zip(self.dims[k].inputs, row))
-                yield from walk(k + 1, acc)
-
-        yield from walk(0, {})
 
     # -------------------------------------------------- restriction by input
     def split_by(self, cube: Box, names) -> Iterator[tuple[dict[str, str], Box]]:

@@ -13,8 +13,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
-from _verify_programs import Reference  # noqa: E402
-from test_verify_properties import _v41_kernels_missing, gap_inputs  # noqa: E402
+from _verify_programs import DEFAULTS, HEAD, VOCAB, Reference  # noqa: E402
+from test_verify_properties import gap_inputs  # noqa: E402
 
 import dsv4sel  # noqa: E402
 from dsv4sel.cubes import describe, merge  # noqa: E402
@@ -52,9 +52,6 @@ def test_shipped_rules_have_no_structural_finding(shipped):
     assert report.coverage.totals.undecided == 0
 
 
-@pytest.mark.xfail(_v41_kernels_missing(), strict=True,
-                   reason="shipped V4.1 rules name dsv4sel.kernels.v41 impls and layouts fp8_ds_mla_v41/"
-                          "nvfp4_ds_mla that dsv4sel.kernels does not define yet")
 def test_shipped_rules_are_clean(shipped):
     _, report = shipped
     assert [str(f) for f in report.findings] == []
@@ -119,41 +116,6 @@ def test_unusable_input_raises_verify_error(tmp_path):
 
 # ------------------------------------------------------------ rule files
 
-VOCAB = """\
-kind: vocabulary
-inputs:
-  model: {values: [m], default: m}
-  platform: {values: [cuda, rocm]}
-  capability:
-    by: platform
-    default: unknown
-    values:
-      cuda: ["9.0", "10.0", "12.0", "12.1", unknown]
-      rocm: [gfx942, unknown]
-  kv_cache_dtype:
-    default: auto
-    values: [auto, float16, fp8, fp8_ds_mla]
-"""
-DEFAULTS = """\
-kind: default
-hit_policy: first
-rules:
-  - id: d-all
-    use: A
-"""
-HEAD = """\
-kind: backend
-backends: [A]
-hit_policy: {policy}
-defaults:
-  impl: dsv4sel.kernels.flashmla:DeepseekV4FlashMLASparseImpl
-  layout: fp8_ds_mla
-  cache_dtype: fp8_ds_mla
-  torch_dtype: uint8
-  bytes_per_token: 584
-  block_size: 64
-rules:
-"""
 CATCH_ALL = """\
   - id: a-rest
     reject: {reason: nothing else}
