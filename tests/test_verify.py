@@ -318,3 +318,35 @@ def test_benchmark_table_agrees_with_brute_force():
             assert report.of_kind("gap") and report.of_kind("overlap")
         else:  # the catch-all decides everything; overlaps are how first works
             assert not report.of_kind("gap") and report.coverage.totals.undecided == 0
+
+
+def test_layouts_can_be_given_and_a_broken_layout_module_is_a_finding(write_rules, monkeypatch):
+    from types import SimpleNamespace
+
+    from dsv4sel import outcomes
+    from dsv4sel.build import build_program
+    from dsv4sel.sources import expand
+
+    directory = write_rules({"vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULTS,
+                             "a.yaml": HEAD.format(policy="first") + CATCH_ALL})
+    program = build_program(expand(directory), ("dsv4sel.kernels",))
+    assert verify_program(program).ok  # reject-only: nothing selected, nothing to check
+    directory = write_rules({"a.yaml": HEAD.format(policy="first") + "  - id: a-sel\n    select: {}\n"})
+    program = build_program(expand(directory), ("dsv4sel.kernels",))
+    own = {"fp8_ds_mla": SimpleNamespace(bytes_per_token=600, torch_dtype_name="uint8")}
+    (finding,) = verify_program(program, layouts=own).findings
+    assert finding.kind == "consistency" and "600" in finding.message
+    monkeypatch.setattr(outcomes, "LAYOUTS_MODULE", "dsv4sel.kernels.no_such_layouts")
+    (finding,) = verify_program(program).findings
+    assert finding.kind == "layout" and "no_such_layouts" in finding.message
+
+
+def test_verify_a_ruleset_loaded_from_a_directory(write_rules):
+    directory = write_rules({"vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULTS,
+                             "a.yaml": HEAD.format(policy="first") + CATCH_ALL})
+    ruleset = dsv4sel.load_rules([directory])
+    assert verify(ruleset) == verify([directory])
+    with open(os.path.join(directory, "a.yaml"), "a") as fh:  # the files changed since loading
+        fh.write("  - id: a-later\n    reject: {reason: late}\n")
+    with pytest.raises(VerifyError, match="cannot find the rule files"):
+        verify(ruleset)
