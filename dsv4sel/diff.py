@@ -123,5 +123,6 @@ def diff(old: RuleSet, new: RuleSet) -> Diff:
                 parts.append(f"{name}={describe(chosen, domain)}")
             cubes.append(" ".join(parts))
         changes.append(Change(len(boxes), tuple(cubes), before, after))
-    changes.sort(key=lambda c: -c.count)
+    # changed decisions first (what a reviewer must look at), then inputs a new vocabulary adds
+    changes.sort(key=lambda c: (c.old == ABSENT or c.new == ABSENT, -c.count))
     return Diff(tuple(changes), len(keys))

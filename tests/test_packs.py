@@ -117,3 +117,14 @@ def test_an_installed_pack_is_found_through_its_entry_point(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          cwd=str(tmp_path), check=True).stdout.split()
     assert out == ["B12X_MLA_SPARSE", "b12x", "b12x/b12x.yaml", "B12XMLASparseImpl"]
+
+
+def test_explain_names_the_pack_that_decided():
+    env = dict(os.environ, PYTHONPATH=EXAMPLE)
+    dsv4sel_cli = os.path.join(os.path.dirname(sys.executable), "dsv4sel")
+    result = subprocess.run([dsv4sel_cli, "explain", "--platform", "cuda", "--capability", "12.1",
+                             "--rules", EXAMPLE_RULES, "--allow-impl-module", "dsv4sel_b12x"],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "selected  B12X_MLA_SPARSE (platform default)" in result.stdout
+    assert "b12x-fp8" in result.stdout and "(pack dsv4sel_b12x)" in result.stdout

@@ -16,7 +16,8 @@ def add_parser(sub) -> None:
     p.add_argument("old", metavar="OLD", help="the old rule directory (or file)")
     p.add_argument("new", metavar="NEW", help="the new rule directory (or file)")
     p.add_argument("--pack", action="store_true",
-                   help="OLD and NEW are packs: compare default rules + OLD with default rules + NEW")
+                   help="OLD and NEW are packs: compare default rules + OLD with default rules + NEW "
+                        "(OLD may be '-': the default rules alone, to review a new pack)")
     p.add_argument("--allow-impl-module", action="append", metavar="MODULE", default=None,
                    help="also allow impl classes from MODULE")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -31,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
 
     allowed = allowed_modules(args)
     base = default_packs() if args.pack else []
-    old = load_rules([*base, args.old], allowed_impl_modules=allowed)
+    old_paths = [*base] if args.pack and args.old == "-" else [*base, args.old]
+    old = load_rules(old_paths, allowed_impl_modules=allowed)
     new = load_rules([*base, args.new], allowed_impl_modules=allowed)
     result = diff(old, new)
     if args.json:

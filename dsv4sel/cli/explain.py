@@ -105,6 +105,11 @@ def _input_name(name: str) -> str:
     return "kv-cache-dtype" if name == "kv_cache_dtype" else name
 
 
+def _pack(rule) -> str:
+    """Names the rule pack when the deciding rule is not a shipped one."""
+    return "" if rule.pack == "dsv4sel" else f"  (pack {rule.pack})"
+
+
 def _where(query) -> str:
     cap = "capability unknown" if query.capability == "unknown" else query.capability
     return f"{query.platform} {cap}"
@@ -129,7 +134,7 @@ def render(ex, style, detected: bool = False) -> list[str]:
             ["impl", s.impl], ["layout", s.layout], ["cache dtype", s.cache_dtype],
             ["torch dtype", s.torch_dtype_name], ["bytes per token", str(s.bytes_per_token)],
             ["block size", str(s.block_size)],
-            ["decided by", f"{s.rule.id}  " + style.cyan(s.rule.location)],
+            ["decided by", f"{s.rule.id}  " + style.cyan(s.rule.location) + _pack(s.rule)],
         ], style)
     else:
         r = ex.rejection
@@ -140,7 +145,7 @@ def render(ex, style, detected: bool = False) -> list[str]:
         if r.blocked_by:
             rows.append(["blocked by", _input_name(r.blocked_by)])
         if r.rule is not None:
-            rows.append(["decided by", f"{r.rule.id}  " + style.cyan(r.rule.location)])
+            rows.append(["decided by", f"{r.rule.id}  " + style.cyan(r.rule.location) + _pack(r.rule)])
         lines += align(rows, style)
 
     if ex.rewrites:
