@@ -128,3 +128,12 @@ def test_explain_names_the_pack_that_decided():
     assert result.returncode == 0, result.stderr
     assert "selected  B12X_MLA_SPARSE (platform default)" in result.stdout
     assert "b12x-fp8" in result.stdout and "(pack dsv4sel_b12x)" in result.stdout
+
+
+def test_the_example_pack_checks_clean_combined_with_the_shipped_rules():
+    env = dict(os.environ, PYTHONPATH=EXAMPLE)
+    dsv4sel_cli = os.path.join(os.path.dirname(sys.executable), "dsv4sel")
+    result = subprocess.run([dsv4sel_cli, "check", "--rules", EXAMPLE_RULES, "--allow-impl-module", "dsv4sel_b12x"],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "B12X_MLA_SPARSE" in result.stdout and result.stdout.rstrip().splitlines()[-1].startswith("clean:")
