@@ -120,14 +120,16 @@ def select(*, platform, kv_cache_dtype="auto", backend=None, capability=None,
     rules' vocabulary; its ``suggestions`` list working alternatives. Never
     mutates anything: apply ``Selection.rewrites`` with ``Selection.apply``.
     """
-    rs = rules if rules is not None else (_default or default_rules())
+    if rules is None:
+        rules = _default or default_rules()
     if not inputs:
+        # the hot path: one dict probe of the memo, no normalization
         try:
-            hit = rs._memo[(platform, kv_cache_dtype, backend, capability, model)]
+            hit = rules._memo[platform, kv_cache_dtype, backend, capability, model]
         except (KeyError, TypeError):
             pass
         else:
             if hit.__class__ is Selection:
                 return hit
             raise hit.error()
-    return rs.select(platform, kv_cache_dtype, backend, capability, model, inputs)
+    return rules.select(platform, kv_cache_dtype, backend, capability, model, inputs)
