@@ -30,7 +30,8 @@ KINDS: dict[str, str] = {
     "dead": "a rule that matches no input at all",
     "impl": "an impl class that does not resolve inside the allowed modules",
     "layout": "a layout id that dsv4sel.kernels.layouts does not define",
-    "consistency": "a selection whose torch dtype or bytes per token disagree with its layout",
+    "consistency": "a selection whose torch dtype or bytes per token disagree with its layout, or whose impl "
+                   "does not read its layout",
     "fixpoint": "selecting again with the rewritten cache dtype gives another selection or rewrites again",
 }
 

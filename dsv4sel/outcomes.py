@@ -5,7 +5,8 @@ id and the cache tensor's torch dtype and bytes per token. The layout ids
 and their sizes are defined once, in :mod:`dsv4sel.kernels.layouts`
 (``LAYOUTS[name].bytes_per_token`` and ``.torch_dtype_name``, readable
 without importing torch); the rules must agree with them. Impl classes are
-imported for real, but only from the rule set's allowed modules.
+imported for real, but only from the rule set's allowed modules; an impl
+class that declares ``supported_layouts`` must list the selected layout.
 
 Field values may be templates (``cache_dtype: "{kv_cache_dtype}"``):
 :func:`render_fields` renders them for one assignment of the inputs they
@@ -73,6 +74,7 @@ class FieldChecker:
         self._layout_error: str | None = None
         self._impl_memo: dict[str, str | None] = {}
         self._fields_memo: dict[tuple, list[tuple[str, str]]] = {}
+        self._classes: dict[str, type] = {}
 
     def layouts(self) -> Mapping[str, Any] | None:
         if self._layouts is None and self._layout_error is None:
@@ -109,8 +111,20 @@ class FieldChecker:
         if not hasattr(module, attr):
             names = [n for n in dir(module) if not n.startswith("_")]
             return f"impl {impl!r}: {module_name} has no attribute {attr!r}" + nearest(attr, names)
-        if not isinstance(getattr(module, attr), type):
+        cls = getattr(module, attr)
+        if not isinstance(cls, type):
             return f"impl {impl!r}: {module_name}.{attr} is not a class"
+        self._classes[impl] = cls
+        return None
+
+    def _layout_unread(self, impl: str, layout: str) -> str | None:
+        """Why the impl class cannot read ``layout``, if it declares the
+        layouts it reads (``supported_layouts``, a class attribute: no
+        instance, no torch)."""
+        supported = getattr(self._classes.get(impl), "supported_layouts", None)
+        if isinstance(supported, (set, frozenset)) and supported and layout not in supported:
+            return (f"impl {impl.rpartition(':')[2]} does not read layout {layout!r}; it reads "
+                    + ", ".join(sorted(supported)))
         return None
 
     def field_problems(self, fields: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -141,4 +155,7 @@ class FieldChecker:
         if fields["bytes_per_token"] != layout.bytes_per_token:
             out.append(("consistency", f"bytes_per_token {fields['bytes_per_token']!r} disagrees with "
                         f"layout {name}, which stores {layout.bytes_per_token} bytes per token"))
+        unread = self._layout_unread(fields["impl"], name)
+        if unread:
+            out.append(("consistency", unread))
         return out

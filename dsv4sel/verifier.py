@@ -34,7 +34,8 @@ What counts as a finding (severity ``error`` unless noted):
 * dangling / cycle: a ``use:`` target without a table, or a loop;
 * impl / layout / consistency: a selection whose impl class does not import
   from the allowed modules, whose layout ``dsv4sel.kernels.layouts`` does not
-  define, or whose torch dtype or bytes per token disagree with the layout;
+  define, or whose torch dtype or bytes per token disagree with the layout
+  (or whose impl class's ``supported_layouts`` does not list it);
 * fixpoint: selecting again with ``kv_cache_dtype`` = the rewritten
   ``cache_dtype`` (same requested backend) gives another backend, another
   selection, a rejection, a gap, or a further rewrite.

@@ -238,8 +238,10 @@ def test_selection_checks(write_rules):
     assert set(by_kind) == {"impl", "layout", "consistency", "fixpoint"}, [str(f) for f in report.findings]
     assert by_kind["impl"][0].rules[0].id == "a-no-class" and "NoSuchImpl" in by_kind["impl"][0].message
     assert "did you mean 'bf16_row'?" in by_kind["layout"][0].message
-    (consistency,) = by_kind["consistency"]
-    assert consistency.rules[0].id == "a-wrong-size" and "bf16_row" in consistency.message
+    dtype, unread = sorted(by_kind["consistency"], key=lambda f: "does not read" in f.message)
+    assert {dtype.rules[0].id, unread.rules[0].id} == {"a-wrong-size"}
+    assert "torch_dtype 'uint8' disagrees with layout bf16_row" in dtype.message
+    assert "DeepseekV4FlashMLASparseImpl does not read layout 'bf16_row'; it reads fp8_ds_mla" in unread.message
     (fix,) = by_kind["fixpoint"]
     assert [r.id for r in fix.rules] == ["a-rewrite-then-reject", "a-rest"]
     assert "kv_cache_dtype=float16" in fix.message and "rejected" in fix.message
