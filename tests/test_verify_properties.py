@@ -231,9 +231,11 @@ def _consistent(sel) -> list[str]:
     if layout.bytes_per_token != sel.bytes_per_token:
         problems.append(f"bytes per token {sel.bytes_per_token} vs {layout.bytes_per_token}")
     try:
-        sel.load_impl()
+        cls = sel.load_impl()
     except Exception as exc:  # noqa: BLE001 - any failure is the problem reported
-        problems.append(f"impl: {exc}")
+        return problems + [f"impl: {exc}"]
+    if sel.layout not in getattr(cls, "supported_layouts", {sel.layout}):
+        problems.append(f"{cls.__name__} does not read {sel.layout}")
     return problems
 
 
