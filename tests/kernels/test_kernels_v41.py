@@ -531,4 +531,5 @@ def test_every_selection_of_the_shipped_rules_resolves_to_an_impl_that_reads_its
         seen_impls.add(sel.impl)
         seen_layouts.add(sel.layout)
     assert {f"dsv4sel.kernels.v41:{cls.__name__}" for cls in V41_IMPLS} <= seen_impls
-    assert {"fp8_ds_mla_v41", "nvfp4_ds_mla"} <= seen_layouts
+    # nvfp4_ds_mla is the compressed cache's record: the rules name it as a cache dtype, not a layout
+    assert "fp8_ds_mla_v41" in seen_layouts
