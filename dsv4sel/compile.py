@@ -521,7 +521,8 @@ class _Builder:
             pack = self.packs.get(f.file, "dsv4sel")
             if kind == "default":
                 if default_table is None:
-                    default_table = Table(DEFAULT_TABLE, (), f.data["hit_policy"], f.file, 1)
+                    default_table = Table(DEFAULT_TABLE, (), f.data["hit_policy"], f.file,
+                                          f.where(("rules",), key=True)[0])
                 elif default_table.hit_policy != f.data["hit_policy"]:
                     self.error(f, ("hit_policy",), f"the default decision's hit policy is "
                                f"{default_table.hit_policy!r} in {default_table.file}")
@@ -534,7 +535,7 @@ class _Builder:
                                    f"{declared_in[name].file}")
                     declared_in.setdefault(name, f)
                 table = Table(names[0] if len(names) == 1 else "|".join(names), names,
-                              f.data["hit_policy"], f.file, 1)
+                              f.data["hit_policy"], f.file, f.where(("backends",), key=True)[0])
                 for name in names:
                     if name not in tables:
                         tables[name] = table

@@ -78,7 +78,7 @@ def test_gap_and_overlap_with_counterexamples(tmp_path):
     proc = check("--only-rules", "--rules", str(rules), cwd=tmp_path)
     assert proc.returncode == 1
     out = proc.stdout
-    assert ("gappy/a.yaml:1: error [gap] no rule of table A decides 28 inputs (routed there by d-all "
+    assert ("gappy/a.yaml:2: error [gap] no rule of table A decides 28 inputs (routed there by d-all "
             "(gappy/defaults.yaml:4)): model=* platform=* capability=* backend=* kv_cache_dtype=float16,fp8_ds_mla"
             in out)
     assert re.search(r"^gappy/a.yaml:12: error \[overlap\] rules a-cuda and a-fp8 \(gappy/a.yaml:15\) both match "
