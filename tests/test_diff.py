@@ -80,3 +80,28 @@ def test_a_pack_diff_compares_the_default_rules_with_and_without_it():
     assert result.returncode == 1, result.stderr
     assert "platform=cuda capability=12.1 backend=<none>" in result.stdout
     assert "new: select B12X_MLA_SPARSE" in result.stdout
+
+
+def test_a_rule_file_that_is_not_utf8_is_a_located_problem(tmp_path):
+    bad = tmp_path / "rules"
+    bad.mkdir()
+    (bad / "x.yaml").write_bytes(b"\xff\xfe\x00 not utf-8")
+    result = run("diff", str(bad), str(bad))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and "x.yaml:1:1: cannot read rule file" in result.stderr
+
+
+def test_a_bug_in_a_command_is_one_line_and_exit_3(monkeypatch, capsys):
+    from dsv4sel import cli
+
+    def broken(args):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(cli.diff, "run", broken)
+    monkeypatch.delenv("DSV4SEL_DEBUG", raising=False)
+    assert cli.main(["diff", "a", "b"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error" in err and "DSV4SEL_DEBUG=1" in err
+    monkeypatch.setenv("DSV4SEL_DEBUG", "1")
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["diff", "a", "b"])

@@ -2,8 +2,9 @@
 
 Each subcommand lives in its own module with ``add_parser(subparsers)`` and
 ``run(args) -> int``. Exit codes: 0 success, 1 a finding or a rejection,
-2 unusable input (bad arguments, bad rule files). No traceback reaches the
-user: expected errors print one message; anything else is reported as a bug.
+2 unusable input (bad arguments, bad rule files), 3 an internal error. No
+traceback reaches the user: expected errors print one message; anything else
+is reported as a bug in one line (``DSV4SEL_DEBUG=1`` shows the traceback).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from ..errors import RuleError, SelectionError
 from . import check, diff, doctor, explain, table
 
 COMMANDS = (explain, check, table, doctor, diff)
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+DEBUG_ENV = "DSV4SEL_DEBUG"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,6 +49,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a bug: one line for the user, the traceback on request
+        import os
+
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(f"dsv4sel: internal error (a bug in dsv4sel, please report it): {type(exc).__name__}: {exc}; "
+              f"set {DEBUG_ENV}=1 for the traceback", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover
