@@ -13,7 +13,11 @@ from .sources import Source
 def load_and_validate(sources: list[Source]):
     """Load and schema-check every source. Returns the loaded files; raises
     RuleError with all load and schema problems of all files."""
-    from .load import load_file
+    try:
+        from .load import load_file
+    except ImportError as exc:
+        raise ImportError(f"dsv4sel needs PyYAML to compile rule files, and it is not importable ({exc}): "
+                          "pip install pyyaml") from exc
     from .validate import validate_file
 
     loaded, problems = [], []

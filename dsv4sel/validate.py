@@ -19,7 +19,12 @@ SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "schema", "rules.schema.js
 
 @lru_cache(maxsize=1)
 def _validator():
-    import jsonschema
+    try:
+        import jsonschema
+    except ImportError as exc:
+        raise ImportError("dsv4sel needs jsonschema to compile rule files, and it is not importable "
+                          f"({exc}): pip install jsonschema (a warm compiled cache needs neither "
+                          "jsonschema nor yaml)") from exc
 
     with open(SCHEMA_PATH, encoding="utf-8") as fh:
         schema = json.load(fh)

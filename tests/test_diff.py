@@ -74,7 +74,8 @@ def test_a_bad_side_is_unusable_input_with_its_location(tmp_path):
 
 def test_a_pack_diff_compares_the_default_rules_with_and_without_it():
     pack = os.path.join(REPO, "examples", "b12x-pack", "dsv4sel_b12x", "rules")
-    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "examples", "b12x-pack"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "examples", "b12x-pack"),
+                                                    os.environ.get("PYTHONPATH", "")]))
     result = subprocess.run([*DSV4SEL, "diff", "--pack", "--allow-impl-module", "dsv4sel_b12x", "-", pack],
                             capture_output=True, text=True, env=env)
     assert result.returncode == 1, result.stderr

@@ -35,7 +35,7 @@ def test_an_installed_wheel_selects_with_its_packaged_rules(wheel, tmp_path):
     code = ("import dsv4sel, dsv4sel.sources as s\n"
             "sel = dsv4sel.select(platform='cuda', capability='9.0')\n"
             "print(s.shipped_rules_dir().startswith(%r), sel.backend, sel.rule.file)" % str(target))
-    env = dict(os.environ, PYTHONPATH=str(target), DSV4SEL_CACHE_DIR=str(tmp_path / "cache"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")]), DSV4SEL_CACHE_DIR=str(tmp_path / "cache"))
     out = subprocess.run([sys.executable, "-c", code],
                          capture_output=True, text=True, env=env, cwd=str(tmp_path), check=True).stdout
     assert out.split() == ["True", "FLASHMLA_SPARSE_DSV4", "rules/flashmla.yaml"]

@@ -113,14 +113,14 @@ def test_an_installed_pack_is_found_through_its_entry_point(tmp_path):
         sel = dsv4sel.select(platform="cuda", capability="12.1")
         print(sel.backend, sel.rule.pack, sel.rule.file, sel.load_impl().__name__)
         """)
-    env = dict(os.environ, PYTHONPATH=str(site), DSV4SEL_CACHE_DIR=str(tmp_path / "cache"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]), DSV4SEL_CACHE_DIR=str(tmp_path / "cache"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          cwd=str(tmp_path), check=True).stdout.split()
     assert out == ["B12X_MLA_SPARSE", "b12x", "b12x/b12x.yaml", "B12XMLASparseImpl"]
 
 
 def test_explain_names_the_pack_that_decided():
-    env = dict(os.environ, PYTHONPATH=EXAMPLE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([EXAMPLE, os.environ.get("PYTHONPATH", "")]))
     dsv4sel_cli = os.path.join(os.path.dirname(sys.executable), "dsv4sel")
     result = subprocess.run([dsv4sel_cli, "explain", "--platform", "cuda", "--capability", "12.1",
                              "--rules", EXAMPLE_RULES, "--allow-impl-module", "dsv4sel_b12x"],
@@ -131,7 +131,7 @@ def test_explain_names_the_pack_that_decided():
 
 
 def test_the_example_pack_checks_clean_combined_with_the_shipped_rules():
-    env = dict(os.environ, PYTHONPATH=EXAMPLE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([EXAMPLE, os.environ.get("PYTHONPATH", "")]))
     dsv4sel_cli = os.path.join(os.path.dirname(sys.executable), "dsv4sel")
     result = subprocess.run([dsv4sel_cli, "check", "--rules", EXAMPLE_RULES, "--allow-impl-module", "dsv4sel_b12x"],
                             capture_output=True, text=True, env=env)

@@ -45,10 +45,10 @@ BACKEND = textwrap.dedent("""\
     """)
 
 
-def load(write_rules, **overrides):
+def load(write_rules, use_cache=True, **overrides):
     files = {"vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULT, "b.yaml": BACKEND}
     files.update(overrides)
-    return dsv4sel.load_rules([write_rules(files)])
+    return dsv4sel.load_rules([write_rules(files)], use_cache=use_cache)
 
 
 def problems(write_rules, **overrides):
@@ -154,3 +154,17 @@ def test_problems_in_several_files_are_reported_together(write_rules):
 def test_a_missing_path_is_a_located_problem(tmp_path):
     with pytest.raises(RuleError, match="cannot read rule file"):
         dsv4sel.load_rules([str(tmp_path / "nope.yaml")])
+
+
+def test_a_missing_compiler_dependency_is_named_with_its_fix(write_rules, monkeypatch):
+    import sys
+
+    from dsv4sel import validate
+
+    validate._validator.cache_clear()
+    monkeypatch.setitem(sys.modules, "jsonschema", None)  # makes `import jsonschema` fail
+    try:
+        with pytest.raises(ImportError, match="needs jsonschema to compile rule files.*pip install jsonschema"):
+            load(write_rules, use_cache=False)
+    finally:
+        validate._validator.cache_clear()

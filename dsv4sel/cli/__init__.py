@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     except SelectionError as exc:  # an invalid query outside `explain`'s own handling
         print(f"dsv4sel: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except ImportError as exc:  # a missing dependency of the compiler, named with its fix
+        print(f"dsv4sel: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except BrokenPipeError:  # `dsv4sel table | head`
         return EXIT_OK
     except KeyboardInterrupt:
