@@ -83,8 +83,29 @@ def test_select_impl_rejects_non_dsv4_backends_instead_of_falling_back():
         dv.select_v4_sparse_impl(vllm_config("TRITON_MLA"), platform="cuda", capability="9.0")
 
 
-def test_platform_detection_falls_back_to_the_environment(monkeypatch):
-    # this machine has CPU torch only: detection reaches DSV4SEL_PLATFORM
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """torch as on a machine without an accelerator, whatever this machine has."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "hip", None)
+    if hasattr(torch, "xpu"):
+        monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
+
+
+def test_platform_detection_reads_cuda_and_rocm_from_torch(monkeypatch):
+    monkeypatch.delenv("DSV4SEL_PLATFORM", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=0: (12, 0))
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert dv.select_v4_sparse_impl(None).__name__ == "DeepseekV4FlashInferMLASparseImpl"
+    monkeypatch.setattr(torch.version, "hip", "6.4")
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device=0: SimpleNamespace(gcnArchName="gfx942:sramecc+:xnack-"))
+    assert dv.select_v4_sparse_impl(None).__name__ == "DeepseekV4ROCMAiterMLASparseImpl"
+
+
+def test_platform_detection_falls_back_to_the_environment(monkeypatch, no_gpu):
+    # no GPU visible to torch: detection reaches DSV4SEL_PLATFORM
     monkeypatch.setenv("DSV4SEL_PLATFORM", "cpu")
     assert dv.select_v4_sparse_impl(None).__name__ == "DeepseekV4ReferenceSparseImpl"
     monkeypatch.setenv("DSV4SEL_PLATFORM", "cuda")
@@ -92,7 +113,7 @@ def test_platform_detection_falls_back_to_the_environment(monkeypatch):
     assert dv.resolve_dsv4_kv_cache_dtype(None, "fp8_ds_mla", None) == ("fp8_ds_mla", torch.uint8)
 
 
-def test_platform_detection_failure_names_the_options(monkeypatch):
+def test_platform_detection_failure_names_the_options(monkeypatch, no_gpu):
     monkeypatch.delenv("DSV4SEL_PLATFORM", raising=False)
     with pytest.raises(InvalidQuery, match="cannot detect the platform.*cuda, rocm, xpu, cpu.*DSV4SEL_PLATFORM"):
         dv.select_v4_sparse_impl(None)
