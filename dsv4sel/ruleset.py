@@ -351,7 +351,7 @@ class RuleSet:
         out = []
         seen_backends: set = set()
         seen_results: set = set()
-        for changes, _, _, backend, kv in found:
+        for _changes, _, _, backend, kv in found:
             if backend in seen_backends:
                 continue
             alt = Query(query.model, query.platform, query.capability, backend, kv, query.extra)

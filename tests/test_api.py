@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 import dsv4sel
-from dsv4sel import ImplLoadError, InvalidQuery, Selection, SelectionError
+from dsv4sel import ImplLoadError, InvalidQuery, SelectionError
 
 
 def sm90():

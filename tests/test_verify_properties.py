@@ -13,7 +13,6 @@ import random
 import sys
 import tempfile
 
-import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
