@@ -1,9 +1,10 @@
 """Stage 4, evaluate: the compiled, immutable rule set and its lookups.
 
 A :class:`RuleSet` is built from the plain data of ``Program.to_table()``:
-every point of the decision space maps to an outcome index, so a query costs
-one normalization and one dict lookup. Results are memoized per raw query.
-This module imports neither yaml, jsonschema nor torch.
+every point of the decision space maps to an outcome index in a dense array
+(:class:`OutcomeTable`), so a query costs one normalization and one indexed
+lookup; results are memoized per raw query, so a repeated query is one dict
+probe. This module imports neither yaml, jsonschema nor torch.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class OutcomeTable:
         self._ids = memoryview(data["ids"]).cast(data["typecode"])
 
     def get(self, key: tuple, default=None):
+        """The outcome index of ``key``, or ``default`` when the key is outside the space."""
         try:
             offset = self._blocks.get(tuple(key[i] for i in self._block_positions))
         except (IndexError, TypeError):
