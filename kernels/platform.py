@@ -85,20 +85,18 @@ def detect_platform() -> tuple[str, Capability | None]:
     """The platform and capability of this machine's first accelerator.
 
     ``("cpu", None)`` when torch is missing or sees no accelerator. Never raises.
+    Asks torch through :func:`dsv4sel.platform.probe_torch`, the core's probe.
     """
-    torch = _torch_or_none()
-    if torch is None:
+    from dsv4sel.platform import probe_torch
+
+    found, _ = probe_torch()
+    if found is None:
         return ("cpu", None)
+    platform, capability = found
     try:
-        if torch.cuda.is_available():
-            platform = "rocm" if getattr(torch.version, "hip", None) else "cuda"
-            return (platform, tuple(torch.cuda.get_device_capability(0)))  # type: ignore[return-value]
-        xpu = getattr(torch, "xpu", None)
-        if xpu is not None and xpu.is_available():
-            return ("xpu", None)
-    except Exception:
-        pass
-    return ("cpu", None)
+        return (platform, parse_capability(capability))
+    except ValueError:  # an arch name this module cannot read: the platform is still known
+        return (platform, None)
 
 
 def device_target(device: Any) -> tuple[str, Capability | None]:
