@@ -17,8 +17,12 @@ def add_rules_option(parser: argparse.ArgumentParser) -> None:
                        help="add a rule pack (directory or file) on top of the default rules (repeatable)")
     group.add_argument("--only-rules", action="store_true",
                        help="use only the --rules paths, not the shipped rules and installed packs")
-    group.add_argument("--allow-impl-module", action="append", metavar="MODULE", default=None,
-                       help="also allow impl classes from MODULE (for a directory pack's own code)")
+    add_allow_option(group)
+
+
+def add_allow_option(parser) -> None:
+    parser.add_argument("--allow-impl-module", action="append", metavar="MODULE", default=None,
+                        help="also allow impl classes from MODULE (for a directory pack's own code)")
 
 
 def rule_paths(args: argparse.Namespace) -> list | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from .common import add_allow_option
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -18,8 +20,7 @@ def add_parser(sub) -> None:
     p.add_argument("--pack", action="store_true",
                    help="OLD and NEW are packs: compare default rules + OLD with default rules + NEW "
                         "(OLD may be '-': the default rules alone, to review a new pack)")
-    p.add_argument("--allow-impl-module", action="append", metavar="MODULE", default=None,
-                   help="also allow impl classes from MODULE")
+    add_allow_option(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
 
