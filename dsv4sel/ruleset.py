@@ -239,8 +239,6 @@ class RuleSet:
                                    + ", ".join(BUILTIN + self.extra_inputs))
         for name_ in self.extra_inputs:
             value = given.get(name_, self.default_of(name_))
-            if isinstance(value, bool):
-                value = str(value).lower()
             valid = self.values(name_)
             if value not in valid:
                 raise self._invalid(name_, value, valid)
