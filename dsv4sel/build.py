@@ -23,7 +23,9 @@ def load_source(src: Source):
     if src.unreadable is not None:
         return None, [Problem(src.display, 1, 1, src.unreadable)], []
     loaded, problems = load_file(src.path, src.display)
-    schema_problems = validate_file(loaded) if loaded is not None else []
+    # a file that failed to load holds None where the bad nodes were: checking
+    # its schema would report each load problem a second time
+    schema_problems = validate_file(loaded) if loaded is not None and not problems else []
     return loaded, problems, schema_problems
 
 

@@ -271,8 +271,10 @@ def load_file(path: str, display: str) -> tuple[LoadedFile | None, list[Problem]
     except OSError as exc:
         return None, [Problem(display, 1, 1, f"cannot read rule file: {escape(exc.strerror or str(exc))}")]
     except UnicodeDecodeError as exc:
-        return None, [Problem(display, 1, 1, f"cannot read rule file: not UTF-8 text ({exc.reason} "
-                                             f"at byte {exc.start})")]
+        before = exc.object[:exc.start]
+        line, column = before.count(b"\n") + 1, exc.start - (before.rfind(b"\n") + 1) + 1
+        return None, [Problem(display, line, column, f"the file is not UTF-8 text ({exc.reason}); "
+                                                     "save it as UTF-8")]
     except ValueError as exc:
         return None, [Problem(display, 1, 1, f"cannot read rule file: {exc}")]
     return load_text(text, display)

@@ -195,11 +195,24 @@ _COMPILER_FILES = ("schema/rules.schema.json", "load.py", "validate.py", "compil
 
 
 def _read_bytes(path: str) -> bytes | None:
+    """The first bytes of a regular file, or None for anything else: a FIFO
+    must not block the fingerprint, nor a link to /dev/zero fill memory (the
+    loader then reports the file)."""
+    import stat
+
     try:
-        with open(path, "rb") as fh:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
             return fh.read(_MAX_FINGERPRINT_BYTES + 1)
     except OSError:
         return None
+    finally:
+        os.close(fd)
 
 
 # a rule file larger than the loader's limit fails to load anyway; reading a

@@ -39,26 +39,19 @@ def run(args: argparse.Namespace) -> int:
     if args.only_rules and not args.rules:
         print("dsv4sel check: --only-rules needs at least one --rules PATH", file=sys.stderr)
         return EXIT_UNUSABLE
-    try:
-        from ..findings import VerifyError
-        from ..verifier import verify
+    from ..findings import VerifyError
+    from ..verifier import verify
 
-        try:
-            report = verify(rule_paths(args), allowed_impl_modules=allowed_modules(args))
-        except VerifyError as exc:
-            print(f"dsv4sel check: {exc}", file=sys.stderr)
-            return EXIT_UNUSABLE
-        if args.json:
-            print(json.dumps(report.to_dict(), indent=2))
-        else:
-            sys.stdout.write(render(report))
-        return EXIT_CLEAN if report.ok else EXIT_FINDINGS
-    except (BrokenPipeError, KeyboardInterrupt):
-        raise
-    except Exception as exc:  # the one place that turns a bug into a message, not a traceback
-        print(f"dsv4sel check: internal error (a bug in dsv4sel, please report it): "
-              f"{type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_INTERNAL
+    try:
+        report = verify(rule_paths(args), allowed_impl_modules=allowed_modules(args))
+    except VerifyError as exc:
+        print(f"dsv4sel check: {exc}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        sys.stdout.write(render(report))
+    return EXIT_CLEAN if report.ok else EXIT_FINDINGS
 
 
 def _table(rows: list[tuple], right: set[int]) -> list[str]:
