@@ -267,15 +267,47 @@ def test_forward_decode_validates_shapes_before_dispatch(gen) -> None:
 
 
 class _SchedMeta:
-    pass
+    """FlashMLA's FlashMLASchedMeta: empty until the first call fills it."""
+
+    def __init__(self):
+        self.have_initialized = False
+        self.config = None
+        self.tile_scheduler_metadata = None
+        self.num_splits = None
+
+
+def _fake_schedule(b, topk, extra_topk, topk_length, extra_topk_length):
+    """The fake's planning result: like FlashMLA's, it depends on the values of the lengths."""
+    lens = torch.full((b,), topk, dtype=torch.int32) if topk_length is None else topk_length.int()
+    extra = torch.zeros(b, dtype=torch.int32) if extra_topk_length is None else extra_topk_length.int()
+    if extra_topk_length is None and extra_topk is not None:
+        extra = torch.full((b,), extra_topk, dtype=torch.int32)
+    return torch.stack([lens.cpu(), extra.cpu()])
 
 
 def _fake_flash_mla_call(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
                          num_splits=None, softmax_scale=None, causal=False, is_fp8_kvcache=False, indices=None,
                          attn_sink=None, extra_k_cache=None, extra_indices_in_kvcache=None, topk_length=None,
                          extra_topk_length=None):
-    """FlashMLA's sparse decode as documented: reads fp8_ds_mla pages through k_cache's base and page stride."""
+    """FlashMLA's sparse decode as documented: reads fp8_ds_mla pages through k_cache's base and page stride.
+
+    The first call of a sched_meta plans (fills it); later calls must have the
+    same shapes and the same length values, else FlashMLA would run a stale
+    schedule: the fake fails there.
+    """
     _fake_flash_mla_call.calls.append(dict(locals()))
+    meta = tile_scheduler_metadata
+    extra_topk = None if extra_indices_in_kvcache is None else extra_indices_in_kvcache.shape[-1]
+    config = (tuple(q.shape), k_cache.shape[1], indices.shape[-1], extra_topk,
+              None if extra_k_cache is None else extra_k_cache.shape[1])
+    schedule = _fake_schedule(q.shape[0], indices.shape[-1], extra_topk, topk_length, extra_topk_length)
+    if not meta.have_initialized:
+        meta.have_initialized, meta.config = True, config
+        meta.tile_scheduler_metadata, meta.num_splits = schedule, torch.arange(q.shape[0] + 1, dtype=torch.int32)
+        _fake_flash_mla_call.plannings += 1
+    else:
+        assert meta.config == config, "sched_meta reused with other shapes"
+        assert torch.equal(meta.tile_scheduler_metadata, schedule), "sched_meta reused with other lengths"
     layout = get_layout("fp8_ds_mla")
     page_bytes = layout.page_bytes(k_cache.shape[1])
     kwargs = {}
@@ -292,11 +324,13 @@ def _fake_flash_mla_call(q, k_cache, block_table, cache_seqlens, head_dim_v, til
 
 
 _fake_flash_mla_call.calls = []
+_fake_flash_mla_call.plannings = 0
 
 
 @pytest.fixture
 def fake_flash_mla(fake_module):
     _fake_flash_mla_call.calls = []
+    _fake_flash_mla_call.plannings = 0
     metas = []
 
     def get_mla_metadata(*args, **kwargs):
@@ -306,6 +340,14 @@ def fake_flash_mla(fake_module):
     mod = fake_module("flash_mla", get_mla_metadata=get_mla_metadata, flash_mla_with_kvcache=_fake_flash_mla_call)
     mod.metas = metas
     return mod
+
+
+def _assert_planning_call(call, real):
+    """The plan's dummy call: the real call's shapes and lengths, nothing to read (all indices -1)."""
+    assert call["tile_scheduler_metadata"] is real["tile_scheduler_metadata"]
+    assert call["q"].shape == real["q"].shape and not call["q"].any()
+    assert call["k_cache"].shape[1:] == real["k_cache"].shape[1:] and call["k_cache"].data_ptr() != real["k_cache"].data_ptr()
+    assert bool((call["indices"] == -1).all()) and call["indices"].shape == real["indices"].shape
 
 
 @pytest.mark.parametrize(("heads", "padded"), [(4, 64), (64, 64), (100, 128), (128, 128)])
@@ -326,7 +368,9 @@ def test_flashmla_mapping(fake_flash_mla, gen, heads, padded) -> None:
         extra_kv_cache=extra, extra_indices=extra_idx, extra_topk_length=extra_topk_length,
     )
 
-    (call,) = _fake_flash_mla_call.calls
+    planning, call = _fake_flash_mla_call.calls
+    _assert_planning_call(planning, call)
+    assert _fake_flash_mla_call.plannings == 1
     assert call["q"].shape == (b, s, padded, 512) and call["q"].dtype == torch.bfloat16
     assert not call["q"][:, :, heads:].any(), "padded heads must be zero"
     k_cache = call["k_cache"]
@@ -353,14 +397,125 @@ def test_flashmla_mapping(fake_flash_mla, gen, heads, padded) -> None:
     torch.testing.assert_close(got.lse, lse)
 
 
-def test_flashmla_takes_fresh_scheduler_metadata_per_call_and_omits_unused_options(fake_flash_mla, gen) -> None:
+def test_flashmla_forward_decode_plans_afresh_every_call_and_omits_unused_options(fake_flash_mla, gen) -> None:
     q, cache, idx = _decode_args(gen, heads=64)
     impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 8, platform="cuda", capability=(10, 0))
     impl.forward_decode(q, cache, idx, softmax_scale=SCALE)
     impl.forward_decode(q, cache, idx, softmax_scale=SCALE)
-    first, second = _fake_flash_mla_call.calls
+    _, first, _, second = _fake_flash_mla_call.calls
     assert first["tile_scheduler_metadata"] is not second["tile_scheduler_metadata"]
-    assert first["attn_sink"] is None and first["topk_length"] is None and first["extra_k_cache"] is None
+    assert _fake_flash_mla_call.plannings == 2
+    assert first["attn_sink"] is None and first["extra_k_cache"] is None
+    assert "topk_length" not in first or first["topk_length"] is None
+
+
+def _layers(gen, n, b, s, heads, block_size=16, topk=12, extra_topk=20):
+    """n layers' inputs: their own caches, indices, queries and sinks (one batch shape)."""
+    layers = []
+    for _ in range(n):
+        cache = make_cache("fp8_ds_mla", 3, block_size, gen)
+        extra = make_cache("fp8_ds_mla", 4, block_size, gen)
+        layers.append(dict(
+            q=torch.randn(b, s, heads, 512, generator=gen).to(torch.bfloat16), kv_cache=cache,
+            indices=random_indices(b, s, topk, 3 * block_size, gen).int(), extra_kv_cache=extra,
+            extra_indices=random_indices(b, s, extra_topk, 4 * block_size, gen).int(),
+            attn_sink=torch.randn(heads, generator=gen),
+        ))
+    return layers
+
+
+def _reference(layer, topk_length, extra_topk_length):
+    return sparse_mla_decode(
+        layer["q"], layer["kv_cache"], "fp8_ds_mla", layer["indices"], SCALE, layer["attn_sink"], topk_length,
+        extra_cache=layer["extra_kv_cache"], extra_indices=layer["extra_indices"], extra_topk_length=extra_topk_length,
+    )
+
+
+@pytest.mark.parametrize("heads", [16, 64])
+def test_flashmla_plan_once_then_run_every_layer(fake_flash_mla, gen, heads) -> None:
+    b, s = 3, 2
+    layers = _layers(gen, 3, b, s, heads)
+    topk_length, extra_topk_length = torch.tensor([12, 5, 0]), torch.tensor([20, 7, 13])
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 16, platform="cuda", capability=(9, 0))
+    plan = impl.plan(batch=b, seq_q=s, heads=heads, topk=12, extra_topk=20, softmax_scale=SCALE,
+                     topk_length=topk_length, extra_topk_length=extra_topk_length, device="cpu")
+    assert len(_fake_flash_mla_call.calls) == 1 and len(fake_flash_mla.metas) == 1
+    topk_length[0] = 1  # the plan copied the lengths
+    topk_length[0] = 12
+    for layer in layers:
+        got = impl.run(**layer)  # the impl's current plan
+        out, lse = _reference(layer, topk_length, extra_topk_length)
+        torch.testing.assert_close(got.out.float(), out, atol=1e-2, rtol=1e-2)
+        torch.testing.assert_close(got.lse, lse)
+    planning, *runs = _fake_flash_mla_call.calls
+    _assert_planning_call(planning, runs[0])
+    assert len(runs) == 3 and len(fake_flash_mla.metas) == 1 and _fake_flash_mla_call.plannings == 1
+    assert all(r["tile_scheduler_metadata"] is plan.state["meta"] for r in runs)
+    assert all(r["topk_length"] is plan.topk_length for r in runs), "the lengths are the plan's buffers"
+    if heads == 16:  # the padded-head buffers are the plan's, reused by every layer
+        assert len({r["q"].data_ptr() for r in runs}) == 1 and len({r["attn_sink"].data_ptr() for r in runs}) == 1
+    else:  # nothing to pad: the layer's own tensors go straight to the kernel
+        assert all(r["q"] is layer["q"] and r["indices"] is layer["indices"] for r, layer in zip(runs, layers))
+
+
+def test_flashmla_replan_updates_the_schedule_in_place(fake_flash_mla, gen) -> None:
+    b, s, heads = 2, 1, 64
+    (layer,) = _layers(gen, 1, b, s, heads)
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 16, platform="cuda", capability=(9, 0))
+    plan = impl.plan(batch=b, heads=heads, topk=12, extra_topk=20, softmax_scale=SCALE,
+                     topk_length=torch.tensor([12, 3]), extra_topk_length=torch.tensor([20, 20]), device="cpu")
+    impl.run(**layer, plan=plan)
+    meta = plan.state["meta"]
+    tsm, lens = meta.tile_scheduler_metadata, plan.topk_length
+    new_topk, new_extra = torch.tensor([4, 12]), torch.tensor([1, 9])
+    assert impl.replan(plan, topk_length=new_topk, extra_topk_length=new_extra) is plan
+    assert plan.state["meta"] is meta and meta.tile_scheduler_metadata is tsm and plan.topk_length is lens
+    assert torch.equal(tsm, _fake_schedule(b, 12, 20, new_topk, new_extra))
+    got = impl.run(**layer, plan=plan)  # the fake fails on a stale schedule
+    out, lse = _reference(layer, new_topk, new_extra)
+    torch.testing.assert_close(got.out.float(), out, atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(got.lse, lse)
+    with pytest.raises(ValueError, match="seq_lens"):
+        impl.replan(plan, seq_lens=torch.tensor([5, 5]))
+    with pytest.raises(ValueError, match=r"\[2\]"):
+        impl.replan(plan, topk_length=torch.tensor([1, 2, 3]))
+
+
+def test_flashmla_run_checks_the_plan(fake_flash_mla, gen) -> None:
+    b, s, heads = 2, 1, 64
+    (layer,) = _layers(gen, 1, b, s, heads)
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 16, platform="cuda", capability=(9, 0))
+    with pytest.raises(ValueError, match="plan"):
+        impl.run(**layer)
+    plan = impl.plan(batch=b, heads=heads, topk=12, extra_topk=20, softmax_scale=SCALE, device="cpu")
+    with pytest.raises(ValueError, match="q must be"):
+        impl.run(**{**layer, "q": layer["q"][:1]})
+    with pytest.raises(ValueError, match="indices must be"):
+        impl.run(**{**layer, "indices": layer["indices"][:, :, :5]})
+    with pytest.raises(ValueError, match="extra_topk"):
+        impl.run(layer["q"], layer["kv_cache"], layer["indices"])
+    with pytest.raises(ValueError, match="block size"):
+        impl.run(**{**layer, "kv_cache": get_layout("fp8_ds_mla").allocate(2, 8)})
+    other = DeepseekV4ReferenceSparseImpl("fp8_ds_mla", 16)
+    with pytest.raises(ValueError, match="cannot be run"):
+        other.run(**layer, plan=plan)
+    with pytest.raises(ValueError, match="device"):
+        impl.plan(batch=b, heads=heads, topk=12, softmax_scale=SCALE)
+
+
+def test_plan_without_the_library_raises_or_plans_the_reference(no_libraries, gen) -> None:
+    (layer,) = _layers(gen, 1, 2, 1, 8)
+    strict = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 16, platform="cuda", capability=(9, 0))
+    with pytest.raises(KernelUnavailableError, match="FlashMLA"):
+        strict.plan(batch=2, heads=8, topk=12, extra_topk=20, softmax_scale=SCALE, device="cpu")
+    lenient = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 16, fallback="reference", platform="cuda", capability=(9, 0))
+    lengths = torch.tensor([3, 12]), torch.tensor([20, 1])
+    plan = lenient.plan(batch=2, heads=8, topk=12, extra_topk=20, softmax_scale=SCALE,
+                        topk_length=lengths[0], extra_topk_length=lengths[1], device="cpu")
+    assert plan.library is None
+    got = lenient.run(**layer)
+    out, lse = _reference(layer, *lengths)
+    assert torch.equal(got.out, out.to(torch.bfloat16)) and torch.equal(got.lse, lse)
 
 
 def test_flashmla_rejects_more_than_128_heads(fake_flash_mla, gen) -> None:
