@@ -134,10 +134,12 @@ def select(*, platform, kv_cache_dtype="auto", backend=None, capability=None,
     """
     if rules is None:
         rules = _default or default_rules()
-    if not inputs:
+    if not inputs and (backend is None or backend.__class__ is str):
         # the hot path: one dict probe of the memo, no normalization. The memo
         # holds exact-type keys only (see ruleset._memo_key), so a raw value
-        # that merely compares equal to one, such as (9.0, 0), misses it.
+        # that merely compares equal to one, such as (9.0, 0), misses it; an
+        # enum backend is read by name, and a str enum equals its value, so
+        # enums take the slow path.
         try:
             hit = rules._memo[platform, kv_cache_dtype, backend, capability, model]
         except (KeyError, TypeError):

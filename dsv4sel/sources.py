@@ -162,21 +162,58 @@ def installed_packs() -> list[Pack]:
     entry = cache.read_entry("installed-packs")
     found = None
     if entry is not None and entry.get("key") == key:
-        found = _valid_pack_rows(entry.get("packs"))
+        found = _valid_pack_rows(entry.get("packs"), key)
     if found is None:
         found = _scan_entry_points()
         cache.write_entry("installed-packs", {"key": key, "packs": found})
     return [Pack(name, path, tuple(modules), label) for name, path, modules, label in found]
 
 
-def _valid_pack_rows(rows) -> list | None:
-    """Cached pack rows if they have the shape :func:`_scan_entry_points` writes, else None."""
+def _declared(key: tuple) -> dict[str, str]:
+    """Entry-point name -> module of group ``dsv4sel.rules``, read from the
+    ``entry_points.txt`` texts that :func:`_entry_point_metadata` collected
+    (an INI file: ``[group]`` headers, ``name = module[:attr]`` lines)."""
+    out: dict[str, str] = {}
+    if not any(declared for _entry, _names, declared in key):
+        return out  # no pack installed: spare the cold start configparser's import
+    import configparser
+
+    for _entry, _names, declared in key:
+        for _dist, text in declared:
+            parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
+            parser.optionxform = str  # entry-point names are case-sensitive
+            try:
+                parser.read_string(text.decode("utf-8", "replace"))
+            except configparser.Error:
+                continue
+            if parser.has_section(ENTRY_POINT_GROUP):
+                for name, value in parser.items(ENTRY_POINT_GROUP):
+                    out.setdefault(name, value.split(":")[0].strip())
+    return out
+
+
+def _valid_pack_rows(rows, key: tuple) -> list | None:
+    """Cached pack rows, if each is one that the installed metadata ``key``
+    declares (its name an entry point of the group, its impl module that
+    entry point's top-level package) and names an existing directory; else
+    None. A cache entry can therefore never widen the impl allow-list beyond
+    what installed distributions declare."""
     try:
-        ok = all(type(name) is str and type(path) is str and all(type(m) is str for m in modules)
-                 and (label is None or type(label) is str) for name, path, modules, label in rows)
+        rows = list(rows)
+        declared = _declared(key)
+        for name, path, modules, label in rows:
+            module = declared.get(name)
+            if module is None or type(path) is not str or label not in (None, name):
+                return None
+            if path.startswith("<entry point"):  # a broken pack, kept so that it fails loudly
+                if tuple(modules) != ():
+                    return None
+                continue
+            if tuple(modules) != (module.split(".")[0],) or not os.path.isdir(path):
+                return None
     except (TypeError, ValueError):
         return None
-    return list(rows) if ok else None
+    return rows if len(rows) == len(declared) else None
 
 
 def environment_packs() -> list[Pack]:
