@@ -212,6 +212,7 @@ def _load_bundle(vllm_dir: str) -> types.ModuleType:
         if not isinstance(saved["vllm"], types.ModuleType):
             parent = types.ModuleType("vllm")
             parent.__path__ = []  # a package, so `import vllm.<x>` resolves through sys.modules only
+            parent._flashmla_C = ext  # what `import vllm._flashmla_C` binds, then reads
             sys.modules["vllm"] = parent
         sys.modules[ext_name] = ext
         module_name = f"dsv4sel.kernels._vllm_flashmla_interface_{len(_loaded)}"

@@ -116,8 +116,8 @@ def _write_fp8_ds_mla_kernel(
     cols = tl.arange(0, 512)
     x = tl.load(kv + rows[:, None] * kv_stride + cols[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
     amax = tl.max(tl.reshape(tl.abs(x), (TOKENS, 8, 64)), axis=2)  # [T, 8]; tile 7 is RoPE, unused
-    ratio = tl.maximum(libdevice.div_rn(amax, 448.0), 1e-4)
-    exponent = libdevice.ceil(libdevice.log2(ratio)).to(tl.int32)  # [T, 8]
+    ratio = tl.maximum(tl.div_rn(amax, 448.0), 1e-4)
+    exponent = tl.ceil(libdevice.log2(ratio)).to(tl.int32)  # [T, 8]
     inv_scale = ((127 - exponent) << 23).to(tl.float32, bitcast=True)  # 2**-exponent, exact
     inv = tl.reshape(tl.broadcast_to(inv_scale[:, :, None], (TOKENS, 8, 64)), (TOKENS, 512))
     quant = tl.minimum(tl.maximum(x * inv, -448.0), 448.0).to(tl.float8e4nv)
@@ -218,7 +218,7 @@ def _write_row_kernel(
     if FP8:
         x = x.to(tl.float32)
         if SCALED:
-            x = libdevice.div_rn(x, scale)
+            x = tl.div_rn(x, scale)
         y = tl.minimum(tl.maximum(x, -448.0), 448.0).to(tl.float8e4nv)
     else:
         y = x.to(tl.bfloat16)

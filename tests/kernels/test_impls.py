@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 
 import pytest
 import torch
@@ -782,3 +783,114 @@ def test_parse_capability(value, expected) -> None:
 def test_parse_capability_rejects_garbage(value) -> None:
     with pytest.raises(ValueError):
         parse_capability(value)
+
+
+# ---------------------------------------------------------------------------
+# Which FlashMLA: the flash_mla package, else vLLM's bundled build
+# ---------------------------------------------------------------------------
+
+_FAKE_EXTENSION = '''
+import sys
+LOADS = getattr(sys, "_dsv4sel_fake_ext_loads", 0) + 1
+sys._dsv4sel_fake_ext_loads = LOADS
+'''
+
+_FAKE_INTERFACE = '''
+import dataclasses
+import vllm._flashmla_C  # as vLLM's copy of the interface does
+EXTENSION = vllm._flashmla_C
+
+
+@dataclasses.dataclass
+class FlashMLASchedMeta:
+    have_initialized: bool = False
+
+
+def get_mla_metadata(*args, **kwargs):
+    return FlashMLASchedMeta(), None
+
+
+def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
+                           num_splits=None, softmax_scale=None, causal=False, is_fp8_kvcache=False, indices=None,
+                           attn_sink=None, extra_k_cache=None, extra_indices_in_kvcache=None, topk_length=None,
+                           extra_topk_length=None, out=None, enable_batch_invariant=False):
+    raise AssertionError("not called here")
+'''
+
+
+def _fake_vllm_bundle(root, top_level_init=None):
+    """A folder laid out like vLLM's wheel: vllm/_flashmla_C + vllm/third_party/flashmla/flash_mla_interface.py."""
+    pkg = root / "vllm"
+    (pkg / "third_party" / "flashmla").mkdir(parents=True)
+    (pkg / "_flashmla_C.py").write_text(_FAKE_EXTENSION)
+    (pkg / "third_party" / "flashmla" / "__init__.py").write_text("")
+    (pkg / "third_party" / "flashmla" / "flash_mla_interface.py").write_text(_FAKE_INTERFACE)
+    if top_level_init is not None:
+        (pkg / "__init__.py").write_text(top_level_init)
+    return root
+
+
+@pytest.fixture
+def without_flashmla(monkeypatch):
+    """No flash_mla, no vLLM, no $DSV4SEL_VLLM_FLASHMLA_DIR: each test adds back the one it describes."""
+    from dsv4sel.kernels.flashmla import VLLM_FLASHMLA_DIR_ENV
+
+    monkeypatch.setitem(sys.modules, "flash_mla", None)
+    monkeypatch.delenv(VLLM_FLASHMLA_DIR_ENV, raising=False)
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path])
+    return monkeypatch
+
+
+def test_flashmla_build_from_the_folder_in_the_environment_variable(without_flashmla, tmp_path) -> None:
+    from dsv4sel.kernels.flashmla import VLLM_FLASHMLA_DIR_ENV, flashmla_build
+
+    without_flashmla.setitem(sys.modules, "vllm", None)  # no installed vLLM either
+    without_flashmla.setenv(VLLM_FLASHMLA_DIR_ENV, str(_fake_vllm_bundle(tmp_path)))
+    build = flashmla_build()
+    assert build.source == "vllm-dir" and build.found
+    assert build.location == str(tmp_path / "vllm" / "_flashmla_C.py")
+    assert "DSV4SEL_VLLM_FLASHMLA_DIR" in build.describe() and str(tmp_path) in build.describe()
+    assert build.module.EXTENSION.__name__ == "vllm._flashmla_C"
+    assert sys.modules["vllm"] is None, "the stand-in parent package must not outlive the load"
+    assert "vllm._flashmla_C" not in sys.modules
+    assert flashmla_build().module is build.module, "a build is loaded once per process"
+    ok, reason = DeepseekV4FlashMLASparseImpl.is_available("cuda", (9, 0))
+    assert ok and "vLLM's bundled FlashMLA from $DSV4SEL_VLLM_FLASHMLA_DIR" in reason
+    # the folder may also be the vllm package folder itself
+    without_flashmla.setenv(VLLM_FLASHMLA_DIR_ENV, str(tmp_path / "vllm"))
+    assert flashmla_build().module is build.module
+
+
+def test_flashmla_build_from_the_installed_vllm_without_importing_vllm(without_flashmla, tmp_path) -> None:
+    from dsv4sel.kernels.flashmla import flashmla_build
+
+    _fake_vllm_bundle(tmp_path, top_level_init="raise RuntimeError('vllm/__init__.py must not run')\n")
+    without_flashmla.syspath_prepend(str(tmp_path))
+    build = flashmla_build()
+    assert build.source == "vllm", build.reason
+    assert build.location == str(tmp_path / "vllm" / "_flashmla_C.py")
+    assert build.describe().startswith("vLLM") and "bundled FlashMLA" in build.describe()
+    assert "vllm" not in sys.modules, "vLLM's top-level package must not be imported"
+
+
+def test_flashmla_package_comes_first_and_missing_builds_are_explained(without_flashmla, fake_module, tmp_path) -> None:
+    from dsv4sel.kernels.flashmla import VLLM_FLASHMLA_DIR_ENV, flashmla_build
+
+    without_flashmla.setitem(sys.modules, "vllm", None)
+    build = flashmla_build()
+    assert build.source == "none" and build.module is None
+    for needle in ("flash_mla is not importable", "DSV4SEL_VLLM_FLASHMLA_DIR is unset", "vllm is not installed"):
+        assert needle in build.reason
+    without_flashmla.setenv(VLLM_FLASHMLA_DIR_ENV, str(tmp_path / "nothing-here"))
+    assert "does not load" in flashmla_build().reason
+    ok, reason = DeepseekV4FlashMLASparseImpl.is_available("cuda", (9, 0))
+    assert not ok and "nothing-here" in reason and "pip install vllm==0.33.0" in reason
+    _fake_vllm_bundle(tmp_path)
+    without_flashmla.setenv(VLLM_FLASHMLA_DIR_ENV, str(tmp_path))
+    fake_module("flash_mla", __version__="9.9", get_mla_metadata=lambda: (None, None),
+                flash_mla_with_kvcache=_fake_flash_mla_call)
+    build = flashmla_build()
+    assert build.source == "flash_mla" and build.version == "9.9" and build.describe().startswith("FlashMLA package")
+    assert DeepseekV4FlashMLASparseImpl.build() == build
