@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from .errors import Problem
-from .text import CONTROL, CONTROL_IN_TEXT, escape
+from .text import control_character, escape
 
 #: Limits on what one rule file may cost; the shipped files stay far below them.
 MAX_FILE_BYTES = 1 << 20
@@ -195,10 +195,10 @@ def load_text(text: str, file: str) -> tuple[LoadedFile | None, list[Problem]]:
                 problems.append(located(node, str(exc)))
                 return None
             if isinstance(value, str):
-                bad = (CONTROL if is_key else CONTROL_IN_TEXT).search(value)
+                bad = control_character(value, in_text=not is_key)
                 if bad:
                     problems.append(located(node, f"{'key' if is_key else 'string'} '{escape(value)}' holds "
-                                                  f"the control character '{escape(bad.group())}'"
+                                                  f"the control character '{escape(bad)}'"
                                                   "; rule files hold printable text only"))
                     return None
             return value

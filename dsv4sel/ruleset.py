@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from .capability import SPELLINGS, canonical, match_alias, name_tokens
 from .errors import InvalidQuery, SelectionError
-from .text import escape
 from .values import Message, Query, RuleRef, Selection, check_impl_allowed
 
 BUILTIN = ("model", "platform", "capability", "kv_cache_dtype")
@@ -206,12 +204,10 @@ class RuleSet:
         if data.get("format") != COMPILED_FORMAT:
             raise CorruptTable(f"compiled format {data.get('format')!r}, expected {COMPILED_FORMAT}")
         self._inputs = {}
-        self._aliases: dict[str, dict] = {}
         self._alias_spellings: dict[str, tuple] = {}
         for name, values, by, scoped, default, fallback, probe, aliases in data["inputs"]:
             self._inputs[name] = (tuple(values), by, dict(scoped) if scoped else None, default, fallback)
-            self._aliases[name] = {name_tokens(a): v for a, v in aliases}
-            self._alias_spellings[name] = tuple(aliases)
+            self._alias_spellings[name] = tuple((str(a), str(v)) for a, v in aliases)
         #: input name -> impl class whose is_available() tells which value this machine has
         self.probes: dict[str, str] = {row[0]: row[6] for row in data["inputs"] if row[6]}
         self.extra_inputs: tuple[str, ...] = tuple(n for n in self._inputs if n not in BUILTIN)
@@ -359,9 +355,15 @@ class RuleSet:
         valid = self.values("capability", platform)
         if capability is None:
             return default if default in valid else valid[-1]
+        if capability.__class__ is str and capability in valid:
+            return capability  # already canonical: spares the cold start the spelling parser
+        from .capability import SPELLINGS, canonical, match_alias, name_tokens
+        from .text import escape
+
         text = canonical(capability)
         if text is None and isinstance(capability, str):
-            text = match_alias(capability, self._aliases.get("capability", {}))
+            aliases = {name_tokens(a): v for a, v in self._alias_spellings.get("capability", ())}
+            text = match_alias(capability, aliases)
         if text in valid:
             return text
         shown = ", ".join(valid)

@@ -23,7 +23,7 @@ import re
 import sys
 from contextlib import contextmanager
 
-from ..text import CONTROL_IN_TEXT, escape
+from ..text import control_character, escape
 from .output import colour_wanted
 
 _SGR = re.compile(r"\x1b\[[0-9;]*m")
@@ -38,7 +38,7 @@ class SafeWriter:
         self.encoding = getattr(stream, "encoding", "utf-8")
 
     def write(self, text: str) -> int:
-        if CONTROL_IN_TEXT.search(text):
+        if control_character(text, in_text=True):
             if self._allow_colour:
                 parts = _SGR.split(text)
                 codes = _SGR.findall(text)
