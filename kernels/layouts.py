@@ -367,7 +367,7 @@ class Fp8DsMlaLayout(_BytePagesLayout):
     def write(self, cache: "torch.Tensor", kv: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
               unique: bool = False, backend: str = "auto") -> None:
         torch = _torch()
-        data, scales, block_size = self._views(cache)
+        block_size = self.block_size_of(cache)
         self._check_kv(kv, cache.device)
         n = kv.shape[0]
         capacity = cache.shape[0] * block_size
@@ -378,6 +378,7 @@ class Fp8DsMlaLayout(_BytePagesLayout):
         if fused is not None and _kernel_dtype_ok(kv):
             fused.write_fp8_ds_mla(cache, kv, slots, block_size, unique=unique)
             return
+        data, scales, _ = self._views(cache)
         rows = _last_writers(slots.long(), capacity)
         kv, slots = kv[rows], slots.long()[rows]
         n = kv.shape[0]
@@ -401,12 +402,13 @@ class Fp8DsMlaLayout(_BytePagesLayout):
     def read(self, cache: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
              backend: str = "auto") -> "torch.Tensor":
         torch = _torch()
-        data, scales, block_size = self._views(cache)
+        block_size = self.block_size_of(cache)
         capacity = cache.shape[0] * block_size
         self._check_slots(slots, capacity, None, cache.device, check)
         fused = self._fused(cache, backend)
         if fused is not None:
             return fused.read_fp8_ds_mla(cache, slots, block_size)
+        data, scales, _ = self._views(cache)
         slots = slots.long()
         valid = (slots >= 0) & (slots < capacity)
         safe = torch.where(valid, slots, torch.zeros_like(slots))

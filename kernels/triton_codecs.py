@@ -44,6 +44,8 @@ _SCALE_BYTES = 8
 #: Tokens per program: 512 columns x TOKENS elements per program.
 _WRITE_TOKENS = 4
 _READ_TOKENS = 4
+_WRITE_WARPS = 4
+_READ_WARPS = 4
 _CLAIM_BLOCK = 1024
 
 
@@ -106,12 +108,14 @@ def _write_fp8_ds_mla_kernel(
     in_range = rows < n
     s = tl.load(slots + rows, mask=in_range, other=-1).to(tl.int64)
     ok = in_range & (s >= 0) & (s < capacity)
+    s = tl.where(ok, s, 0)  # skipped rows address slot 0 (masked): every offset stays aligned
     if HAS_WON:
         ok = ok & (tl.load(won + rows, mask=in_range, other=0) != 0)
     blk = s // block_size
     off = s - blk * block_size
-    data = blk * page_bytes + off * 576
-    scale_at = blk * page_bytes + block_size * 576 + off * 8
+    # Pages are multiples of 576 = 9 * 64 bytes: token rows start 64-byte aligned, scale rows 8-byte.
+    data = tl.multiple_of(blk * page_bytes + off * 576, 64)
+    scale_at = tl.multiple_of(blk * page_bytes + block_size * 576 + off * 8, 8)
 
     cols = tl.arange(0, 512)
     x = tl.load(kv + rows[:, None] * kv_stride + cols[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
@@ -124,7 +128,7 @@ def _write_fp8_ds_mla_kernel(
     is_nope = cols < 448
     tl.store(cache_f8 + data[:, None] + cols[None, :], quant, mask=ok[:, None] & is_nope[None, :])
     # RoPE: 64 bf16 values at byte 448 of the token's data row (bf16 index = byte / 2).
-    rope_at = (data + 448) // 2 - 448
+    rope_at = tl.multiple_of((data + 448) // 2 - 448, 32)
     tl.store(cache_bf16 + rope_at[:, None] + cols[None, :], x.to(tl.bfloat16), mask=ok[:, None] & ~is_nope[None, :])
     tiles = tl.arange(0, 8)
     scale_bytes = tl.where(tiles[None, :] < 7, exponent + 127, 0).to(tl.uint8)
@@ -139,10 +143,12 @@ def _read_fp8_ds_mla_kernel(
     in_range = rows < n
     s = tl.load(slots + rows, mask=in_range, other=-1).to(tl.int64)
     ok = in_range & (s >= 0) & (s < capacity)
+    s = tl.where(ok, s, 0)  # skipped rows address slot 0 (masked): every offset stays aligned
     blk = s // block_size
     off = s - blk * block_size
-    data = blk * page_bytes + off * 576
-    scale_at = blk * page_bytes + block_size * 576 + off * 8
+    # Pages are multiples of 576 = 9 * 64 bytes: token rows start 64-byte aligned, scale rows 8-byte.
+    data = tl.multiple_of(blk * page_bytes + off * 576, 64)
+    scale_at = tl.multiple_of(blk * page_bytes + block_size * 576 + off * 8, 8)
 
     cols = tl.arange(0, 512)
     is_nope = cols < 448
@@ -153,7 +159,7 @@ def _read_fp8_ds_mla_kernel(
     scale = tl.reshape(tl.broadcast_to(scale[:, :, None], (TOKENS, 8, 64)), (TOKENS, 512))
     nope = tl.load(cache_f8 + data[:, None] + cols[None, :], mask=ok[:, None] & is_nope[None, :], other=0.0)
     nope = (nope.to(tl.float32) * scale).to(tl.bfloat16)
-    rope_at = (data + 448) // 2 - 448
+    rope_at = tl.multiple_of((data + 448) // 2 - 448, 32)
     rope = tl.load(cache_bf16 + rope_at[:, None] + cols[None, :], mask=ok[:, None] & ~is_nope[None, :], other=0.0)
     value = tl.where(is_nope[None, :], nope, rope)
     value = tl.where(ok[:, None], value, 0.0).to(tl.bfloat16)
@@ -182,7 +188,7 @@ def write_fp8_ds_mla(cache: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor,
     grid = (triton.cdiv(n, _WRITE_TOKENS),)
     _write_fp8_ds_mla_kernel[grid](
         kv, kv.stride(0), slots, won if won is not None else slots, u8, f8, bf16, n, capacity, block_size, page_bytes,
-        HAS_WON=won is not None, TOKENS=_WRITE_TOKENS, num_warps=4,
+        HAS_WON=won is not None, TOKENS=_WRITE_TOKENS, num_warps=_WRITE_WARPS,
     )
 
 
@@ -196,7 +202,7 @@ def read_fp8_ds_mla(cache: torch.Tensor, slots: torch.Tensor, block_size: int) -
     grid = (triton.cdiv(n, _READ_TOKENS),)
     _read_fp8_ds_mla_kernel[grid](
         out, u8, f8, bf16, slots, n, cache.shape[0] * block_size, block_size, cache.shape[1],
-        TOKENS=_READ_TOKENS, num_warps=4,
+        TOKENS=_READ_TOKENS, num_warps=_READ_WARPS,
     )
     return out
 
@@ -211,6 +217,7 @@ def _write_row_kernel(
     in_range = rows < n
     s = tl.load(slots + rows, mask=in_range, other=-1).to(tl.int64)
     ok = in_range & (s >= 0) & (s < capacity)
+    s = tl.where(ok, s, 0)  # skipped rows address slot 0 (masked): every offset stays aligned
     if HAS_WON:
         ok = ok & (tl.load(won + rows, mask=in_range, other=0) != 0)
     cols = tl.arange(0, 512)
@@ -222,7 +229,8 @@ def _write_row_kernel(
         y = tl.minimum(tl.maximum(x, -448.0), 448.0).to(tl.float8e4nv)
     else:
         y = x.to(tl.bfloat16)
-    tl.store(rows_out + s[:, None] * 512 + cols[None, :], y, mask=ok[:, None])
+    row = tl.multiple_of(s * 512, 512)
+    tl.store(rows_out + row[:, None] + cols[None, :], y, mask=ok[:, None])
 
 
 @triton.jit
@@ -232,8 +240,10 @@ def _read_row_kernel(out, rows_in, slots, n, capacity, scale, FP8: tl.constexpr,
     in_range = rows < n
     s = tl.load(slots + rows, mask=in_range, other=-1).to(tl.int64)
     ok = in_range & (s >= 0) & (s < capacity)
+    s = tl.where(ok, s, 0)  # skipped rows address slot 0 (masked): every offset stays aligned
     cols = tl.arange(0, 512)
-    x = tl.load(rows_in + s[:, None] * 512 + cols[None, :], mask=ok[:, None], other=0.0)
+    row = tl.multiple_of(s * 512, 512)
+    x = tl.load(rows_in + row[:, None] + cols[None, :], mask=ok[:, None], other=0.0)
     if FP8:
         x = x.to(tl.float32)
         if SCALED:
@@ -261,7 +271,7 @@ def write_row(cache: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor, scale:
     grid = (triton.cdiv(n, _WRITE_TOKENS),)
     _write_row_kernel[grid](
         kv, kv.stride(0), slots, won if won is not None else slots, cache, n, capacity, float(scale or 1.0),
-        FP8=fp8, SCALED=fp8 and float(scale) != 1.0, HAS_WON=won is not None, TOKENS=_WRITE_TOKENS, num_warps=4,
+        FP8=fp8, SCALED=fp8 and float(scale) != 1.0, HAS_WON=won is not None, TOKENS=_WRITE_TOKENS, num_warps=_WRITE_WARPS,
     )
 
 
@@ -276,6 +286,6 @@ def read_row(cache: torch.Tensor, slots: torch.Tensor, scale: float | None) -> t
     grid = (triton.cdiv(n, _READ_TOKENS),)
     _read_row_kernel[grid](
         out, cache, slots, n, capacity, float(scale or 1.0),
-        FP8=fp8, SCALED=fp8 and float(scale) != 1.0, TOKENS=_READ_TOKENS, num_warps=4,
+        FP8=fp8, SCALED=fp8 and float(scale) != 1.0, TOKENS=_READ_TOKENS, num_warps=_READ_WARPS,
     )
     return out

@@ -14,7 +14,8 @@ figure's ratio is its rate over that one.
 Variants: ``fused`` = the default call (``layout.write``/``read`` on a CUDA cache:
 the Triton kernels, with the slot range check, one device sync, and for writes
 the election of the last row per slot); ``fused, unchecked`` = ``check=False``
-(and ``unique=True`` for writes): the kernels alone, no sync; ``torch`` =
+(and ``unique=True`` for writes): the kernels alone, no sync; ``fused, unique`` = checked but
+no election of the last row per slot; ``fused, unchecked dups`` = the election but no check; ``torch`` =
 ``backend="torch"``, the torch-op codec. Each figure is the median of
 ``--reps`` CUDA-event-timed blocks of ``--calls`` back-to-back calls.
 Before timing, the fused and torch writes of the same rows must give the
@@ -50,6 +51,34 @@ def timed(fn, calls, reps):
     return statistics.median(times)
 
 
+def sweep(args, copy_gbps):
+    """The kernels alone at --sweep-tokens over tokens-per-program x warps (module constants of triton_codecs)."""
+    from dsv4sel.kernels import triton_codecs as tc
+
+    saved = (tc._WRITE_TOKENS, tc._WRITE_WARPS, tc._READ_TOKENS, tc._READ_WARPS)
+    rows = []
+    n = args.sweep_tokens
+    gen = torch.Generator().manual_seed(1)
+    num_blocks = -(-n // args.block_size)
+    kv = torch.randn(n, 512, generator=gen).to(torch.bfloat16).to("cuda")
+    slots = torch.randperm(num_blocks * args.block_size, generator=gen)[:n].to("cuda")
+    for name in args.codecs.split(","):
+        layout = LAYOUTS[name]
+        cache = layout.allocate(num_blocks, args.block_size, device="cuda")
+        moved = n * (1024 + layout.bytes_per_token)
+        for tokens, warps in ((1, 2), (1, 4), (2, 4), (4, 4), (8, 4), (4, 8), (8, 8), (16, 8)):
+            tc._WRITE_TOKENS = tc._READ_TOKENS = tokens
+            tc._WRITE_WARPS = tc._READ_WARPS = warps
+            for op, fn in (("write", lambda: layout.write(cache, kv, slots, check=False, unique=True)),
+                           ("read", lambda: layout.read(cache, slots, check=False))):
+                seconds = timed(fn, args.calls, args.reps)
+                rows.append({"codec": name, "op": op, "tokens": n, "config": f"{tokens} x {warps}",
+                             "us": seconds * 1e6, "of_copy": moved / seconds / 1e9 / copy_gbps})
+        del cache
+    tc._WRITE_TOKENS, tc._WRITE_WARPS, tc._READ_TOKENS, tc._READ_WARPS = saved
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", default=DEFAULT_TOKENS)
@@ -58,6 +87,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--codecs", default=",".join(CODECS))
     parser.add_argument("--no-torch", action="store_true", help="skip the torch-op rows")
+    parser.add_argument("--sweep", action="store_true", help="also time tile configurations of the kernels")
+    parser.add_argument("--sweep-tokens", type=int, default=131072)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     device = "cuda"
@@ -89,6 +120,8 @@ def main() -> None:
             moved = n * (1024 + layout.bytes_per_token)
             variants = [
                 ("write", "fused", lambda: layout.write(cache, kv, slots)),
+                ("write", "fused, unique", lambda: layout.write(cache, kv, slots, unique=True)),
+                ("write", "fused, unchecked dups", lambda: layout.write(cache, kv, slots, check=False)),
                 ("write", "fused, unchecked", lambda: layout.write(cache, kv, slots, check=False, unique=True)),
                 ("read", "fused", lambda: layout.read(cache, slots)),
                 ("read", "fused, unchecked", lambda: layout.read(cache, slots, check=False)),
@@ -107,14 +140,19 @@ def main() -> None:
         del kv, slots
         torch.cuda.empty_cache()
 
+    sweep_rows = sweep(args, copy_gbps) if args.sweep else []
     print(f"# KV-cache codecs, {machine(device)}, block {args.block_size}")
+    if sweep_rows:
+        print("# tile sweep (kernels alone: check=False, unique=True), tokens per program x warps")
+        print(markdown(sweep_rows, [("codec", "codec"), ("op", "op"), ("tokens", "tokens"), ("config", "T x warps"),
+                                    ("us", "µs/call"), ("of_copy", "of copy rate")]))
     print(f"# copy rate (1 GiB device-to-device, read + written): {copy_gbps:,.0f} GB/s")
     print(markdown(rows, [("codec", "codec"), ("op", "op"), ("variant", "variant"), ("tokens", "tokens"),
                           ("us", "µs/call"), ("gbps", "GB/s"), ("of_copy", "of copy rate")]))
     bad = [c for c in checks if not (c["bytes_equal"] and c["read_equal"])]
     print("fused vs torch: " + ("all equal" if not bad else f"DIFFER: {bad}"))
     dump(args.json, {"machine": machine(device), "copy_gbps": copy_gbps, "args": vars(args), "rows": rows,
-                     "checks": checks})
+                     "checks": checks, "sweep": sweep_rows})
 
 
 if __name__ == "__main__":

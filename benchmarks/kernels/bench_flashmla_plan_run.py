@@ -140,7 +140,6 @@ def bench_shape(batch, heads, args, device):
         for name, (_, timed) in graphs.items():
             timed()
             graph_t[name].append(timed())
-    impl.plan(batch=batch, heads=heads, topk=WINDOW, extra_topk=TOPK, softmax_scale=scale)  # restore state
     rows = []
     raw_e = statistics.median(eager_t["raw"])
     raw_g = statistics.median(graph_t["raw"])

@@ -45,7 +45,7 @@ export DSV4SEL_VLLM_FLASHMLA_DIR="$ROOT/.vendor/vllm_flashmla"
 
 {
   echo "== FlashMLA build"
-  $PY -c "from dsv4sel.kernels.flashmla import flashmla_build as b, DeepseekV4FlashMLASparseImpl as I; print(b().describe()); print(I.is_available())"
+  (cd /tmp && $PY -c "from dsv4sel.kernels.flashmla import flashmla_build as b, DeepseekV4FlashMLASparseImpl as I; print(b().describe()); print(I.is_available())")
 } 2>&1 | tee "$OUT/build.txt"
 
 echo "== tests/kernels"
@@ -57,4 +57,4 @@ echo "== bench_flashmla_plan_run"
 timeout 240 $PY bench_flashmla_plan_run.py --batch ${BENCH_BATCH:-64} --heads ${BENCH_HEADS:-64} \
     --json "$OUT/flashmla.json" 2>&1 | tee "$OUT/flashmla.txt"
 echo "== bench_codecs"
-timeout 300 $PY bench_codecs.py --json "$OUT/codecs.json" 2>&1 | tee "$OUT/codecs.txt"
+timeout 300 $PY bench_codecs.py ${CODEC_ARGS:-} --json "$OUT/codecs.json" 2>&1 | tee "$OUT/codecs.txt"

@@ -144,7 +144,7 @@ def test_is_available_with_the_library_and_a_matching_gpu(fake_module) -> None:
     assert DeepseekV4ROCMAiterMLASparseImpl.is_available("rocm", "gfx950")[0]
 
 
-def test_an_old_flash_mla_without_sparse_decode_is_reported(fake_module) -> None:
+def test_an_old_flash_mla_without_sparse_decode_is_reported(no_libraries, fake_module) -> None:
     def old_api(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata, num_splits,
                 softmax_scale=None, causal=False):
         raise AssertionError("must not be called")
