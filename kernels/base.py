@@ -549,7 +549,7 @@ class SparseMLAImpl:
 
         Views of the same cache are then built once, not on every run.
         """
-        key = (cache.data_ptr(), tuple(cache.shape), tuple(cache.stride()), cache.dtype, cache.device)
+        key = (cache.data_ptr(), cache.shape, cache.stride(), cache.dtype)  # device: UVA pointers are unique
         views = self._views
         view = views.get(key)
         if view is None:

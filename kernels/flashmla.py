@@ -318,7 +318,7 @@ def load_vllm_flashmla() -> Any:
 def _i32(t: Any, device: Any) -> Any:
     import torch
 
-    if t.dtype == torch.int32 and t.device == device and t.is_contiguous():
+    if t.dtype is torch.int32 and t.is_contiguous() and t.device == device:
         return t
     return t.to(device=device, dtype=torch.int32).contiguous()
 
@@ -458,7 +458,7 @@ class DeepseekV4FlashMLASparseImpl(SparseMLAImpl):
         st, device, h = plan.state, plan.device, plan.heads
         h_pad = st["h_pad"]
         if h == h_pad:
-            q_in = q if q.dtype == torch.bfloat16 and q.is_contiguous() else q.to(torch.bfloat16).contiguous()
+            q_in = q if q.dtype is torch.bfloat16 and q.is_contiguous() else q.to(torch.bfloat16).contiguous()
         else:
             q_in = st["q_buf"]
             q_in[:, :, :h].copy_(q)
@@ -470,9 +470,9 @@ class DeepseekV4FlashMLASparseImpl(SparseMLAImpl):
         if attn_sink is not None:
             if h == h_pad:
                 kwargs["attn_sink"] = (
-                    attn_sink if attn_sink.dtype == torch.float32 and attn_sink.device == device
-                    else attn_sink.to(device=device, dtype=torch.float32)
-                ).contiguous()
+                    attn_sink if attn_sink.dtype is torch.float32 and attn_sink.is_contiguous() and attn_sink.device == device
+                    else attn_sink.to(device=device, dtype=torch.float32).contiguous()
+                )
             else:
                 sink = st["sink_buf"]
                 sink[:h].copy_(attn_sink)
@@ -487,5 +487,5 @@ class DeepseekV4FlashMLASparseImpl(SparseMLAImpl):
             kwargs["extra_indices_in_kvcache"] = _i32(extra_indices, device)
         out, lse = plan.library.flash_mla_with_kvcache(q_in, pages, None, None, 512, st["meta"], **kwargs)
         if h != h_pad:
-            out = out[:, :, :h]
-        return DecodeOutput(out, lse.transpose(1, 2)[:, :, :h])
+            return DecodeOutput(out[:, :, :h], lse.transpose(1, 2)[:, :, :h])
+        return DecodeOutput(out, lse.transpose(1, 2))

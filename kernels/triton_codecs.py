@@ -46,6 +46,10 @@ _WRITE_TOKENS = 4
 _READ_TOKENS = 4
 _WRITE_WARPS = 4
 _READ_WARPS = 4
+#: fp8_ds_mla tiles (tokens per program, warps) and kernel shape (3-D blocks or reshapes).
+_DSMLA_WRITE = (4, 4)
+_DSMLA_READ = (4, 4)
+_DSMLA_3D = True
 _CLAIM_BLOCK = 1024
 
 
@@ -166,6 +170,73 @@ def _read_fp8_ds_mla_kernel(
     tl.store(out + rows[:, None] * 512 + cols[None, :], value, mask=in_range[:, None])
 
 
+@triton.jit
+def _write_fp8_ds_mla_kernel_3d(
+    kv, kv_stride, slots, won, cache_u8, cache_f8, cache_bf16, n, capacity, block_size, page_bytes,
+    HAS_WON: tl.constexpr, TOKENS: tl.constexpr,
+):
+    """The same bytes as ``_write_fp8_ds_mla_kernel``, on [tokens, 8 tiles, 64] blocks (no reshapes)."""
+    rows = tl.program_id(0).to(tl.int64) * TOKENS + tl.arange(0, TOKENS)
+    in_range = rows < n
+    s = tl.load(slots + rows, mask=in_range, other=-1).to(tl.int64)
+    ok = in_range & (s >= 0) & (s < capacity)
+    if HAS_WON:
+        ok = ok & (tl.load(won + rows, mask=in_range, other=0) != 0)
+    s = tl.where(ok, s, 0)
+    blk = s // block_size
+    off = s - blk * block_size
+    data = tl.multiple_of(blk * page_bytes + off * 576, 64)
+    scale_at = tl.multiple_of(blk * page_bytes + block_size * 576 + off * 8, 8)
+
+    tiles = tl.arange(0, 8)
+    lanes = tl.arange(0, 64)
+    ok3 = ok[:, None, None]
+    col = tiles[None, :, None] * 64 + lanes[None, None, :]  # [1, 8, 64]
+    x = tl.load(kv + rows[:, None, None] * kv_stride + col, mask=ok3, other=0.0).to(tl.float32)
+    amax = tl.max(tl.abs(x), axis=2)  # [T, 8]; tile 7 is RoPE, unused
+    ratio = tl.maximum(tl.div_rn(amax, 448.0), 1e-4)
+    exponent = tl.ceil(libdevice.log2(ratio)).to(tl.int32)
+    inv_scale = ((127 - exponent) << 23).to(tl.float32, bitcast=True)  # 2**-exponent, exact
+    quant = tl.minimum(tl.maximum(x * inv_scale[:, :, None], -448.0), 448.0).to(tl.float8e4nv)
+    is_nope = tiles[None, :, None] < 7
+    tl.store(cache_f8 + data[:, None, None] + col, quant, mask=ok3 & is_nope)
+    rope_at = tl.multiple_of((data + 448) // 2 - 448, 32)
+    tl.store(cache_bf16 + rope_at[:, None, None] + col, x.to(tl.bfloat16), mask=ok3 & ~is_nope)
+    scale_bytes = tl.where(tiles[None, :] < 7, exponent + 127, 0).to(tl.uint8)
+    tl.store(cache_u8 + scale_at[:, None] + tiles[None, :], scale_bytes, mask=ok[:, None])
+
+
+@triton.jit
+def _read_fp8_ds_mla_kernel_3d(
+    out, cache_u8, cache_f8, cache_bf16, slots, n, capacity, block_size, page_bytes, TOKENS: tl.constexpr,
+):
+    """The same values as ``_read_fp8_ds_mla_kernel``, on [tokens, 8 tiles, 64] blocks."""
+    rows = tl.program_id(0).to(tl.int64) * TOKENS + tl.arange(0, TOKENS)
+    in_range = rows < n
+    s = tl.load(slots + rows, mask=in_range, other=-1).to(tl.int64)
+    ok = in_range & (s >= 0) & (s < capacity)
+    s = tl.where(ok, s, 0)
+    blk = s // block_size
+    off = s - blk * block_size
+    data = tl.multiple_of(blk * page_bytes + off * 576, 64)
+    scale_at = tl.multiple_of(blk * page_bytes + block_size * 576 + off * 8, 8)
+
+    tiles = tl.arange(0, 8)
+    lanes = tl.arange(0, 64)
+    ok3 = ok[:, None, None]
+    col = tiles[None, :, None] * 64 + lanes[None, None, :]
+    is_nope = tiles[None, :, None] < 7
+    e = tl.load(cache_u8 + scale_at[:, None] + tiles[None, :], mask=ok[:, None], other=127).to(tl.int32)
+    scale = tl.where(e == 0, 0x400000, e << 23).to(tl.float32, bitcast=True)  # 2**(e - 127)
+    nope = tl.load(cache_f8 + data[:, None, None] + col, mask=ok3 & is_nope, other=0.0)
+    nope = (nope.to(tl.float32) * scale[:, :, None]).to(tl.bfloat16)
+    rope_at = tl.multiple_of((data + 448) // 2 - 448, 32)
+    rope = tl.load(cache_bf16 + rope_at[:, None, None] + col, mask=ok3 & ~is_nope, other=0.0)
+    value = tl.where(is_nope, nope, rope)
+    value = tl.where(ok3, value, 0.0).to(tl.bfloat16)
+    tl.store(out + rows[:, None, None] * 512 + col, value, mask=in_range[:, None, None])
+
+
 def _views(cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     flat = cache.view(torch.uint8).reshape(-1)
     return flat, flat.view(torch.float8_e4m3fn), flat.view(torch.bfloat16), flat.view(torch.int32)
@@ -185,10 +256,11 @@ def write_fp8_ds_mla(cache: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor,
     won = None
     if not unique:
         won = _winners(i32, slots, capacity, block_size, page_bytes // 4, block_size * _TOKEN_DATA // 4, _SCALE_BYTES // 4)
-    grid = (triton.cdiv(n, _WRITE_TOKENS),)
-    _write_fp8_ds_mla_kernel[grid](
+    tokens, warps = _DSMLA_WRITE
+    kernel = _write_fp8_ds_mla_kernel_3d if _DSMLA_3D else _write_fp8_ds_mla_kernel
+    kernel[(triton.cdiv(n, tokens),)](
         kv, kv.stride(0), slots, won if won is not None else slots, u8, f8, bf16, n, capacity, block_size, page_bytes,
-        HAS_WON=won is not None, TOKENS=_WRITE_TOKENS, num_warps=_WRITE_WARPS,
+        HAS_WON=won is not None, TOKENS=tokens, num_warps=warps,
     )
 
 
@@ -199,10 +271,11 @@ def read_fp8_ds_mla(cache: torch.Tensor, slots: torch.Tensor, block_size: int) -
     if n == 0:
         return out
     u8, f8, bf16, _ = _views(cache)
-    grid = (triton.cdiv(n, _READ_TOKENS),)
-    _read_fp8_ds_mla_kernel[grid](
+    tokens, warps = _DSMLA_READ
+    kernel = _read_fp8_ds_mla_kernel_3d if _DSMLA_3D else _read_fp8_ds_mla_kernel
+    kernel[(triton.cdiv(n, tokens),)](
         out, u8, f8, bf16, slots, n, cache.shape[0] * block_size, block_size, cache.shape[1],
-        TOKENS=_READ_TOKENS, num_warps=_READ_WARPS,
+        TOKENS=tokens, num_warps=warps,
     )
     return out
 
