@@ -41,15 +41,14 @@ __all__ = ["write_fp8_ds_mla", "read_fp8_ds_mla", "write_row", "read_row"]
 _NOPE = 448
 _TOKEN_DATA = 576
 _SCALE_BYTES = 8
-#: Tokens per program: 512 columns x TOKENS elements per program.
+#: Row codecs: tokens per program (each 512 columns) and warps, from the tile sweep.
 _WRITE_TOKENS = 4
 _READ_TOKENS = 4
 _WRITE_WARPS = 4
 _READ_WARPS = 4
-#: fp8_ds_mla tiles (tokens per program, warps) and kernel shape (3-D blocks or reshapes).
-_DSMLA_WRITE = (4, 4)
+#: fp8_ds_mla (tokens per program, warps), from the tile sweep on an H200 (docs/kernels.md).
+_DSMLA_WRITE = (8, 4)
 _DSMLA_READ = (4, 4)
-_DSMLA_3D = True
 _CLAIM_BLOCK = 1024
 
 
@@ -108,74 +107,7 @@ def _write_fp8_ds_mla_kernel(
     kv, kv_stride, slots, won, cache_u8, cache_f8, cache_bf16, n, capacity, block_size, page_bytes,
     HAS_WON: tl.constexpr, TOKENS: tl.constexpr,
 ):
-    rows = tl.program_id(0).to(tl.int64) * TOKENS + tl.arange(0, TOKENS)
-    in_range = rows < n
-    s = tl.load(slots + rows, mask=in_range, other=-1).to(tl.int64)
-    ok = in_range & (s >= 0) & (s < capacity)
-    s = tl.where(ok, s, 0)  # skipped rows address slot 0 (masked): every offset stays aligned
-    if HAS_WON:
-        ok = ok & (tl.load(won + rows, mask=in_range, other=0) != 0)
-    blk = s // block_size
-    off = s - blk * block_size
-    # Pages are multiples of 576 = 9 * 64 bytes: token rows start 64-byte aligned, scale rows 8-byte.
-    data = tl.multiple_of(blk * page_bytes + off * 576, 64)
-    scale_at = tl.multiple_of(blk * page_bytes + block_size * 576 + off * 8, 8)
-
-    cols = tl.arange(0, 512)
-    x = tl.load(kv + rows[:, None] * kv_stride + cols[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
-    amax = tl.max(tl.reshape(tl.abs(x), (TOKENS, 8, 64)), axis=2)  # [T, 8]; tile 7 is RoPE, unused
-    ratio = tl.maximum(tl.div_rn(amax, 448.0), 1e-4)
-    exponent = tl.ceil(libdevice.log2(ratio)).to(tl.int32)  # [T, 8]
-    inv_scale = ((127 - exponent) << 23).to(tl.float32, bitcast=True)  # 2**-exponent, exact
-    inv = tl.reshape(tl.broadcast_to(inv_scale[:, :, None], (TOKENS, 8, 64)), (TOKENS, 512))
-    quant = tl.minimum(tl.maximum(x * inv, -448.0), 448.0).to(tl.float8e4nv)
-    is_nope = cols < 448
-    tl.store(cache_f8 + data[:, None] + cols[None, :], quant, mask=ok[:, None] & is_nope[None, :])
-    # RoPE: 64 bf16 values at byte 448 of the token's data row (bf16 index = byte / 2).
-    rope_at = tl.multiple_of((data + 448) // 2 - 448, 32)
-    tl.store(cache_bf16 + rope_at[:, None] + cols[None, :], x.to(tl.bfloat16), mask=ok[:, None] & ~is_nope[None, :])
-    tiles = tl.arange(0, 8)
-    scale_bytes = tl.where(tiles[None, :] < 7, exponent + 127, 0).to(tl.uint8)
-    tl.store(cache_u8 + scale_at[:, None] + tiles[None, :], scale_bytes, mask=ok[:, None])
-
-
-@triton.jit
-def _read_fp8_ds_mla_kernel(
-    out, cache_u8, cache_f8, cache_bf16, slots, n, capacity, block_size, page_bytes, TOKENS: tl.constexpr,
-):
-    rows = tl.program_id(0).to(tl.int64) * TOKENS + tl.arange(0, TOKENS)
-    in_range = rows < n
-    s = tl.load(slots + rows, mask=in_range, other=-1).to(tl.int64)
-    ok = in_range & (s >= 0) & (s < capacity)
-    s = tl.where(ok, s, 0)  # skipped rows address slot 0 (masked): every offset stays aligned
-    blk = s // block_size
-    off = s - blk * block_size
-    # Pages are multiples of 576 = 9 * 64 bytes: token rows start 64-byte aligned, scale rows 8-byte.
-    data = tl.multiple_of(blk * page_bytes + off * 576, 64)
-    scale_at = tl.multiple_of(blk * page_bytes + block_size * 576 + off * 8, 8)
-
-    cols = tl.arange(0, 512)
-    is_nope = cols < 448
-    tiles = tl.arange(0, 8)
-    e = tl.load(cache_u8 + scale_at[:, None] + tiles[None, :], mask=ok[:, None], other=127).to(tl.int32)
-    # 2**(e - 127) from its bits; e == 0 is the subnormal 2**-127.
-    scale = tl.where(e == 0, 0x400000, e << 23).to(tl.float32, bitcast=True)
-    scale = tl.reshape(tl.broadcast_to(scale[:, :, None], (TOKENS, 8, 64)), (TOKENS, 512))
-    nope = tl.load(cache_f8 + data[:, None] + cols[None, :], mask=ok[:, None] & is_nope[None, :], other=0.0)
-    nope = (nope.to(tl.float32) * scale).to(tl.bfloat16)
-    rope_at = tl.multiple_of((data + 448) // 2 - 448, 32)
-    rope = tl.load(cache_bf16 + rope_at[:, None] + cols[None, :], mask=ok[:, None] & ~is_nope[None, :], other=0.0)
-    value = tl.where(is_nope[None, :], nope, rope)
-    value = tl.where(ok[:, None], value, 0.0).to(tl.bfloat16)
-    tl.store(out + rows[:, None] * 512 + cols[None, :], value, mask=in_range[:, None])
-
-
-@triton.jit
-def _write_fp8_ds_mla_kernel_3d(
-    kv, kv_stride, slots, won, cache_u8, cache_f8, cache_bf16, n, capacity, block_size, page_bytes,
-    HAS_WON: tl.constexpr, TOKENS: tl.constexpr,
-):
-    """The same bytes as ``_write_fp8_ds_mla_kernel``, on [tokens, 8 tiles, 64] blocks (no reshapes)."""
+    """Quantize TOKENS rows into their slots' data and scale rows; blocks are [tokens, 8 tiles, 64]."""
     rows = tl.program_id(0).to(tl.int64) * TOKENS + tl.arange(0, TOKENS)
     in_range = rows < n
     s = tl.load(slots + rows, mask=in_range, other=-1).to(tl.int64)
@@ -207,10 +139,10 @@ def _write_fp8_ds_mla_kernel_3d(
 
 
 @triton.jit
-def _read_fp8_ds_mla_kernel_3d(
+def _read_fp8_ds_mla_kernel(
     out, cache_u8, cache_f8, cache_bf16, slots, n, capacity, block_size, page_bytes, TOKENS: tl.constexpr,
 ):
-    """The same values as ``_read_fp8_ds_mla_kernel``, on [tokens, 8 tiles, 64] blocks."""
+    """Dequantize TOKENS slots' rows to bf16; blocks are [tokens, 8 tiles, 64]."""
     rows = tl.program_id(0).to(tl.int64) * TOKENS + tl.arange(0, TOKENS)
     in_range = rows < n
     s = tl.load(slots + rows, mask=in_range, other=-1).to(tl.int64)
@@ -257,8 +189,7 @@ def write_fp8_ds_mla(cache: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor,
     if not unique:
         won = _winners(i32, slots, capacity, block_size, page_bytes // 4, block_size * _TOKEN_DATA // 4, _SCALE_BYTES // 4)
     tokens, warps = _DSMLA_WRITE
-    kernel = _write_fp8_ds_mla_kernel_3d if _DSMLA_3D else _write_fp8_ds_mla_kernel
-    kernel[(triton.cdiv(n, tokens),)](
+    _write_fp8_ds_mla_kernel[(triton.cdiv(n, tokens),)](
         kv, kv.stride(0), slots, won if won is not None else slots, u8, f8, bf16, n, capacity, block_size, page_bytes,
         HAS_WON=won is not None, TOKENS=tokens, num_warps=warps,
     )
@@ -272,8 +203,7 @@ def read_fp8_ds_mla(cache: torch.Tensor, slots: torch.Tensor, block_size: int) -
         return out
     u8, f8, bf16, _ = _views(cache)
     tokens, warps = _DSMLA_READ
-    kernel = _read_fp8_ds_mla_kernel_3d if _DSMLA_3D else _read_fp8_ds_mla_kernel
-    kernel[(triton.cdiv(n, tokens),)](
+    _read_fp8_ds_mla_kernel[(triton.cdiv(n, tokens),)](
         out, u8, f8, bf16, slots, n, cache.shape[0] * block_size, block_size, cache.shape[1],
         TOKENS=tokens, num_warps=warps,
     )

@@ -55,8 +55,7 @@ def sweep(args, copy_gbps):
     """The kernels alone at --sweep-tokens over tokens-per-program x warps (module constants of triton_codecs)."""
     from dsv4sel.kernels import triton_codecs as tc
 
-    saved = (tc._WRITE_TOKENS, tc._WRITE_WARPS, tc._READ_TOKENS, tc._READ_WARPS, tc._DSMLA_WRITE, tc._DSMLA_READ,
-             tc._DSMLA_3D)
+    saved = (tc._WRITE_TOKENS, tc._WRITE_WARPS, tc._READ_TOKENS, tc._READ_WARPS, tc._DSMLA_WRITE, tc._DSMLA_READ)
     rows = []
     n = args.sweep_tokens
     gen = torch.Generator().manual_seed(1)
@@ -67,23 +66,17 @@ def sweep(args, copy_gbps):
         layout = LAYOUTS[name]
         cache = layout.allocate(num_blocks, args.block_size, device="cuda")
         moved = n * (1024 + layout.bytes_per_token)
-        shapes = (True, False) if name == "fp8_ds_mla" else (None,)
-        for shape in shapes:
-            for tokens, warps in ((1, 2), (1, 4), (2, 2), (2, 4), (4, 4), (8, 4), (4, 8), (8, 8), (16, 8)):
-                tc._WRITE_TOKENS = tc._READ_TOKENS = tokens
-                tc._WRITE_WARPS = tc._READ_WARPS = warps
-                tc._DSMLA_WRITE = tc._DSMLA_READ = (tokens, warps)
-                if shape is not None:
-                    tc._DSMLA_3D = shape
-                for op, fn in (("write", lambda: layout.write(cache, kv, slots, check=False, unique=True)),
-                               ("read", lambda: layout.read(cache, slots, check=False))):
-                    seconds = timed(fn, args.calls, args.reps)
-                    label = f"{tokens} x {warps}" + ("" if shape is None else (" 3-D" if shape else " 2-D"))
-                    rows.append({"codec": name, "op": op, "tokens": n, "config": label,
-                                 "us": seconds * 1e6, "of_copy": moved / seconds / 1e9 / copy_gbps})
+        for tokens, warps in ((1, 2), (1, 4), (2, 2), (2, 4), (4, 4), (8, 4), (4, 8), (8, 8), (16, 8)):
+            tc._WRITE_TOKENS = tc._READ_TOKENS = tokens
+            tc._WRITE_WARPS = tc._READ_WARPS = warps
+            tc._DSMLA_WRITE = tc._DSMLA_READ = (tokens, warps)
+            for op, fn in (("write", lambda: layout.write(cache, kv, slots, check=False, unique=True)),
+                           ("read", lambda: layout.read(cache, slots, check=False))):
+                seconds = timed(fn, args.calls, args.reps)
+                rows.append({"codec": name, "op": op, "tokens": n, "config": f"{tokens} x {warps}",
+                             "us": seconds * 1e6, "of_copy": moved / seconds / 1e9 / copy_gbps})
         del cache
-    (tc._WRITE_TOKENS, tc._WRITE_WARPS, tc._READ_TOKENS, tc._READ_WARPS, tc._DSMLA_WRITE, tc._DSMLA_READ,
-     tc._DSMLA_3D) = saved
+    tc._WRITE_TOKENS, tc._WRITE_WARPS, tc._READ_TOKENS, tc._READ_WARPS, tc._DSMLA_WRITE, tc._DSMLA_READ = saved
     return rows
 
 
