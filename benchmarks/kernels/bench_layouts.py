@@ -1,4 +1,7 @@
-"""Throughput of the KV-cache layouts' torch-op ``write`` and ``read``.
+"""Throughput of the KV-cache layouts' default ``write`` and ``read`` (fused Triton kernels on CUDA).
+
+For the fused kernels against the copy rate, their variants and 1k..1M tokens,
+use bench_codecs.py; ``--backend torch`` here times the torch-op codecs.
 
     python benchmarks/kernels/bench_layouts.py --device cuda --tokens 131072
     python benchmarks/kernels/bench_layouts.py --device cpu --tokens 16384
@@ -31,6 +34,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--reps", type=int, default=None, help="timed calls (default 20 on CUDA, 5 on CPU)")
     parser.add_argument("--peak-tbps", type=float, default=4.8)
+    parser.add_argument("--backend", default="auto", choices=["auto", "torch", "triton"])
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args()
     cuda = args.device.startswith("cuda")
@@ -58,8 +62,8 @@ def main() -> None:
         layout.write(cache, kv, slots)
         if not torch.equal(layout.read(cache, slots[:8]).cpu(), layout.read(cache.cpu(), slots[:8].cpu())):
             raise SystemExit(f"{name}: device read disagrees with CPU read")
-        write_s = measure(lambda: layout.write(cache, kv, slots), args.device, args.warmup, reps)
-        read_s = measure(lambda: layout.read(cache, slots), args.device, args.warmup, reps)
+        write_s = measure(lambda: layout.write(cache, kv, slots, backend=args.backend), args.device, args.warmup, reps)
+        read_s = measure(lambda: layout.read(cache, slots, backend=args.backend), args.device, args.warmup, reps)
         moved = tokens * (1024 + layout.bytes_per_token)
         for op, seconds in (("write", write_s), ("read", read_s)):
             gbps = moved / seconds / 1e9

@@ -52,6 +52,7 @@ echo "== tests/kernels"
 [ -n "${SKIP_TESTS:-}" ] || (cd /tmp && timeout 420 $PY -m pytest "$ROOT/tests/kernels" -c "$ROOT/pyproject.toml" --rootdir "$ROOT" \
     -p no:cacheprovider -q -rs --tb=short --durations=10) 2>&1 | tee "$OUT/pytest.txt" | tail -60
 
+[ -z "${SKIP_BENCH:-}" ] || exit 0
 cd "$ROOT/benchmarks/kernels"
 echo "== bench_flashmla_plan_run"
 timeout 240 $PY bench_flashmla_plan_run.py --batch ${BENCH_BATCH:-64} --heads ${BENCH_HEADS:-64} \

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -543,7 +544,7 @@ def _fake_trtllm_dsv4(query, swa_kv_cache, workspace_buffer, sparse_indices=None
         # TRTLLM-gen: plain rows; first 128 table columns index the SWA pool, the rest the compressed pool.
         swa = swa_kv_cache.reshape(-1, 512).float()
         comp = compressed_kv_cache.reshape(-1, 512).float()
-        cols = torch.arange(sparse_indices.shape[1]).view(1, -1)
+        cols = torch.arange(sparse_indices.shape[1], device=sparse_indices.device).view(1, -1)
         valid = (sparse_indices >= 0) & (cols < sparse_topk_lens.view(-1, 1))
         safe = sparse_indices.clamp_min(0).long()
         rows = torch.where(
@@ -763,6 +764,181 @@ def test_aiter_mapping(fake_module, gen) -> None:
     assert not got.out[2, 1].any() and bool((got.lse[2, 1] == math.inf).all())
     torch.testing.assert_close(got.out.float(), out, atol=1e-2, rtol=1e-2)
     torch.testing.assert_close(got.lse, lse, atol=1e-4, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# FlashInfer and AITER: plan once, run every layer, replan in place
+# ---------------------------------------------------------------------------
+
+
+def _fi_layers(gen, layout_name, n, b, s, heads, device="cpu", layout=None):
+    layers = []
+    for _ in range(n):
+        swa, comp, window, compressed = _window_and_compressed(gen, layout_name, layout, b=b, s=s)
+        layers.append(dict(
+            q=torch.randn(b, s, heads, 512, generator=gen).to(torch.bfloat16).to(device), kv_cache=swa.to(device),
+            indices=window.int().to(device), extra_kv_cache=comp.to(device), extra_indices=compressed.int().to(device),
+            attn_sink=torch.randn(heads, generator=gen).to(device),
+        ))
+    return layers
+
+
+def _check_against_reference(got, layer, layout, topk_length, extra_topk_length, atol=1e-2):
+    out, _ = sparse_mla_decode(
+        layer["q"], layer["kv_cache"], layout, layer["indices"], SCALE, layer["attn_sink"], topk_length,
+        extra_cache=layer["extra_kv_cache"], extra_indices=layer["extra_indices"], extra_topk_length=extra_topk_length,
+    )
+    torch.testing.assert_close(got.out.float(), out, atol=atol, rtol=atol)
+
+
+@pytest.mark.parametrize(("arch", "layout_name", "heads"), [(10, "bf16_row", 16), (10, "bf16_row", 20), (12, "fp8_ds_mla", 20)])
+def test_flashinfer_plan_once_then_run_every_layer_and_replan(fake_flashinfer, gen, arch, layout_name, heads) -> None:
+    fake_flashinfer(arch)
+    b, s = 2, 2 if arch == 12 else 1
+    layers = _fi_layers(gen, layout_name, 2, b, s, heads)
+    lengths = [torch.tensor([128, 70]), torch.tensor([30, 11])]
+    seq_lens = torch.tensor([900, 70]) if arch == 10 else None
+    impl = DeepseekV4FlashInferMLASparseImpl(layout_name, 64, platform="cuda", capability=(arch, 0), workspace_bytes=64)
+    plan = impl.plan(batch=b, seq_q=s, heads=heads, topk=128, extra_topk=30, softmax_scale=SCALE,
+                     topk_length=lengths[0], extra_topk_length=lengths[1], seq_lens=seq_lens, device="cpu")
+    for layer in layers:
+        _check_against_reference(impl.run(**layer), layer, layout_name, *lengths)
+    first, second = _fake_trtllm_dsv4.calls
+    same = ["workspace_buffer", "sparse_topk_lens", "seq_lens"] if arch == 10 else ["workspace_buffer", "swa_topk_lens", "extra_sparse_topk_lens"]
+    if heads != 16:
+        same += ["query", "sinks"]  # padded: the plan's buffers
+    for name in same:
+        assert first[name] is second[name], f"{name} must be the plan's buffer"
+    if arch == 10:
+        assert first["sparse_indices"].data_ptr() == second["sparse_indices"].data_ptr(), "the index table is planned"
+    new = [torch.tensor([5, 128]), torch.tensor([0, 30])]
+    impl.replan(plan, topk_length=new[0], extra_topk_length=new[1])
+    got = impl.run(**layers[0])
+    third = _fake_trtllm_dsv4.calls[-1]
+    for name in same:
+        assert third[name] is first[name], f"replan must keep {name} in place"
+    _check_against_reference(got, layers[0], layout_name, *new)
+
+
+def test_aiter_plan_once_then_run_every_layer_and_replan(fake_module, gen) -> None:
+    _fake_mla_decode_fwd.calls = []
+    fake_module("aiter.mla", mla_decode_fwd=_fake_mla_decode_fwd)
+    b, s, h, block_size = 3, 2, 16, 16
+    layers = []
+    for _ in range(2):
+        layers.append(dict(
+            q=torch.randn(b, s, h, 512, generator=gen).to(torch.bfloat16),
+            kv_cache=make_cache("fp8_ds_mla", 3, block_size, gen), indices=random_indices(b, s, 10, 3 * block_size, gen),
+            extra_kv_cache=make_cache("fp8_ds_mla", 2, block_size, gen),
+            extra_indices=random_indices(b, s, 6, 2 * block_size, gen), attn_sink=torch.randn(h, generator=gen),
+        ))
+    layers[1]["indices"][2, 1] = -1
+    layers[1]["extra_indices"][2, 1] = -1  # a token that selects nothing
+    lengths = [torch.tensor([10, 4, 10]), torch.tensor([6, 6, 2])]
+    impl = DeepseekV4ROCMAiterMLASparseImpl("fp8_ds_mla", block_size, platform="rocm", capability="gfx950")
+    plan = impl.plan(batch=b, seq_q=s, heads=h, topk=10, extra_topk=6, softmax_scale=SCALE,
+                     topk_length=lengths[0], extra_topk_length=lengths[1], device="cpu")
+    for layer in layers:
+        got = impl.run(**layer)
+        _check_against_reference(got, layer, "fp8_ds_mla", *lengths)
+    assert not got.out[2, 1].any() and bool((got.lse[2, 1] == math.inf).all())
+    first, second = _fake_mla_decode_fwd.calls
+    for name in ("q", "kv_buffer", "qo_indptr", "kv_indices", "kv_last_page_lens"):
+        assert first[name] is second[name], f"{name} must be the plan's buffer"
+    impl.replan(plan, topk_length=torch.tensor([1, 10, 0]), extra_topk_length=torch.tensor([0, 3, 6]))
+    _check_against_reference(impl.run(**layers[0]), layers[0], "fp8_ds_mla", torch.tensor([1, 10, 0]),
+                             torch.tensor([0, 3, 6]))
+    assert _fake_mla_decode_fwd.calls[-1]["kv_buffer"] is first["kv_buffer"]
+
+
+# CUDA graph capture of run(): the libraries do not run on an H200, so these use fakes written
+# with fixed-size torch ops only (capturable); a host sync or a data-dependent shape in the
+# adapter's run() makes the capture fail.
+
+
+def _dense_mla_decode_fwd(q, kv_buffer, o, qo_indptr, kv_indptr, kv_indices, kv_last_page_lens, max_seqlen_q,
+                          page_size=1, nhead_kv=1, sm_scale=None, return_lse=False, **kwargs):
+    """aiter.mla.mla_decode_fwd's semantics in fixed-size torch ops (capturable)."""
+    tokens, cap = q.shape[0], kv_indices.numel()
+    pos = kv_indptr[:-1].long().view(-1, 1) + torch.arange(cap, device=q.device).view(1, -1)
+    valid = pos < kv_indptr[1:].long().view(-1, 1)
+    rows = kv_buffer[kv_indices[pos.clamp(max=cap - 1)].long(), 0, 0].float()  # [T, cap, 576]
+    logits = (sm_scale * torch.einsum("thd,tkd->thk", q.float(), rows)).masked_fill(~valid.unsqueeze(1), -math.inf)
+    lse = torch.logsumexp(logits, dim=-1)
+    o.copy_(torch.einsum("thk,tkd->thd", torch.softmax(logits, dim=-1), rows[..., :512]).to(o.dtype))
+    return o, (lse if return_lse else None)
+
+
+def _dense_trtllm_sm120(query, swa_kv_cache, workspace_buffer, sparse_indices=None, swa_topk_lens=None,
+                        compressed_kv_cache=None, extra_sparse_indices=None, extra_sparse_topk_lens=None,
+                        bmm1_scale=1.0, bmm2_scale=1.0, sinks=None, kv_layout="HND", **kwargs):
+    """FlashInfer's SM12x packed sparse decode in fixed-size torch ops (capturable)."""
+    layout = get_layout("fp8_ds_mla")
+    b, s, h, _ = query.shape
+    tokens = b * s
+
+    def rows(view, idx, lens):
+        k = idx.shape[-1]
+        valid = (idx.reshape(tokens, k) >= 0) & (torch.arange(k, device=idx.device).view(1, -1) < lens.view(-1, 1))
+        slots = torch.where(valid, idx.reshape(tokens, k).long(), -1).reshape(-1)
+        pages = pages_from_view(view, layout.page_bytes(view.shape[1]))
+        return layout.read(pages, slots, check=False).float().view(tokens, k, 512), valid
+
+    kv, valid = rows(swa_kv_cache, sparse_indices, swa_topk_lens)
+    if compressed_kv_cache is not None:
+        kv2, valid2 = rows(compressed_kv_cache, extra_sparse_indices, extra_sparse_topk_lens)
+        kv, valid = torch.cat([kv, kv2], 1), torch.cat([valid, valid2], 1)
+    out, _ = reference_rows_decode(query.float().view(tokens, h, 512), kv, valid, bmm1_scale, sinks, bmm2_scale)
+    return out.view(b, s, h, 512).to(torch.bfloat16)
+
+
+def _capture_and_replay(impl, layers, plan):
+    static = {k: v.clone() for k, v in layers[0].items()}
+    impl.run(**static, plan=plan)  # warm up (Triton compiles) outside the capture
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        captured = impl.run(**static, plan=plan)
+    torch.cuda.current_stream().wait_stream(stream)
+    results = []
+    for layer in layers[::-1]:
+        for key, value in layer.items():
+            static[key].copy_(value)
+        graph.replay()
+        results.append((layer, captured.out.clone()))
+    return graph, static, captured, results
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl_kind", ["flashinfer-sm100", "flashinfer-sm120", "aiter"])
+def test_run_of_flashinfer_and_aiter_can_be_captured_in_a_cuda_graph(fake_module, gen, impl_kind) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device visible to torch: CUDA graph capture needs a GPU")
+    b, s, h = 2, 1, 20
+    lengths = [torch.tensor([128, 70], device="cuda"), torch.tensor([30, 11], device="cuda")]
+    if impl_kind == "aiter":
+        fake_module("aiter.mla", mla_decode_fwd=_dense_mla_decode_fwd)
+        impl = DeepseekV4ROCMAiterMLASparseImpl("fp8_ds_mla", 64, platform="rocm", capability="gfx950")
+        layout_name, seq_lens = "fp8_ds_mla", None
+    else:
+        arch = 10 if impl_kind == "flashinfer-sm100" else 12
+        _fake_trtllm_dsv4.calls, _fake_trtllm_dsv4.arch = [], arch
+        fn = _fake_trtllm_dsv4 if arch == 10 else _dense_trtllm_sm120
+        fake_module("flashinfer.mla", trtllm_batch_decode_sparse_mla_dsv4=fn)
+        layout_name = "bf16_row" if arch == 10 else "fp8_ds_mla"
+        seq_lens = torch.tensor([900, 70], device="cuda") if arch == 10 else None
+        impl = DeepseekV4FlashInferMLASparseImpl(layout_name, 64, platform="cuda", capability=(arch, 0),
+                                                  workspace_bytes=1 << 20)
+    layers = _fi_layers(gen, layout_name, 2, b, s, h, device="cuda")
+    plan = impl.plan(batch=b, seq_q=s, heads=h, topk=128, extra_topk=30, softmax_scale=SCALE,
+                     topk_length=lengths[0], extra_topk_length=lengths[1], seq_lens=seq_lens)
+    graph, static, captured, results = _capture_and_replay(impl, layers, plan)
+    for layer, out in results:
+        _check_against_reference(SimpleNamespace(out=out), layer, layout_name, *lengths, atol=2e-2)
+    new = [torch.tensor([3, 128], device="cuda"), torch.tensor([30, 0], device="cuda")]
+    impl.replan(plan, topk_length=new[0], extra_topk_length=new[1])
+    graph.replay()  # static holds layers[0]
+    _check_against_reference(SimpleNamespace(out=captured.out), layers[0], layout_name, *new, atol=2e-2)
 
 
 # ---------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """End-to-end checks against the real kernel libraries, where they run.
 
 Each test asks the impl's own ``is_available()`` and skips with its reason
-otherwise (FlashMLA needs an SM90/SM100 GPU and a source build, FlashInfer's
+otherwise (FlashMLA needs an SM90/SM100 GPU and a FlashMLA build: the ``flash_mla``
+package, or vLLM's bundled build, installed or named by ``DSV4SEL_VLLM_FLASHMLA_DIR``; FlashInfer's
 DeepSeek-V4 decode an SM10x/SM12x GPU, AITER a gfx942/gfx950 GPU). Where the
 library runs, its output at DeepSeek-V4's decode shape (64 heads, 128 window
 slots + 512 top-k compressed slots, sink) must match the torch reference to
