@@ -48,7 +48,7 @@ _WRITE_WARPS = 4
 _READ_WARPS = 4
 #: fp8_ds_mla (tokens per program, warps), from the tile sweep on an H200 (docs/kernels.md).
 _DSMLA_WRITE = (8, 4)
-_DSMLA_READ = (4, 4)
+_DSMLA_READ = (16, 8)
 _CLAIM_BLOCK = 1024
 
 
