@@ -101,14 +101,19 @@ class DeepseekV4ROCMAiterMLASparseImpl(SparseMLAImpl):
 
         st, device, b = plan.state, plan.device, plan.batch
 
-        def keep(lengths: Any, k: int) -> Any:
+        def keep(name: str, lengths: Any, k: int) -> None:
             if lengths is None:
-                return None
-            return torch.arange(k, device=device).view(1, 1, k) < lengths.view(b, 1, 1)
+                st[name] = None
+                return
+            mask = torch.arange(k, device=device).view(1, 1, k) < lengths.view(b, 1, 1)
+            if st.get(name) is None:
+                st[name] = mask
+            else:  # in place: a graph captured over run() reads this buffer
+                st[name].copy_(mask)
 
-        st["keep"] = keep(plan.topk_length, plan.topk)
+        keep("keep", plan.topk_length, plan.topk)
         if plan.extra_topk is not None:
-            st["extra_keep"] = keep(plan.extra_topk_length, plan.extra_topk)
+            keep("extra_keep", plan.extra_topk_length, plan.extra_topk)
 
     def _run_library(self, plan: DecodePlan, q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any,
                      extra_indices: Any, attn_sink: Any) -> DecodeOutput:

@@ -17,7 +17,9 @@ the election of the last row per slot); ``fused, unchecked`` = ``check=False``
 (and ``unique=True`` for writes): the kernels alone, no sync; ``fused, unique`` = checked but
 no election of the last row per slot; ``fused, unchecked dups`` = the election but no check; ``torch`` =
 ``backend="torch"``, the torch-op codec. Each figure is the median of
-``--reps`` CUDA-event-timed blocks of ``--calls`` back-to-back calls.
+``--reps`` CUDA-event-timed blocks of ``--calls`` back-to-back calls (more when a call is
+short, so that a block lasts at least 2 ms), after 3 ms of untimed calls that bring the
+GPU's clocks back up.
 Before timing, the fused and torch writes of the same rows must give the
 same bytes, and the reads the same values.
 """
@@ -36,9 +38,20 @@ CODECS = ("fp8_ds_mla", "bf16_row", "fp8_e4m3_row")
 DEFAULT_TOKENS = "1024,4096,16384,65536,131072,262144,1048576"
 
 
-def timed(fn, calls, reps):
+def timed(fn, calls, reps, warm_s=0.003):
+    """Median seconds per call over ``reps`` blocks of at least ``calls`` calls (more for short calls,
+    so a block lasts >= 2 ms), after ``warm_s`` of untimed calls (the GPU clocks back up)."""
     fn()
     torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    one = max(start.elapsed_time(end) / 1e3, 1e-6)
+    calls = max(calls, int(0.002 / one))
+    for _ in range(max(1, int(warm_s / one))):
+        fn()
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

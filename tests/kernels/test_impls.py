@@ -812,7 +812,9 @@ def test_flashinfer_plan_once_then_run_every_layer_and_replan(fake_flashinfer, g
     if arch == 10:
         assert first["sparse_indices"].data_ptr() == second["sparse_indices"].data_ptr(), "the index table is planned"
     new = [torch.tensor([5, 128]), torch.tensor([0, 30])]
+    planned = {k: v for k, v in plan.state.items() if isinstance(v, torch.Tensor)}
     impl.replan(plan, topk_length=new[0], extra_topk_length=new[1])
+    assert all(plan.state[k] is v for k, v in planned.items()), "replan must update the planned tensors in place"
     got = impl.run(**layers[0])
     third = _fake_trtllm_dsv4.calls[-1]
     for name in same:
@@ -845,7 +847,9 @@ def test_aiter_plan_once_then_run_every_layer_and_replan(fake_module, gen) -> No
     first, second = _fake_mla_decode_fwd.calls
     for name in ("q", "kv_buffer", "qo_indptr", "kv_indices", "kv_last_page_lens"):
         assert first[name] is second[name], f"{name} must be the plan's buffer"
+    keep = plan.state["keep"], plan.state["extra_keep"]
     impl.replan(plan, topk_length=torch.tensor([1, 10, 0]), extra_topk_length=torch.tensor([0, 3, 6]))
+    assert (plan.state["keep"], plan.state["extra_keep"]) == keep, "replan must update the masks in place"
     _check_against_reference(impl.run(**layers[0]), layers[0], "fp8_ds_mla", torch.tensor([1, 10, 0]),
                              torch.tensor([0, 3, 6]))
     assert _fake_mla_decode_fwd.calls[-1]["kv_buffer"] is first["kv_buffer"]
