@@ -340,6 +340,13 @@ class _Builder:
     # vocabulary ------------------------------------------------------------
     def vocabulary(self) -> dict[str, InputDecl]:
         merged: dict[str, dict[str, Any]] = {}
+        if self.files and not any(f.data.get("kind") == "vocabulary" for f in self.files):
+            # a pack loaded alone: one problem with the fix, not one per input and condition
+            self.error(self.files[0], (), "no `kind: vocabulary` file among the rule files, so no input is "
+                       "declared: load a pack on top of the default rules (`--rules DIR` without "
+                       "--only-rules; in Python `load_rules([*dsv4sel.sources.default_packs(), DIR])`), or "
+                       "give it a vocabulary of its own")
+            return {}
         for f in self.files:
             if f.data.get("kind") != "vocabulary":
                 continue
@@ -444,8 +451,10 @@ class _Builder:
     def check_impl(self, f: LoadedFile, path: tuple, impl: str) -> None:
         module = impl.partition(":")[0]
         if not any(module == p or module.startswith(p + ".") for p in self.allowed):
+            from .hints import allow_impl_hint
+
             self.error(f, path, f"impl {impl!r} is not in an allowed module ({', '.join(self.allowed)}); "
-                       "impl classes are imported only from the allow-list")
+                       "impl classes are imported only from the allow-list" + allow_impl_hint(impl))
 
     def check_template(self, f: LoadedFile, path: tuple, text: str) -> None:
         try:
@@ -555,6 +564,8 @@ class _Builder:
                                    "decides for the backends it declares", key=True)
                         continue
                     if name not in self.inputs:
+                        if not self.inputs:
+                            continue  # no vocabulary at all: reported once
                         self.error(f, path + ("when", name), f"unknown input {name!r}; declared: "
                                    + ", ".join(self.inputs) + nearest(name, self.inputs), key=True)
                         continue
@@ -583,7 +594,7 @@ class _Builder:
             index_of = {id(r): i for i, (*_, r) in enumerate(default_entries)}
             all_rules = [default_table.rules[index_of[id(r)]] if id(r) in index_of else r for r in all_rules]
         if default_table is None:
-            where = self.files[0] if self.files else None
+            where = self.files[0] if self.files and self.inputs else None
             if where is not None:
                 self.error(where, (), "no `kind: default` file: the default-backend decision is missing")
             default_table = Table(DEFAULT_TABLE, (), "first", "<none>", 1)
@@ -635,5 +646,7 @@ def compile_files(files: list[LoadedFile], *, allowed_impl_modules: tuple[str, .
     builder = _Builder(files, allowed_impl_modules, packs or {})
     program = builder.build()
     if builder.problems:
-        raise RuleError(sorted(builder.problems, key=lambda p: (p.file, p.line, p.column)))
+        # one problem once: an impl named in `defaults:` is checked for every select rule of the file
+        unique = dict.fromkeys(builder.problems)
+        raise RuleError(sorted(unique, key=lambda p: (p.file, p.line, p.column)))
     return program

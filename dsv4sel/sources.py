@@ -206,3 +206,17 @@ def content_hash(sources: list[Source], extra: tuple[str, ...] = ()) -> str:
         except OSError:
             h.update(b"<unreadable>")
     return h.hexdigest()
+
+
+def unique_packs(packs: list[Pack]) -> list[Pack]:
+    """``packs`` with each directory once (the first, i.e. lowest-precedence,
+    occurrence wins): an installed pack that is also named with ``--rules`` or
+    on ``DSV4SEL_RULES_PATH`` loads once, the same way for every command."""
+    seen: set[str] = set()
+    out = []
+    for pack in packs:
+        key = os.path.realpath(pack.path)
+        if key not in seen:
+            seen.add(key)
+            out.append(pack)
+    return out

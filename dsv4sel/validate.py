@@ -57,9 +57,13 @@ def _describe(error) -> tuple[tuple, str, bool]:
 
 def validate_file(loaded: LoadedFile) -> list[Problem]:
     """Every schema violation in ``loaded``, in document order."""
+    from .hints import quote_hint
+
     problems = []
     for error in _validator().iter_errors(loaded.data):
         path, message, at_key = _describe(error)
+        if "'string'" in message:  # a YAML number or boolean where a string belongs: say to quote it
+            message += quote_hint(loaded, path)
         problems.append(loaded.problem(path, message, key=at_key))
     problems.sort(key=lambda p: (p.line, p.column))
     return problems

@@ -71,7 +71,7 @@ MORE_NAMED = 20
 PAIR_DETAILS = 1000
 _KIND_ORDER = {k: i for i, k in enumerate((
     "load", "schema", "vocabulary", "dangling", "compile", "cycle", "dead", "overlap", "shadowed",
-    "redundant", "gap", "impl", "layout", "consistency", "fixpoint"))}
+    "redundant", "gap", "impl", "layout", "consistency", "fixpoint", "model"))}
 
 
 # ------------------------------------------------------------------ sources
@@ -98,7 +98,7 @@ def _packs_for(rules) -> list:
         packs.append(pack)
     if not packs:
         raise VerifyError("no rule paths given")
-    return packs
+    return _sources.unique_packs(packs)  # as load_rules: a directory reached twice loads once
 
 
 def _packs_of_ruleset(ruleset) -> list:
@@ -154,8 +154,11 @@ def verify(rules=None, *, allowed_impl_modules=None) -> Report:
         return verify_program(rules)
     packs = _packs_of_ruleset(rules) if isinstance(rules, RuleSet) else _packs_for(rules)
     srcs = [s for pack in packs for s in pack.sources()]
-    base = allowed_impl_modules or (rules.allowed_impl_modules if isinstance(rules, RuleSet)
-                                    else DEFAULT_ALLOWED_IMPL_MODULES)
+    if isinstance(allowed_impl_modules, str):
+        allowed_impl_modules = (allowed_impl_modules,)
+    # as load_rules: allowed_impl_modules adds to the default allow-list
+    base = (*DEFAULT_ALLOWED_IMPL_MODULES, *(allowed_impl_modules or ()),
+            *(rules.allowed_impl_modules if isinstance(rules, RuleSet) else ()))
     # as load_rules does: a pack may name impl classes inside its own package
     allowed = tuple(dict.fromkeys((*base, *(m for pack in packs for m in pack.impl_modules))))
     from .compile import compile_files
@@ -242,6 +245,7 @@ class _Verifier:
         coverage, gaps, regions, examples = self._walk_all()
         self._gap_findings(gaps)
         self._selection_findings(regions, examples)
+        self._model_findings()
         return Report(tuple(program.sources), _sorted(self.findings), coverage,
                       rule_count=len(program.rules), table_count=len(self.flow.tables))
 
@@ -335,11 +339,39 @@ class _Verifier:
         n = earlier.bit_count()
         more = f" and {n - 3} more" if n > 3 else ""
         count = self.space.size(box) * len(requests)
+        fix = ""
+        if not table.backends and any(ref.pack != rule.ref.pack for ref in refs):
+            fix = (f"; to take precedence over the default rules of earlier packs, give {rule.ref.id} "
+                   "`override: true`")
         self._add(ERROR, "shadowed",
                   f"rule {rule.ref.id} never decides an input: earlier rules decide all {count} inputs "
-                  f"it matches ({names}{more}); hit policy first",
+                  f"it matches ({names}{more}); hit policy first{fix}",
                   rule.ref, rules=(rule.ref, *refs), count=count,
                   counterexample=self._input(box, requests[0]), table=table.name)
+
+    def _model_findings(self) -> None:
+        """A warning for each backend table that selects but never tests
+        ``model`` while the vocabulary declares several models: requested
+        with --attention-backend, it serves every model, e.g. a V4.0 kernel
+        for a V4.1 query."""
+        decl = self.program.inputs.get("model")
+        if decl is None or len(decl.values) < 2:
+            return
+        own = decl.default or decl.values[0]
+        for table in self.flow.tables.values():
+            if not table.backends or not any(r.outcome.kind == "select" for r in table.rules):
+                continue
+            if any(name == "model" for r in table.rules for name, _ in r.conditions):
+                continue
+            first = table.rules[0].ref
+            stem = table.backends[0].lower().replace("_", "-")
+            self.findings.append(Finding(
+                WARNING, "model",
+                f"table {table.name} never tests `model`, so it selects for every declared model "
+                f"({', '.join(decl.values)}) when its backend is requested; if it serves only {own}, make its "
+                f"first rule `- {{id: {stem}-other-model, when: {{model: {{not: {own}}}}}, reject: {{reason: "
+                f"{table.backends[0]} serves {own} only, not {{model}}.}}}}`, or add a `model:` condition to "
+                "its select rules", table.file, table.line, None, rules=(first,), table=table.name))
 
     # ------------------------------------------------ through the chains
     def _walk_all(self):

@@ -1,4 +1,4 @@
-"""The ``dsv4sel`` command: explain, check, table, doctor, diff.
+"""The ``dsv4sel`` command: explain, check, test, table, doctor, diff, schema, completion.
 
 Each subcommand lives in its own module with ``add_parser(subparsers)`` and
 ``run(args) -> int``. Exit codes: 0 success, 1 a finding or a rejection,
@@ -14,9 +14,9 @@ import sys
 
 from .. import __version__
 from ..errors import RuleError, SelectionError
-from . import check, diff, doctor, explain, table
+from . import check, diff, doctor, explain, table, test
 
-COMMANDS = (explain, check, table, doctor, diff)
+COMMANDS = (explain, check, test, table, doctor, diff)
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 DEBUG_ENV = "DSV4SEL_DEBUG"
 
