@@ -212,6 +212,24 @@ def _looks_like_tests(path: str) -> bool:
         return True  # let the loader report it
 
 
+def _mixed_expect(data, path: tuple) -> str | None:
+    """The message for an ``expect`` that mixes ``reject: true`` with selection fields."""
+    if len(path) < 3 or path[0] != "cases" or path[2] != "expect":
+        return None
+    try:
+        expect = data["cases"][path[1]]["expect"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    if not isinstance(expect, dict) or "reject" not in expect:
+        return None
+    fields = [k for k in expect if k in SELECTION_KEYS and k != "rule"]
+    if not fields:
+        return None
+    return (f"$.cases[{path[1]}].expect: `reject: true` cannot be combined with selection fields "
+            f"({', '.join(fields)}): a case expects either a selection or a rejection (with `reason_contains`, "
+            "`rule`)")
+
+
 def load_cases(paths) -> tuple[list[Case], tuple[str, ...]]:
     """Load and validate the test files named by ``paths``; return their cases
     and the files' display names. Raises :class:`TestFileError` listing every
@@ -238,11 +256,14 @@ def load_cases(paths) -> tuple[list[Case], tuple[str, ...]]:
         schema = []
         for error in _validator().iter_errors(loaded.data):
             path_, message, at_key = _describe(error)
+            mixed = _mixed_expect(loaded.data, path_)
+            if mixed:
+                path_, message, at_key = path_[:3], mixed, False
             if "'string'" in message:
                 message += quote_hint(loaded, path_)
             schema.append(loaded.problem(path_, message, key=at_key))
         if schema:
-            problems.extend(sorted(schema, key=lambda p: (p.line, p.column)))
+            problems.extend(sorted(dict.fromkeys(schema), key=lambda p: (p.line, p.column)))
             continue
         for i, raw in enumerate(loaded.data["cases"]):
             line, column = loaded.where(("cases", i))

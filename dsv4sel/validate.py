@@ -46,7 +46,11 @@ def _describe(error) -> tuple[tuple, str, bool]:
         allowed = set(error.schema.get("properties", {}))
         extra = sorted(k for k in error.instance if k not in allowed)
         if extra:
-            hint = f"; allowed: {', '.join(sorted(allowed))}" if allowed else ""
+            import difflib
+
+            close = difflib.get_close_matches(str(extra[0]), sorted(allowed), n=1, cutoff=0.6)
+            hint = (f"; did you mean {close[0]!r}?" if close else "") + (
+                f" Allowed: {', '.join(sorted(allowed))}" if allowed else "")
             return path + (extra[0],), f"{label}: unknown field {extra[0]!r}{hint}", True
     if error.validator == "required":
         return path, f"{label}: {error.message}", False
