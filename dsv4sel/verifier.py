@@ -460,6 +460,8 @@ class _Verifier:
     def _selection_findings(self, regions, examples) -> None:
         reported: dict[tuple, list] = {}
 
+        impls: dict[str, list] = {}  # one finding per unresolvable impl, naming every rule that selects it
+
         def report(kind, message, rule, start, box, count=0, extra_rules=()):
             key = (kind, rule.ref, message)
             slot = reported.get(key)
@@ -468,17 +470,24 @@ class _Verifier:
             else:
                 slot[0] += count
 
+        def field_problems(rule, start, box, fields):
+            for kind, message in self.checker.field_problems(fields):
+                if kind == "impl":
+                    slot = impls.setdefault(message, [rule, start, box, []])
+                    if rule.ref not in slot[3]:
+                        slot[3].append(rule.ref)
+                else:
+                    report(kind, f"rule {rule.ref.id}: {message}", rule, start, box)
+
         for rule, start, box in examples.values():
             fields, _ = render_fields(rule, {})
-            for kind, message in self.checker.field_problems(fields):
-                report(kind, f"rule {rule.ref.id}: {message}", rule, start, box)
+            field_problems(rule, start, box, fields)
         for start, label, rule, box in regions:
             names = placeholders(rule) - {"backend"}
             for assignment, sub in self.space.split_by(box, names):
                 values = dict(assignment, backend=label or "")
                 fields, rewrites = render_fields(rule, values)
-                for kind, message in self.checker.field_problems(fields):
-                    report(kind, f"rule {rule.ref.id}: {message}", rule, start, sub)
+                field_problems(rule, start, sub, fields)
                 if "cache_dtype" in rewrites and self.has_kv:
                     self._fixpoint(rule, start, label, sub, fields, rewrites, report)
         if self.checker.layout_error:
@@ -486,6 +495,12 @@ class _Verifier:
                 ((r, s, b) for s, _, r, b in regions), None)
             if first:
                 report("layout", self.checker.layout_error, first[0], first[1], first[2])
+        for message, (rule, start, box, refs) in impls.items():
+            refs = sorted(refs, key=lambda r: (r.file, r.line))
+            who = (f"rule {refs[0].id}" if len(refs) == 1 else
+                   f"rules {', '.join(r.id for r in refs[:3])}" + (f" and {len(refs) - 3} more" if len(refs) > 3 else ""))
+            self._add(ERROR, "impl", f"{who}: {message}", refs[0], rules=tuple(refs),
+                      counterexample=self._input(box, start), table=rule.table)
         for (kind, ref, message), (count, rule, start, box, extra) in reported.items():
             self._add(ERROR, kind, message, ref, rules=(ref, *extra), count=count,
                       counterexample=self._input(box, start), table=rule.table)

@@ -14,9 +14,9 @@ import sys
 
 from .. import __version__
 from ..errors import RuleError, SelectionError
-from . import check, diff, doctor, explain, table, test
+from . import check, completion, diff, doctor, explain, schema, table, test
 
-COMMANDS = (explain, check, test, table, doctor, diff)
+COMMANDS = (explain, check, test, table, doctor, diff, schema, completion)
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 DEBUG_ENV = "DSV4SEL_DEBUG"
 
@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for module in COMMANDS:
         module.add_parser(sub)
+    from .examples import attach
+
+    attach(parser, sub)
     return parser
 
 
