@@ -523,9 +523,15 @@ class _Builder:
         seen_ids: dict[str, Rule] = {}
         default_entries: list[tuple[bool, int, int, Rule]] = []
         pack_rank: dict[str, int] = {}
+        copies: dict[str, LoadedFile] = {}
         for f in self.files:
             kind = f.data.get("kind")
             if kind not in ("default", "backend"):
+                continue
+            first = copies.setdefault(f.source, f)
+            if first is not f:  # one problem for a whole copied file, not one per backend and rule id
+                self.error(f, ("kind",), f"this file is a copy of {first.file}: the same pack is loaded twice "
+                           "(installed, and named with --rules or DSV4SEL_RULES_PATH?); drop one of them", key=True)
                 continue
             pack = self.packs.get(f.file, "dsv4sel")
             if kind == "default":
@@ -541,7 +547,8 @@ class _Builder:
                 for i, name in enumerate(names):
                     if name in declared_in:
                         self.error(f, ("backends", i), f"backend {name} already has a table in "
-                                   f"{declared_in[name].file}")
+                                   f"{declared_in[name].file}; a pack adds backends, it cannot replace "
+                                   "another's table")
                     declared_in.setdefault(name, f)
                 table = Table(names[0] if len(names) == 1 else "|".join(names), names,
                               f.data["hit_policy"], f.file, f.where(("backends",), key=True)[0])
