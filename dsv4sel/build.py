@@ -24,7 +24,7 @@ def load_and_validate(sources: list[Source]):
     for src in sources:
         f, found = load_file(src.path, src.display)
         problems.extend(found)
-        if f is not None:
+        if f is not None and not found:  # a refused tag or merge key: the schema would only echo it
             schema_problems = validate_file(f)
             problems.extend(schema_problems)
             if not found and not schema_problems:

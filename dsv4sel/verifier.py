@@ -170,7 +170,7 @@ def verify(rules=None, *, allowed_impl_modules=None) -> Report:
     for src in srcs:
         loaded, problems = load_file(src.path, src.display)
         findings.extend(_problem(p, "load") for p in problems)
-        if loaded is not None:
+        if loaded is not None and not problems:  # a refused tag or merge key: the schema would only echo it
             schema = validate_file(loaded)
             findings.extend(_problem(p, "schema") for p in schema)
             if not problems and not schema:

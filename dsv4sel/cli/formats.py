@@ -59,6 +59,11 @@ def _uri(file: str) -> str:
 def sarif(diagnostics) -> str:
     """A SARIF 2.1.0 log: one run of tool ``dsv4sel``, one result per
     diagnostic with its code as ``ruleId`` and a physical location."""
+    import json
+
+    from .. import __version__
+    from ..codes import CODES, title
+
     diagnostics = list(diagnostics)
     used = sorted({d.code for d in diagnostics})
     rules = [{"id": code, "name": CODES.get(code, ("", ""))[0] or code,
