@@ -143,6 +143,8 @@ class Program:
     rules: list[Rule]
     allowed_impl_modules: tuple[str, ...]
     sources: tuple[str, ...]
+    #: rule -> its `description:` (rules without one are absent)
+    descriptions: dict[RuleRef, str] = field(default_factory=dict)
 
     @property
     def input_order(self) -> tuple[str, ...]:
@@ -237,6 +239,7 @@ class Program:
             "table": table,
             "allowed": self.allowed_impl_modules,
             "sources": self.sources,
+            "descriptions": tuple(self.descriptions.get(r.ref) for r in self.rules),
         }
 
 
@@ -333,6 +336,7 @@ class _Builder:
         self.allowed = allowed
         self.packs = packs
         self.problems: list[Problem] = []
+        self.descriptions: dict[RuleRef, str] = {}
 
     def error(self, f: LoadedFile, path: tuple, message: str, *, key: bool = False) -> None:
         self.problems.append(f.problem(path, message, key=key))
@@ -561,6 +565,8 @@ class _Builder:
                 path = ("rules", i)
                 line, _ = f.where(path)
                 ref = RuleRef(raw["id"], f.file, line, pack)
+                if raw.get("description"):
+                    self.descriptions[ref] = " ".join(str(raw["description"]).split())
                 if raw["id"] in seen_ids:
                     other = seen_ids[raw["id"]].ref
                     self.error(f, path + ("id",), f"rule id {raw['id']!r} is already used at {other.location}")
@@ -614,7 +620,7 @@ class _Builder:
                            f"`use: {target}` names a backend without a table"
                            + nearest(target, tables))
         program = Program(self.inputs, default_table, tables, tuple(backend_order), all_rules,
-                          self.allowed, tuple(f.file for f in self.files))
+                          self.allowed, tuple(f.file for f in self.files), self.descriptions)
         self._check_cycles(program)
         return program
 

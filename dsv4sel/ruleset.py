@@ -149,6 +149,7 @@ class RuleSet:
         self._table = OutcomeTable(data["table"])
         self.allowed_impl_modules: tuple[str, ...] = tuple(data["allowed"])
         self.sources: tuple[str, ...] = tuple(data["sources"])
+        self._data_descriptions: tuple[str | None, ...] = tuple(data.get("descriptions") or ())
         self._memo: dict[tuple, Selection | Rejection] = {}
 
     # ------------------------------------------------------------ vocabulary
@@ -174,6 +175,11 @@ class RuleSet:
     @property
     def rules(self) -> tuple[RuleRef, ...]:
         return tuple(self.rule(i) for i in range(len(self._rule_rows)))
+
+    def description(self, index: int) -> str | None:
+        """The `description:` of rule ``index`` (None when it has none)."""
+        descriptions = self._data_descriptions
+        return descriptions[index] if index < len(descriptions) else None
 
     def rule_table(self, index: int) -> str:
         return self._rule_rows[index][4]
@@ -221,7 +227,8 @@ class RuleSet:
             if name not in self._backend_set:
                 others = [b for b in self.backends if b not in self.selectable_backends]
                 hint = (" (or no backend for the platform default)"
-                        + (f"; known but not DeepSeek-V4 backends: {', '.join(others)}" if others else ""))
+                        + (f"; {len(others)} other vLLM backends are known but not DeepSeek-V4 ones "
+                           "(`dsv4sel table` lists what each backend serves)" if others else ""))
                 near = _nearest(name, self.backends)
                 text = f"unknown attention backend {name!r}"
                 text += f"; did you mean {near[0]!r}?" if near else "."

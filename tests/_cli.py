@@ -40,6 +40,7 @@ def environ(**overrides: str | None) -> dict[str, str]:
     env.pop("NO_COLOR", None)
     env.pop("DSV4SEL_PLATFORM", None)
     env.pop("DSV4SEL_CAPABILITY", None)
+    env.pop("COLUMNS", None)  # piped output is not wrapped unless a test asks for a width
     for key, value in overrides.items():
         if value is None:
             env.pop(key, None)

@@ -98,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
                            for f in report.findings]
             sys.stdout.write(github(diagnostics) if args.format == "github" else sarif(diagnostics))
         else:
-            sys.stdout.write(render(report))
+            from .output import wrapped
+
+            sys.stdout.write(wrapped(render(report)))
         return EXIT_CLEAN if report.ok else EXIT_FINDINGS
     except (BrokenPipeError, KeyboardInterrupt):
         raise

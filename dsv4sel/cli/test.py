@@ -70,8 +70,10 @@ def run(args: argparse.Namespace) -> int:
         if args.format in ("github", "sarif"):
             _emit(args.format, [Diagnostic(p.code, "error", p.message, p.file, p.line, p.column)
                                 for p in exc.problems])
+        from .output import output_width, wrap_line
+
         for p in exc.problems:
-            print(f"{PROG}: error: {p} [{p.code}]", file=sys.stderr)
+            print("\n".join(wrap_line(f"{PROG}: error: {p} [{p.code}]", output_width(sys.stderr))), file=sys.stderr)
         return 2
     rules = load(args)  # a RuleError reaches cli.main: exit 2 with every problem located
     scope, label = _scope(args)
@@ -82,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
         _emit(args.format, [Diagnostic("DSV510", "error", f"case {r.case.name}: {f.message}", r.case.file,
                                        f.line, f.column) for r in report.failed for f in r.failures])
     else:
-        sys.stdout.write(render(report))
+        from .output import wrapped
+
+        sys.stdout.write(wrapped(render(report)))
     return 0 if report.ok else 1
 
 
