@@ -198,3 +198,20 @@ def test_broken_rules_exit_2(tmp_path):
     write(tmp_path / "pack" / "x.yaml", "kind: backend\nbackends: [X]\n")
     r = run("test", "tests/decisions", "--rules", str(tmp_path / "pack"))
     assert r.rc == 2 and "x.yaml" in r.err, r
+
+
+def test_the_pack_tests_catch_a_missing_override(tmp_path):
+    import shutil
+
+    pack = tmp_path / "rules"
+    shutil.copytree(EXAMPLE / "dsv4sel_b12x" / "rules", pack)
+    text = (pack / "defaults.yaml").read_text()
+    (pack / "defaults.yaml").write_text(text.replace("    override: true\n", ""))
+    r = run("test", "examples/b12x-pack/tests", "--rules", str(pack), "--allow-impl-module", "dsv4sel_b12x")
+    assert r.rc == 1, r
+    tests = EXAMPLE / "tests" / "b12x.yaml"
+    line, col = line_of(tests, "backend: B12X_MLA_SPARSE")
+    assert (f"examples/b12x-pack/tests/b12x.yaml:{line}:{col}: case spark-default-is-b12x: expected backend "
+            "B12X_MLA_SPARSE, got FLASHINFER_MLA_SPARSE_DSV4") in r.out
+    # the pack's default rule no case reached any more
+    assert re.search(r"^  b12x-default-sm121\s+\S+/rules/defaults.yaml:\d+$", r.out, re.M), r.out
