@@ -237,3 +237,86 @@ def test_allowed_impl_modules_add_to_the_defaults(tmp_path):
                               allowed_impl_modules="dsv4sel_b12x").ok
     finally:
         sys.path.remove(str(REPO / "examples" / "b12x-pack"))
+
+
+# ------------------------------------------------------------------ explanations that say why
+
+def test_explain_prints_the_deciding_rule_and_each_steps_description():
+    r = run("explain", "--platform", "cuda", "--capability", "12.1")
+    assert r.rc == 0, r
+    why = re.search(r"^  why\s+(.*)$", r.out, re.M)
+    assert why and why[1].startswith("On SM120/SM121 auto, fp8 and fp8_e4m3 mean FlashInfer's fp8_ds_mla pages")
+    path = r.out.split("\npath\n")[1].split("\n\n")[0].splitlines()
+    assert path[0].split()[:2] == ["1", "default-cuda-sm12x"]
+    assert path[1].strip().startswith("On Blackwell consumer/workstation GPUs (SM120, SM121")
+    assert path[2].split()[:2] == ["2", "flashinfer-sm12x-fp8"] and path[3].strip() == why[1]
+    data = json.loads(run("explain", "--platform", "cuda", "--capability", "12.1", "--json").out)
+    assert data["rule"]["description"] == why[1]
+    assert [s["description"][:12] for s in data["path"]] == ["On Blackwell", "On SM120/SM1"]
+
+
+def test_every_shipped_rule_has_a_description():
+    rules = dsv4sel.default_rules()
+    missing = [rules.rule(i).id for i in range(len(rules.rules)) if not rules.description(i)]
+    assert missing == []
+
+
+@pytest.mark.parametrize("args", [
+    ("explain", "--platform", "cuda", "--capability", "10.0", "--kv-cache-dtype", "bfloat16", "--backend", "FLASHMLA_SPARSE"),
+    ("explain", "--platform", "rocm", "--capability", "gfx90a"),
+    ("explain", "--platform", "cuda", "--backend", "FLASHMLA_SPARS"),
+    ("check", "--rules", "no-such-dir"),
+    ("test", "tests/decisions", "--only-rules", "--rules", "rules"),
+])
+def test_text_output_fits_the_terminal(args):
+    from _cli import environ
+
+    r = run(*args, env=environ(COLUMNS="64"))
+    lines = (r.out + r.err).splitlines()
+    assert lines and max(len(l) for l in lines) <= 64, "\n".join(l for l in lines if len(l) > 64)
+
+
+def test_check_text_fits_the_terminal(bad_pack):
+    from _cli import environ
+
+    r = run("check", str(bad_pack), env=environ(COLUMNS="72"))
+    assert r.rc == 1
+    assert max(len(l) for l in r.out.splitlines()) <= 72, r.out
+    assert "quote them" in r.out
+    # piped without COLUMNS: one line per finding, for grep
+    assert len([l for l in run("check", str(bad_pack)).out.splitlines() if ": error " in l]) == 1
+
+
+def test_an_unknown_backend_is_not_a_700_character_message():
+    r = run("explain", "--platform", "cuda", "--backend", "FLASHMLA_SPARS")
+    assert r.rc == 2 and "did you mean 'FLASHMLA_SPARSE'?" in r.err
+    assert len(r.err) < 600 and "XFORMERS" not in r.err, r.err
+
+
+# ------------------------------------------------------------------ a pack installed and named with --rules
+
+def test_an_installed_pack_named_again_with_rules_loads_once_everywhere(tmp_path):
+    import shutil
+    import subprocess
+
+    from _cli import environ
+
+    site, source = tmp_path / "site", tmp_path / "src"
+    shutil.copytree(REPO / "examples" / "b12x-pack", source)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-q",
+                    "--target", str(site), str(source)], check=True, capture_output=True)
+    env = environ(PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+                  DSV4SEL_CACHE_DIR=str(tmp_path / "cache"))
+    working_copy = "examples/b12x-pack/dsv4sel_b12x/rules"  # the same package, dsv4sel_b12x.rules
+    for rules in (working_copy, str(site / "dsv4sel_b12x" / "rules")):
+        check = run("check", "--rules", rules, env=env)
+        assert check.rc == 0 and check.out.splitlines()[0] == "dsv4sel check: 15 files, 80 rules, 11 tables", check
+        explain = run("explain", "--platform", "cuda", "--capability", "12.1", "--rules", rules, env=env)
+        assert explain.rc == 0 and "selected  B12X_MLA_SPARSE (platform default)" in explain.out, explain
+        diff = run("diff", "--pack", "-", rules, env=env)  # the installed pack is in both sides
+        assert diff.rc == 0 and diff.out.startswith("no change"), diff
+        test = run("test", "examples/b12x-pack/tests", "--rules", rules, env=env)
+        assert test.rc == 0 and "6 of 6 rules reached" in test.out, test
+    # the working copy is what is explained (its file and line), with the installed pack's impl allowance
+    explain = run("explain", "--platform", "cuda", "--capability", "12.1", "--rules", working_copy, env=env)
+    assert f"{working_copy}/b12x.yaml:" in explain.out
