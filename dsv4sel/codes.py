@@ -54,7 +54,7 @@ CODES: dict[str, tuple[str, str]] = {
     "DSV408": ("consistency", "selection disagrees with its layout or impl"),
     "DSV409": ("fixpoint", "rewrite is not a fixpoint"),
     "DSV410": ("model", "a backend table never tests `model` though several models are declared"),
-    "DSV501": ("tests", "not a test file"),
+    "DSV501": ("tests", "a test file where a rule file belongs, or the other way round"),
     "DSV502": ("tests", "no test files at a path"),
     "DSV510": ("tests", "test case failed"),
 }
@@ -78,7 +78,7 @@ _PHRASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("DSV202", ("YAML reads the unquoted", "YAML reads unquoted")),
     ("DSV203", ("unknown field",)),
     ("DSV204", ("is a required property",)),
-    ("DSV501", ("not a test file",)),
+    ("DSV501", ("not a test file", "a `kind: tests` file among the rule files")),
     ("DSV502", ("no test files",)),
     ("DSV310", ("not in an allowed module", "outside the allowed modules")),
     ("DSV311", ("names a backend without a table",)),

@@ -63,6 +63,9 @@ def validate_file(loaded: LoadedFile) -> list[Problem]:
     """Every schema violation in ``loaded``, in document order."""
     from .hints import quote_hint
 
+    if isinstance(loaded.data, dict) and loaded.data.get("kind") == "tests":
+        return [loaded.problem(("kind",), "a `kind: tests` file among the rule files: `dsv4sel test PATH` runs "
+                               "test files; keep them out of the directories given as rules")]
     problems = []
     for error in _validator().iter_errors(loaded.data):
         path, message, at_key = _describe(error)

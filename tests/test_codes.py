@@ -187,3 +187,11 @@ def test_every_code_is_documented_and_classified():
 ])
 def test_problem_codes_from_messages(message, code):
     assert problem_code(message) == code
+
+
+def test_a_test_file_among_the_rules_is_one_problem(tmp_path):
+    pack = write(tmp_path / "mixed", {"cases.yaml": "kind: tests\ncases:\n  - query: {platform: cpu}\n"
+                                                    "    expect: {backend: CPU_V4_MLA_SPARSE}\n"})
+    report = dsv4sel.verify([*default_packs(), str(pack)])
+    assert [(f.code, f.line) for f in report.findings] == [("DSV501", 1)], [str(f) for f in report.findings]
+    assert "`dsv4sel test PATH` runs test files" in report.findings[0].message

@@ -79,9 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
         paths = rule_paths(args)
         if args.paths:
-            named = _positional_packs(args.paths)
-            if not named and paths is None:
-                named = []  # only test files were named: check the default rules
+            named = _positional_packs(args.paths)  # empty when only test files were named
             base = paths if paths is not None else ([] if args.only_rules else default_packs())
             paths = [*base, *named] if (named or paths is not None) else None
         try:
