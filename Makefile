@@ -8,12 +8,15 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test check bench docs clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q $(TORCH)
-	$(BIN)/python -m pip install -q -e '.[test]'
-	touch $@
+# Setup is quiet (pip -qq keeps errors, drops the mirror's notices) so that
+# the output of `make run` starts with the main job.
+$(STAMP): pyproject.toml setup.py
+	@echo "setting up $(VENV) (first run only)"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -qq --upgrade pip
+	@$(BIN)/python -m pip install -qq $(TORCH)
+	@$(BIN)/python -m pip install -qq -e '.[test]'
+	@touch $@
 
 run: $(STAMP)
 	$(BIN)/dsv4sel check

@@ -73,8 +73,9 @@ def load_rules(paths=None, *, allowed_impl_modules=None, use_cache: bool = True)
     adds to it (as ``--allow-impl-module`` does) and the packs' own packages.
 
     Raises :class:`RuleError` listing every problem with ``file:line:column``.
-    The compiled result is cached (stamp + content hash); a cache hit imports
-    neither yaml nor jsonschema.
+    The compiled result is cached, keyed by the exact bytes of the rule files
+    and the compiler; a cache hit imports neither yaml nor jsonschema, and a
+    damaged cache entry is rebuilt, never trusted.
     """
     from . import cache, sources as _sources
 
@@ -92,20 +93,31 @@ def load_rules(paths=None, *, allowed_impl_modules=None, use_cache: bool = True)
         allowed_impl_modules = (allowed_impl_modules,)
     # like --allow-impl-module: added to the default allow-list, never replacing it
     allowed = tuple(dict.fromkeys((*DEFAULT_ALLOWED_IMPL_MODULES, *(allowed_impl_modules or ()), *extra_modules)))
-    stamp = _sources.stamp(srcs, allowed)
-    name = _sources.entry_name(stamp)
-    data = cache.read(name) if use_cache else None
-    if data is None or data["stamp"] != stamp:
-        digest = _sources.content_hash(srcs, allowed)
-        if data is None or data["digest"] != digest:
-            from .build import build_program
+    return _compiled(srcs, allowed, use_cache)
 
-            data = build_program(srcs, allowed).to_table()
-            data["digest"] = digest
-        data["stamp"] = stamp
-        if use_cache:
-            cache.write(name, data)
-    return RuleSet(data, data["digest"])
+
+def _compiled(srcs, allowed: tuple[str, ...], use_cache: bool) -> RuleSet:
+    """The RuleSet of ``srcs``: from the cache when an intact entry was compiled
+    from exactly these bytes, else compiled (and cached)."""
+    from . import cache, sources as _sources
+    from .ruleset import CorruptTable
+
+    name = _sources.entry_name(srcs, allowed)
+    fingerprint = _sources.fingerprint(srcs, allowed)
+    entry = cache.read_entry(name) if use_cache else None
+    if entry is not None and entry.get("fingerprint") == fingerprint:
+        try:
+            return RuleSet(entry["table"], entry["digest"], allowed)
+        except (CorruptTable, KeyError):
+            pass  # damaged or edited: compiled afresh below, and the entry replaced
+    from .build import build_program
+
+    table = build_program(srcs, allowed).to_table()
+    digest = _sources.content_hash(srcs, allowed)
+    ruleset = RuleSet(table, digest, allowed)
+    if use_cache:
+        cache.write_entry(name, {"fingerprint": fingerprint, "digest": digest, "table": table}, prune=True)
+    return ruleset
 
 
 def default_rules() -> RuleSet:
@@ -135,8 +147,12 @@ def select(*, platform: str, kv_cache_dtype: str = "auto", backend: str | _Named
     """
     if rules is None:
         rules = _default or default_rules()
-    if not inputs:
-        # the hot path: one dict probe of the memo, no normalization
+    if not inputs and (backend is None or backend.__class__ is str):
+        # the hot path: one dict probe of the memo, no normalization. The memo
+        # holds exact-type keys only (see ruleset._memo_key), so a raw value
+        # that merely compares equal to one, such as (9.0, 0), misses it; an
+        # enum backend is read by name, and a str enum equals its value, so
+        # enums take the slow path.
         try:
             hit = rules._memo[platform, kv_cache_dtype, backend, capability, model]
         except (KeyError, TypeError):

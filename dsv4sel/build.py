@@ -10,9 +10,9 @@ from .errors import Problem, RuleError
 from .sources import Source
 
 
-def load_and_validate(sources: list[Source]):
-    """Load and schema-check every source. Returns the loaded files; raises
-    RuleError with all load and schema problems of all files."""
+def load_source(src: Source):
+    """Load and schema-check one source: ``(loaded file or None, load problems,
+    schema problems)``. The loaded file is usable only when both lists are empty."""
     try:
         from .load import load_file
     except ImportError as exc:
@@ -20,15 +20,25 @@ def load_and_validate(sources: list[Source]):
                           "pip install pyyaml") from exc
     from .validate import validate_file
 
+    if src.unreadable is not None:
+        return None, [Problem(src.display, 1, 1, src.unreadable)], []
+    loaded, problems = load_file(src.path, src.display)
+    # a file that failed to load holds None where the bad nodes were: checking
+    # its schema would report each load problem a second time
+    schema_problems = validate_file(loaded) if loaded is not None and not problems else []
+    return loaded, problems, schema_problems
+
+
+def load_and_validate(sources: list[Source]):
+    """Load and schema-check every source. Returns the loaded files; raises
+    RuleError with all load and schema problems of all files."""
     loaded, problems = [], []
     for src in sources:
-        f, found = load_file(src.path, src.display)
+        f, found, schema_problems = load_source(src)
         problems.extend(found)
-        if f is not None and not found:  # a refused tag or merge key: the schema would only echo it
-            schema_problems = validate_file(f)
-            problems.extend(schema_problems)
-            if not found and not schema_problems:
-                loaded.append(f)
+        problems.extend(schema_problems)
+        if f is not None and not found and not schema_problems:
+            loaded.append(f)
     if not sources:
         problems.append(Problem("<rules>", 1, 1, "no rule files found"))
     if problems:

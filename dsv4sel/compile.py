@@ -23,13 +23,13 @@ from typing import Any, Iterator
 
 from .errors import Problem, RuleError
 from .load import LoadedFile
+from .ruleset import COMPILED_FORMAT
 from .values import RuleRef
 
 DEFAULT_TABLE = "<default>"
 BUILTIN_INPUTS = ("model", "platform", "capability", "kv_cache_dtype")
 REQUIRED_SELECT_FIELDS = ("impl", "layout", "cache_dtype", "torch_dtype", "bytes_per_token", "block_size")
 FAMILY_SUFFIX = ".x"
-COMPILED_FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,8 @@ class InputDecl:
     default: str | None = None
     fallback: str | None = None
     probe: str | None = None
+    #: other spellings of values: (alias, value) pairs, e.g. ("H100", "9.0")
+    aliases: tuple[tuple[str, str], ...] = ()
 
     def values_for(self, point: dict[str, str]) -> tuple[str, ...]:
         if self.scoped is None:
@@ -229,7 +231,7 @@ class Program:
         table = {**layout.as_data(), "typecode": typecode, "ids": array(typecode, ids).tobytes()}
         return {
             "format": COMPILED_FORMAT,
-            "inputs": [(d.name, d.values, d.by, d.scoped, d.default, d.fallback, d.probe)
+            "inputs": [(d.name, d.values, d.by, d.scoped, d.default, d.fallback, d.probe, d.aliases)
                        for d in self.inputs.values()],
             "backends": self.backends,
             "selectable": tuple(b for b in self.backends
@@ -361,7 +363,8 @@ class _Builder:
                                "the backend names are the tables' `backends:`", key=True)
                     continue
                 slot = merged.setdefault(name, {"values": [], "scoped": None, "by": decl.get("by"),
-                                                "default": None, "fallback": None, "probe": None})
+                                                "default": None, "fallback": None, "probe": None,
+                                                "aliases": {}, "at": {}})
                 if slot["by"] != decl.get("by"):
                     self.error(f, path + ("by",), f"input {name!r} is scoped by {slot['by']!r} elsewhere")
                     continue
@@ -389,6 +392,17 @@ class _Builder:
                         if slot[attr] not in (None, str(decl[attr])):
                             self.error(f, path + (attr,), f"{name}.{attr} is {slot[attr]!r} in another file")
                         slot[attr] = str(decl[attr])
+                        slot["at"][attr] = (f, path + (attr,))
+                for alias, value in (decl.get("aliases") or {}).items():
+                    if slot["aliases"].get(str(alias), str(value)) != str(value):
+                        self.error(f, path + ("aliases", alias), f"alias {alias!r} of {name} means "
+                                   f"{slot['aliases'][str(alias)]!r} in another file", key=True)
+                        continue
+                    slot["aliases"][str(alias)] = str(value)
+                    slot["at"]["aliases", str(alias)] = (f, path + ("aliases", alias))
+                # problems with values, parents and defaults are reported where they were written
+                for parent in (values if isinstance(values, dict) else ()):
+                    slot["at"].setdefault(("parent", str(parent)), (f, path + ("values", parent)))
                 slot.setdefault("origin", (f, path))
         where = self.files[0] if self.files else None
         for name in BUILTIN_INPUTS:
@@ -408,7 +422,8 @@ class _Builder:
                     continue
                 unknown = [p for p in slot["scoped"] if p not in merged[by]["values"]]
                 for p in unknown:
-                    self.error(f, path + ("values", p), f"{p!r} is not a value of {by!r}"
+                    pf, ppath = slot["at"].get(("parent", p), (f, path + ("values", p)))
+                    self.error(pf, ppath, f"{p!r} is not a value of {by!r}"
                                + nearest(p, merged[by]["values"]), key=True)
                 scoped = tuple((p, tuple(slot["scoped"].get(p, ()))) for p in merged[by]["values"])
                 if ordered.index(by) > ordered.index(name):
@@ -416,15 +431,22 @@ class _Builder:
             for attr in ("default", "fallback"):
                 value = slot[attr]
                 if value is not None and value not in slot["values"]:
-                    self.error(f, path + (attr,), f"{attr} {value!r} is not one of the values of {name!r}"
+                    af, apath = slot["at"][attr]
+                    self.error(af, apath, f"{attr} {value!r} is not one of the values of {name!r}"
                                + nearest(value, slot["values"]))
+            for alias, value in slot["aliases"].items():
+                if value not in slot["values"]:
+                    af, apath = slot["at"]["aliases", alias]
+                    self.error(af, apath, f"alias {alias!r} names {value!r}, which is not one of the "
+                               f"values of {name!r}" + nearest(value, slot["values"]))
             if name not in BUILTIN_INPUTS and slot["default"] is None:
                 self.error(f, path, f"input {name!r} needs a `default:` so that callers who do not "
                            "pass it still get a decision", key=True)
             if slot["probe"] is not None:
-                self.check_impl(f, path + ("probe",), slot["probe"])
+                pf, ppath = slot["at"]["probe"]
+                self.check_impl(pf, ppath, slot["probe"])
             out[name] = InputDecl(name, tuple(slot["values"]), by, scoped, slot["default"], slot["fallback"],
-                                  slot["probe"])
+                                  slot["probe"], tuple(slot["aliases"].items()))
         return out
 
     # conditions ------------------------------------------------------------

@@ -12,10 +12,17 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from .errors import InvalidQuery, SelectionError
-from .values import Message, Query, RuleRef, Selection
+from .values import Message, Query, RuleRef, Selection, check_impl_allowed
 
 BUILTIN = ("model", "platform", "capability", "kv_cache_dtype")
 _MEMO_LIMIT = 65536
+#: Version of the data ``Program.to_table`` writes and :class:`RuleSet` reads.
+COMPILED_FORMAT = 2
+
+
+class CorruptTable(ValueError):
+    """Compiled data that is not what ``Program.to_table`` writes (a damaged
+    or hand-edited cache entry); :func:`dsv4sel.load_rules` rebuilds it."""
 
 
 TYPE_CHECKING = False
@@ -23,10 +30,46 @@ if TYPE_CHECKING:  # importing typing costs ~5 ms; with postponed annotations it
     from typing import Any, Mapping
 
 
-def _nearest(word: str, candidates) -> list[str]:
+def _nearest(word: str, candidates, n: int = 1) -> list[str]:
     import difflib  # only on the error path
 
-    return difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1, cutoff=0.6)
+    return difflib.get_close_matches(str(word), [str(c) for c in candidates], n=n, cutoff=0.6)
+
+
+def _memo_key(platform, kv_cache_dtype, backend, capability, model, extra) -> tuple | None:
+    """The memo key of a raw query, or None when it must not be memoized.
+
+    Python calls ``9.0 == 9`` and ``True == 1`` equal, so a memo keyed on raw
+    values would answer ``(9.0, 0)`` with what ``(9, 0)`` got. Keys hold
+    exact types only: ``str`` and None as given; a tuple capability or an
+    enum backend under a tag no raw value can equal (so the hot path in
+    :func:`dsv4sel.select`, which probes the memo with raw values, misses
+    them and comes here)."""
+    if type(platform) is not str or type(kv_cache_dtype) is not str or type(model) is not str:
+        return None
+    if backend is not None and type(backend) is not str:
+        name = getattr(backend, "name", None)
+        if type(name) is not str:
+            return None
+        backend = ("enum", name)
+    if capability is not None and type(capability) is not str:
+        if type(capability) is not tuple or not all(type(x) is int for x in capability):
+            return None
+        capability = ("tuple", *capability)
+    key = (platform, kv_cache_dtype, backend, capability, model)
+    if extra:
+        items = tuple(extra.items())
+        if not all(type(k) is str and type(v) is str for k, v in items):
+            return None
+        key += tuple(sorted(items))
+    return key
+
+
+def _product(numbers) -> int:
+    out = 1
+    for n in numbers:
+        out *= n
+    return out
 
 
 class OutcomeTable:
@@ -132,25 +175,86 @@ class RuleSet:
     to share between threads (the memo is a plain dict of immutable values).
     """
 
-    def __init__(self, data: dict[str, Any], digest: str):
+    def __init__(self, data: dict[str, Any], digest: str,
+                 allowed_impl_modules: tuple[str, ...] | None = None):
+        """``data`` is ``Program.to_table()``'s result, possibly read back from
+        the cache: it is checked here, and :class:`CorruptTable` raised when
+        it is not what the compiler writes. ``allowed_impl_modules`` is the
+        process's allow-list (default: the one the data was compiled with);
+        every impl the data names must lie inside it."""
+        try:
+            self._load(data)
+        except CorruptTable:
+            raise
+        except Exception as exc:  # any shape error of untrusted data
+            raise CorruptTable(f"compiled rules are damaged: {type(exc).__name__}: {exc}") from None
         self.digest = digest
-        self._inputs = {name: (tuple(values), by, dict(scoped) if scoped else None, default, fallback)
-                        for name, values, by, scoped, default, fallback, _probe in data["inputs"]}
+        if allowed_impl_modules is None:
+            allowed_impl_modules = tuple(data["allowed"])
+        self.allowed_impl_modules: tuple[str, ...] = tuple(allowed_impl_modules)
+        impls = {row[2] for row in self._outcomes if row[0] == "select"} | set(self.probes.values())
+        for impl in impls:
+            try:
+                check_impl_allowed(impl, self.allowed_impl_modules)
+            except Exception as exc:
+                raise CorruptTable(f"compiled rules name an impl outside the allowed modules: {exc}") from None
+        self._memo: dict[tuple, Selection | Rejection] = {}
+
+    def _load(self, data: dict[str, Any]) -> None:
+        if data.get("format") != COMPILED_FORMAT:
+            raise CorruptTable(f"compiled format {data.get('format')!r}, expected {COMPILED_FORMAT}")
+        self._inputs = {}
+        self._alias_spellings: dict[str, tuple] = {}
+        for name, values, by, scoped, default, fallback, probe, aliases in data["inputs"]:
+            self._inputs[name] = (tuple(values), by, dict(scoped) if scoped else None, default, fallback)
+            self._alias_spellings[name] = tuple((str(a), str(v)) for a, v in aliases)
         #: input name -> impl class whose is_available() tells which value this machine has
         self.probes: dict[str, str] = {row[0]: row[6] for row in data["inputs"] if row[6]}
         self.extra_inputs: tuple[str, ...] = tuple(n for n in self._inputs if n not in BUILTIN)
+        if any(n not in self._inputs for n in BUILTIN):
+            raise CorruptTable("compiled rules lack a built-in input")
         self.backends: tuple[str, ...] = tuple(data["backends"])
         self._backend_set = frozenset(self.backends)
         #: backends that select something somewhere in the space (the others only reject)
         self.selectable_backends: tuple[str, ...] = tuple(data["selectable"])
         self._rule_rows = data["rules"]
+        for rid, file, line, pack, table in self._rule_rows:
+            if not (type(rid) is str and type(file) is str and type(line) is int and type(table) is str):
+                raise CorruptTable("a compiled rule row is malformed")
         self._rules: dict[int, RuleRef] = {}
         self._outcomes = data["outcomes"]
+        for row in self._outcomes:
+            self._check_row(row)
         self._table = OutcomeTable(data["table"])
-        self.allowed_impl_modules: tuple[str, ...] = tuple(data["allowed"])
+        expected = len(self._table._blocks) * _product(len(v) for v in self._table._dense_values)
+        if len(self._table._ids) != expected or (expected and max(self._table._ids) >= len(self._outcomes)):
+            raise CorruptTable("the compiled decision array does not fit its outcomes")
         self.sources: tuple[str, ...] = tuple(data["sources"])
-        self._data_descriptions: tuple[str | None, ...] = tuple(data.get("descriptions") or ())
-        self._memo: dict[tuple, Selection | Rejection] = {}
+        descriptions = data.get("descriptions") or ()
+        if not all(d is None or type(d) is str for d in descriptions):
+            raise CorruptTable("a compiled rule description is malformed")
+        self._data_descriptions: tuple[str | None, ...] = tuple(descriptions)
+
+    def _check_row(self, row: tuple) -> None:
+        """One outcome row has the shape ``Program.to_table`` writes."""
+        n_rules = len(self._rule_rows)
+        kind = row[0]
+        if kind == "select":
+            (_, backend, impl, layout, cache_dtype, torch_dtype, bpt, block, rewrites, messages, path) = row
+            ok = (all(type(x) is str for x in (backend, impl, layout, cache_dtype, torch_dtype))
+                  and type(bpt) is int and type(block) is int
+                  and all(type(k) is str for k, _ in rewrites)
+                  and all(type(level) is str and type(text) is str for level, text in messages))
+        elif kind == "reject":
+            _, backend, reason, path, messages = row
+            ok = type(reason) is str and (backend is None or type(backend) is str)
+        elif kind == "gap":
+            _, backend, table, path = row
+            ok = type(table) is str
+        else:
+            ok, path = False, ()
+        if not ok or not all(type(i) is int and 0 <= i < n_rules for i in path) or (kind != "gap" and not path):
+            raise CorruptTable(f"a compiled {kind!r} outcome row is malformed")
 
     # ------------------------------------------------------------ vocabulary
     def values(self, name: str, platform: str | None = None) -> tuple[str, ...]:
@@ -253,26 +357,53 @@ class RuleSet:
         return Query(model, plat, cap, name, kv, tuple(extras)), tuple(notes)
 
     def _capability(self, platform: str, capability: Any, notes: list[Message]) -> str:
+        """The declared capability value that ``capability`` spells (see
+        :mod:`dsv4sel.capability`), for ``platform``. None means unknown; any
+        other value that is not a known spelling of a declared capability is
+        an :class:`InvalidQuery` naming the nearest valid ones."""
         values, _, _, default, fallback = self._inputs["capability"]
         valid = self.values("capability", platform)
         if capability is None:
             return default if default in valid else valid[-1]
-        if isinstance(capability, tuple) and len(capability) == 2 and all(
-                isinstance(x, int) and not isinstance(x, bool) for x in capability):
-            text = f"{capability[0]}.{capability[1]}"
-        elif isinstance(capability, str) and capability.strip():
-            # torch reports ROCm arches as e.g. "gfx942:sramecc+:xnack-"
-            text = capability.strip().split(":")[0].lower()
-        else:
-            raise InvalidQuery(f"capability must be a string such as '9.0' or 'gfx942', a "
-                               f"(major, minor) tuple or None, not {capability!r}")
+        if capability.__class__ is str and capability in valid:
+            return capability  # already canonical: spares the cold start the spelling parser
+        from .capability import SPELLINGS, canonical, match_alias, name_tokens
+        from .text import escape
+
+        text = canonical(capability)
+        if text is None and isinstance(capability, str):
+            aliases = {name_tokens(a): v for a, v in self._alias_spellings.get("capability", ())}
+            text = match_alias(capability, aliases)
         if text in valid:
             return text
-        if fallback is not None and fallback in valid:
-            notes.append(Message(f"capability {text!r} is not declared for {platform} in the rule "
-                                 f"vocabulary; deciding as {fallback!r}", "warning"))
-            return fallback
-        raise self._invalid(f"{platform} capability", text, valid)
+        shown = ", ".join(valid)
+        if text is not None:  # a valid spelling of a capability this platform does not declare
+            if fallback is not None and fallback in valid:
+                notes.append(Message(f"capability {text!r} is not declared for {platform} in the rule "
+                                     f"vocabulary; deciding as {fallback!r}", "warning"))
+                return fallback
+            return self._refuse_capability(
+                f"{platform} capability {text!r}"
+                + (f" (given as {capability!r})" if capability != text else "")
+                + " is not declared in the rule "
+                f"vocabulary. Declared {platform} capabilities: {shown}. Pass capability 'unknown' to "
+                f"decide without it, or declare it in a rule pack", [v for v in valid if v == "unknown"])
+        names = [a for a, v in self._alias_names("capability") if v in valid]
+        by_lower = {c.lower(): c for c in (*valid, *names)}
+        near = [by_lower[n] for n in _nearest(str(capability).strip().lower(), by_lower, n=3)]
+        if isinstance(capability, str) and "," in capability and canonical(f"({capability})") in valid:
+            near.insert(0, canonical(f"({capability})"))  # "9,0": the parentheses or the dot were meant
+        hint = f"; did you mean {' or '.join(repr(n) for n in dict.fromkeys(near))}?" if near else "."
+        return self._refuse_capability(
+            f"{escape(repr(capability))} is not a {platform} capability{hint} Write it as {SPELLINGS}. "
+            f"Declared {platform} capabilities: {shown}", list(dict.fromkeys(near)))
+
+    def _alias_names(self, name: str) -> list[tuple[str, str]]:
+        return list(self._alias_spellings.get(name, ()))
+
+    @staticmethod
+    def _refuse_capability(message: str, near: list[str]):
+        raise InvalidQuery(message, suggestions=tuple(f"--capability {n}" for n in near))
 
     # ------------------------------------------------------------ evaluation
     def key(self, query: Query) -> tuple:
@@ -311,16 +442,8 @@ class RuleSet:
     def select(self, platform, kv_cache_dtype="auto", backend=None, capability=None,
                model="deepseek_v4", extra=None) -> Selection:
         """Like :func:`dsv4sel.select` on this rule set."""
-        memo_key = (platform, kv_cache_dtype, backend, capability, model)
-        if extra:
-            try:
-                memo_key += tuple(sorted(extra.items()))
-            except TypeError:  # unorderable keys: normalize() reports them
-                pass
-        try:
-            hit = self._memo.get(memo_key)
-        except TypeError:  # unhashable raw input (a list capability...): just don't memoize
-            hit, memo_key = None, None
+        memo_key = _memo_key(platform, kv_cache_dtype, backend, capability, model, extra)
+        hit = self._memo.get(memo_key) if memo_key is not None else None
         if hit is None:
             query, notes = self.normalize(platform=platform, kv_cache_dtype=kv_cache_dtype, backend=backend,
                                           capability=capability, model=model, extra=extra)

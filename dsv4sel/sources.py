@@ -21,6 +21,7 @@ import os
 
 from . import __version__
 from .record import Frozen
+from .text import escape
 
 RULE_SUFFIXES = (".yaml", ".yml")
 
@@ -43,10 +44,12 @@ class Pack(Frozen):
 
 
 class Source(Frozen):
-    """One rule file: ``path`` on disk, ``display`` in messages, the ``pack`` it belongs to."""
+    """One rule file: ``path`` on disk, ``display`` in messages, the ``pack``
+    it belongs to, and ``unreadable``: why the file (or its pack's directory)
+    cannot be read, found while listing it, or None."""
 
-    __slots__ = ("path", "display", "pack")
-    _defaults = {"pack": "dsv4sel"}
+    __slots__ = ("path", "display", "pack", "unreadable")
+    _defaults = {"pack": "dsv4sel", "unreadable": None}
 
 
 def shipped_rules_dir() -> str:
@@ -61,10 +64,12 @@ def shipped_rules_dir() -> str:
 
 
 def _display(path: str, root: str | None, root_label: str | None) -> str:
+    """A file's name in messages; control characters in it are escaped (a
+    file name is as untrusted as the file)."""
     if root is not None and root_label is not None:
-        return f"{root_label}/{os.path.relpath(path, root)}"
+        return escape(f"{root_label}/{os.path.relpath(path, root)}")
     rel = os.path.relpath(path)
-    return path if rel.startswith("..") else rel
+    return escape(path if rel.startswith("..") else rel)
 
 
 def expand(path: str, pack: str = "dsv4sel", root_label: str | None = None) -> list[Source]:
@@ -72,7 +77,12 @@ def expand(path: str, pack: str = "dsv4sel", root_label: str | None = None) -> l
     files in name order. A missing path yields one Source whose read fails
     later with a located problem."""
     if os.path.isdir(path):
-        names = sorted(n for n in os.listdir(path) if n.endswith(RULE_SUFFIXES) and not n.startswith("."))
+        try:
+            listed = os.listdir(path)
+        except OSError as exc:
+            return [Source(path, _display(path, None, None), pack,
+                           f"cannot list the rule directory: {escape(exc.strerror or str(exc))}")]
+        names = sorted(n for n in listed if n.endswith(RULE_SUFFIXES) and not n.startswith("."))
         return [Source(os.path.join(path, n), _display(os.path.join(path, n), path, root_label), pack)
                 for n in names]
     return [Source(path, _display(path, None, None), pack)]
@@ -94,17 +104,28 @@ def directory_pack(path: str) -> Pack:
     return Pack(os.path.splitext(name)[0] or path, path)
 
 
-def _path_stamp() -> tuple:
-    """mtimes of the import path: installing or removing a distribution adds or
-    removes a ``*.dist-info`` entry, which changes its directory's mtime."""
+def _entry_point_metadata() -> tuple:
+    """What decides the installed packs, exactly: for every directory on the
+    import path, its distributions' metadata folders and the text of those
+    ``entry_points.txt`` that mention the group. Installing, removing or
+    editing a distribution that declares a pack changes it. Costs a directory
+    listing per path entry, against ~20 ms for importing importlib.metadata."""
     import sys
 
+    group = ENTRY_POINT_GROUP.encode()
     out = []
     for entry in sys.path:
         try:
-            out.append((entry, os.stat(entry or ".").st_mtime_ns))
+            names = sorted(e.name for e in os.scandir(entry or ".")
+                           if e.name.endswith((".dist-info", ".egg-info")))
         except OSError:
             continue
+        declared = []
+        for name in names:
+            text = _read_bytes(os.path.join(entry or ".", name, "entry_points.txt"))
+            if text is not None and group in text:
+                declared.append((name, text))
+        out.append((entry, tuple(names), tuple(declared)))
     return tuple(out)
 
 
@@ -131,18 +152,68 @@ def _scan_entry_points() -> list[tuple]:
 def installed_packs() -> list[Pack]:
     """Packs of installed distributions (entry point group ``dsv4sel.rules``).
 
-    Scanning distributions costs ~20 ms of imports, so the result is cached
-    and reused while the import path's directories are unchanged."""
+    Scanning distributions costs ~20 ms of imports, so the result is cached,
+    and reused only while :func:`_entry_point_metadata` is unchanged: the
+    packs, and the impl modules they allow, always follow the installed
+    distributions, never a stale or edited cache entry."""
     from . import cache
 
-    key = _path_stamp()
+    key = _entry_point_metadata()
     entry = cache.read_entry("installed-packs")
+    found = None
     if entry is not None and entry.get("key") == key:
-        found = entry["packs"]
-    else:
+        found = _valid_pack_rows(entry.get("packs"), key)
+    if found is None:
         found = _scan_entry_points()
         cache.write_entry("installed-packs", {"key": key, "packs": found})
     return [Pack(name, path, tuple(modules), label) for name, path, modules, label in found]
+
+
+def _declared(key: tuple) -> dict[str, str]:
+    """Entry-point name -> module of group ``dsv4sel.rules``, read from the
+    ``entry_points.txt`` texts that :func:`_entry_point_metadata` collected
+    (an INI file: ``[group]`` headers, ``name = module[:attr]`` lines)."""
+    out: dict[str, str] = {}
+    if not any(declared for _entry, _names, declared in key):
+        return out  # no pack installed: spare the cold start configparser's import
+    import configparser
+
+    for _entry, _names, declared in key:
+        for _dist, text in declared:
+            parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
+            parser.optionxform = str  # entry-point names are case-sensitive
+            try:
+                parser.read_string(text.decode("utf-8", "replace"))
+            except configparser.Error:
+                continue
+            if parser.has_section(ENTRY_POINT_GROUP):
+                for name, value in parser.items(ENTRY_POINT_GROUP):
+                    out.setdefault(name, value.split(":")[0].strip())
+    return out
+
+
+def _valid_pack_rows(rows, key: tuple) -> list | None:
+    """Cached pack rows, if each is one that the installed metadata ``key``
+    declares (its name an entry point of the group, its impl module that
+    entry point's top-level package) and names an existing directory; else
+    None. A cache entry can therefore never widen the impl allow-list beyond
+    what installed distributions declare."""
+    try:
+        rows = list(rows)
+        declared = _declared(key)
+        for name, path, modules, label in rows:
+            module = declared.get(name)
+            if module is None or type(path) is not str or label not in (None, name):
+                return None
+            if path.startswith("<entry point"):  # a broken pack, kept so that it fails loudly
+                if tuple(modules) != ():
+                    return None
+                continue
+            if tuple(modules) != (module.split(".")[0],) or not os.path.isdir(path):
+                return None
+    except (TypeError, ValueError):
+        return None
+    return rows if len(rows) == len(declared) else None
 
 
 def environment_packs() -> list[Pack]:
@@ -157,54 +228,73 @@ def default_packs() -> list[Pack]:
 
 # The stages that turn YAML into the compiled table: editing any of them must
 # invalidate cached tables even when the version string stays the same.
-_COMPILER_FILES = ("schema/rules.schema.json", "load.py", "validate.py", "compile.py")
+_COMPILER_FILES = ("schema/rules.schema.json", "load.py", "validate.py", "compile.py", "ruleset.py")
 
 
-def _stat(path: str) -> tuple[int, int]:
+def _read_bytes(path: str) -> bytes | None:
+    """The first bytes of a regular file, or None for anything else: a FIFO
+    must not block the fingerprint, nor a link to /dev/zero fill memory (the
+    loader then reports the file)."""
+    import stat
+
     try:
-        st = os.stat(path)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:
-        return (-1, -1)
-    return (st.st_size, st.st_mtime_ns)
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(_MAX_FINGERPRINT_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
-def stamp(sources: list[Source], extra: tuple[str, ...] = ()) -> tuple:
-    """Cheap validity stamp (names, sizes, mtimes), like a .pyc's: equal stamps
-    mean the cached table is current without reading or hashing any file."""
+# a rule file larger than the loader's limit fails to load anyway; reading a
+# little past it keeps a /dev/zero link from filling memory here
+_MAX_FINGERPRINT_BYTES = 1 << 20
+
+
+def fingerprint(sources: list[Source], extra: tuple[str, ...] = ()) -> tuple:
+    """Everything a compiled table depends on, exactly: the version, ``extra``
+    (the allow-list), and the bytes of the compiler's files and of every rule
+    file with its name and pack. A cached table is current only when its
+    fingerprint equals this one, so an edit is seen even when the file keeps
+    its size and mtime (``touch -d``, ``cp -p``, ``rsync -a``, fixed-mtime
+    builds). Reading ~20 small files costs well under a millisecond."""
     here = os.path.dirname(__file__)
     return (__version__, tuple(extra),
-            tuple((name, *_stat(os.path.join(here, name))) for name in _COMPILER_FILES),
-            tuple((s.display, s.pack, s.path, *_stat(s.path)) for s in sources))
+            tuple(_read_bytes(os.path.join(here, name)) for name in _COMPILER_FILES),
+            tuple((s.display, s.pack, s.path, _read_bytes(s.path)) for s in sources))
 
 
-def entry_name(stamp_: tuple) -> str:
-    """Cache file name for a set of sources: the same files share one entry."""
+def entry_name(sources: list[Source], extra: tuple[str, ...] = ()) -> str:
+    """Cache file name for a set of sources: the same files share one entry,
+    which is replaced when their content changes."""
     import zlib
 
-    identity = repr((stamp_[0], stamp_[1], [entry[:3] for entry in stamp_[3]]))
+    identity = repr((__version__, tuple(extra), [(s.display, s.pack, s.path) for s in sources]))
     return f"{zlib.crc32(identity.encode()):08x}"
 
 
 def content_hash(sources: list[Source], extra: tuple[str, ...] = ()) -> str:
-    """SHA-256 of everything that changes the compiled result: version, schema,
-    compiler, allow-list and the name, pack and bytes of every rule file."""
-    import hashlib  # ~4 ms (OpenSSL); only paid when stamps disagree
+    """SHA-256 of :func:`fingerprint`: the identity of a compiled rule set,
+    shown by ``explain`` and ``doctor`` and used by ``verify`` to find the
+    files a RuleSet came from."""
+    import hashlib  # ~2 ms (OpenSSL); paid when compiling or verifying, not on a cache hit
 
+    version, allowed, compiler, files = fingerprint(sources, extra)
     h = hashlib.sha256()
-    h.update(__version__.encode())
-    here = os.path.dirname(__file__)
-    for name in _COMPILER_FILES:
-        with open(os.path.join(here, name), "rb") as fh:
-            h.update(fh.read())
-    for item in extra:
+    h.update(version.encode())
+    for item in compiler:
+        h.update(b"\0c" + (item if item is not None else b"<missing>"))
+    for item in allowed:
         h.update(b"\0x" + item.encode())
-    for src in sources:
-        h.update(b"\0f" + src.display.encode() + b"\0" + src.pack.encode() + b"\0")
-        try:
-            with open(src.path, "rb") as fh:
-                h.update(fh.read())
-        except OSError:
-            h.update(b"<unreadable>")
+    for display, pack, _path, data in files:
+        h.update(b"\0f" + display.encode() + b"\0" + pack.encode() + b"\0")
+        h.update(data if data is not None else b"<unreadable>")
     return h.hexdigest()
 
 

@@ -28,9 +28,33 @@ def _validator():
 
     with open(SCHEMA_PATH, encoding="utf-8") as fh:
         schema = json.load(fh)
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
+    base = jsonschema.validators.validator_for(schema)
+    base.check_schema(schema)
+    cls = jsonschema.validators.extend(
+        base,
+        # JSON Schema counts 584.0 as an integer; a rule file's integer fields
+        # must hold integers, or 584.0 would reach the Selection as a float
+        type_checker=base.TYPE_CHECKER.redefine(
+            "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)),
+        validators={"pattern": _ecma_pattern},
+    )
     return cls(schema)
+
+
+def _ecma_pattern(validator, pattern: str, instance, schema):
+    """``pattern`` with ECMA-262 semantics for ``$``, as the schema's other
+    readers (editors, check-jsonschema) apply it: the end of the string.
+    Python's ``$`` also matches before a final newline, so ``"NAME\\n"``
+    would pass ``^[A-Z]+$``."""
+    import re
+
+    from jsonschema.exceptions import ValidationError
+
+    if not validator.is_type(instance, "string"):
+        return
+    anchored = pattern[:-1] + r"\Z" if pattern.endswith("$") and not pattern.endswith("\\$") else pattern
+    if re.search(anchored, instance) is None:
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
 def _describe(error) -> tuple[tuple, str, bool]:
@@ -49,8 +73,8 @@ def _describe(error) -> tuple[tuple, str, bool]:
             import difflib
 
             close = difflib.get_close_matches(str(extra[0]), sorted(allowed), n=1, cutoff=0.6)
-            hint = (f"; did you mean {close[0]!r}?" if close else "") + (
-                f" Allowed: {', '.join(sorted(allowed))}" if allowed else "")
+            hint = (f"; did you mean {close[0]!r}? Allowed" if close else "; allowed") + (
+                f": {', '.join(sorted(allowed))}" if allowed else ": none")
             return path + (extra[0],), f"{label}: unknown field {extra[0]!r}{hint}", True
     if error.validator == "required":
         return path, f"{label}: {error.message}", False

@@ -158,7 +158,9 @@ class Selection(Frozen):
         """Apply :attr:`rewrites` to ``cache_config`` (duck-typed) all or nothing.
 
         Returns the previous values of the attributes that changed. If any
-        attribute is missing or cannot be set, nothing stays changed.
+        attribute is missing or cannot be set, nothing stays changed: every
+        attribute already set is put back, including one whose setter stored
+        the value and then raised.
         """
         if cache_config is None or not self.rewrites:
             return {}
@@ -169,14 +171,19 @@ class Selection(Frozen):
                 + ", ".join(repr(m) for m in missing)
             )
         previous = {name: getattr(cache_config, name) for name in self.rewrites}
-        done: list[str] = []
+        touched: list[str] = []
         try:
             for name, value in self.rewrites.items():
+                # counted before the call: a setter may store the value and then raise
+                touched.append(name)
                 setattr(cache_config, name, value)
-                done.append(name)
-        except Exception:
-            for name in done:
-                setattr(cache_config, name, previous[name])
+        except BaseException:
+            for name in reversed(touched):
+                try:
+                    if getattr(cache_config, name) != previous[name]:
+                        setattr(cache_config, name, previous[name])
+                except Exception:  # noqa: S110 - restore what can be restored, then re-raise the cause
+                    pass
             raise
         return {k: v for k, v in previous.items() if v != self.rewrites[k]}
 

@@ -161,20 +161,17 @@ def verify(rules=None, *, allowed_impl_modules=None) -> Report:
             *(rules.allowed_impl_modules if isinstance(rules, RuleSet) else ()))
     # as load_rules does: a pack may name impl classes inside its own package
     allowed = tuple(dict.fromkeys((*base, *(m for pack in packs for m in pack.impl_modules))))
+    from .build import load_source
     from .compile import compile_files
-    from .load import load_file
-    from .validate import validate_file
 
     findings: list[Finding] = []
     files = []
     for src in srcs:
-        loaded, problems = load_file(src.path, src.display)
+        loaded, problems, schema = load_source(src)
         findings.extend(_problem(p, "load") for p in problems)
-        if loaded is not None and not problems:  # a refused tag or merge key: the schema would only echo it
-            schema = validate_file(loaded)
-            findings.extend(_problem(p, "schema") for p in schema)
-            if not problems and not schema:
-                files.append(loaded)
+        findings.extend(_problem(p, "schema") for p in schema)
+        if loaded is not None and not problems and not schema:
+            files.append(loaded)
     displays = tuple(s.display for s in srcs)
     if findings:  # later stages would only report consequences of these
         return Report(displays, _sorted(findings), None, analysed=False)

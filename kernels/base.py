@@ -13,8 +13,15 @@ Every impl (FlashMLA, FlashInfer, AITER, torch reference, the V4.1 impls) is a
   ``(..., 512)`` for rows). ``allocate_kv_cache`` makes the backing tensor,
   ``kv_cache_view`` maps it to that shape.
 * ``write_kv(kv_cache, kv, slots)``: store ``[n, 512]`` rows.
+* ``plan(batch=, heads=, topk=, softmax_scale=, ...) -> DecodePlan`` then
+  ``run(q, kv_cache, indices, ...) -> DecodeOutput``: the decode split the way
+  FlashInfer's wrappers split it. ``plan`` does, once per batch shape, what
+  depends only on shapes and lengths (scheduler metadata, padded-head
+  buffers, int32 lengths); ``run`` launches the kernel for one layer and is
+  safe to capture in a CUDA graph; ``replan`` refreshes a plan's lengths in
+  place between graph replays.
 * ``forward_decode(q, kv_cache, indices, *, softmax_scale, ...) -> DecodeOutput``
-  runs the library kernel. When the library is missing or the device is
+  is ``plan`` + ``run`` in one call: it runs the library kernel. When the library is missing or the device is
   wrong it raises :class:`KernelUnavailableError`, unless the impl was built
   with ``fallback="reference"``, the explicit opt-in to the torch reference.
   The reference reads only layouts with a codec (``layout.has_codec``); for
@@ -30,6 +37,7 @@ This module imports neither torch nor a kernel library.
 from __future__ import annotations
 
 import importlib
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
@@ -43,6 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "DecodeInputs",
     "DecodeOutput",
+    "DecodePlan",
     "SparseMLAImpl",
     "KernelUnavailableError",
     "UnknownLayoutError",
@@ -125,7 +134,8 @@ class SparseMLAImpl:
     """Base class: availability, construction, cache helpers, and dispatch.
 
     Subclasses set the class attributes and implement ``_target_reason``,
-    ``_import_library`` (+ optionally ``_library_reason``) and ``_forward_library``.
+    ``_import_library``, ``_library_missing_reason`` (+ optionally
+    ``_entry_point_reason``), ``_plan_library`` (optional) and ``_run_library``.
     """
 
     impl_name: ClassVar[str] = "SparseMLAImpl"
@@ -178,6 +188,8 @@ class SparseMLAImpl:
         self.platform = platform
         self.capability: Capability | None = parse_capability(capability)
         self._fallback_logged = False
+        self._current_plan: DecodePlan | None = None
+        self._views: dict[Any, Any] = {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(layout={self.layout.name!r}, block_size={self.block_size}, fallback={self.fallback!r})"
@@ -208,6 +220,12 @@ class SparseMLAImpl:
         return None
 
     @classmethod
+    def _library_label(cls, module: Any) -> str:
+        """How ``is_available`` names the imported library (name and version)."""
+        version = getattr(module, "__version__", None)
+        return f"{cls.library_name}{' ' + str(version) if version else ''}"
+
+    @classmethod
     def _library(cls) -> tuple[Any, str | None]:
         """``(module, None)`` or ``(None, reason)``; never raises."""
         try:
@@ -233,9 +251,8 @@ class SparseMLAImpl:
                 reason = cls._entry_point_reason(module, cap)
             if reason is not None:
                 return False, reason
-            version = getattr(module, "__version__", None)
             where = f"{platform}" + (f" {cap[0]}.{cap[1]}" if cap else "")
-            return True, f"{cls.library_name}{' ' + str(version) if version else ''} importable; {where} supported"
+            return True, f"{cls._library_label(module)} importable; {where} supported"
         except Exception as exc:
             return False, f"availability check failed: {type(exc).__name__}: {exc}"
 
@@ -277,11 +294,15 @@ class SparseMLAImpl:
         extra_topk_length: "torch.Tensor | None" = None,
         seq_lens: "torch.Tensor | None" = None,
     ) -> DecodeOutput:
-        """Sparse decode over the cache slots in ``indices`` (and ``extra_indices``).
+        """Sparse decode over the cache slots in ``indices`` (and ``extra_indices``), in one call.
 
         Argument meanings are those of :func:`dsv4sel.kernels.reference.sparse_mla_decode`
         (``extra_kv_cache`` there is ``extra_cache``); ``seq_lens`` (int ``[b]``,
         tokens in each request's sequence) is needed only by FlashInfer on SM10x.
+
+        This is :meth:`plan` then :meth:`run`: it pays for planning on every
+        call. A serving engine plans once per step and runs every layer with
+        that plan (see :meth:`plan`).
         """
         inputs = DecodeInputs(
             q, kv_cache, indices, softmax_scale, attn_sink, topk_length,
@@ -289,9 +310,159 @@ class SparseMLAImpl:
         )
         _validate(inputs)
         self._check_block_size(kv_cache)
+        extra_block_size = None
         if extra_kv_cache is not None:
-            self.layout.block_size_of(extra_kv_cache)
-        platform, capability = device_target(q.device)
+            extra_block_size = self.layout.block_size_of(extra_kv_cache)
+        plan = self._make_plan(
+            batch=inputs.batch, seq_q=inputs.seq_q, heads=inputs.heads, topk=int(indices.shape[-1]),
+            extra_topk=None if extra_indices is None else int(extra_indices.shape[-1]),
+            softmax_scale=float(softmax_scale), topk_length=topk_length, extra_topk_length=extra_topk_length,
+            seq_lens=seq_lens, device=q.device, extra_block_size=extra_block_size,
+        )
+        return self._run(plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)
+
+    def plan(
+        self,
+        *,
+        batch: int,
+        heads: int,
+        topk: int,
+        softmax_scale: float,
+        seq_q: int = 1,
+        extra_topk: int | None = None,
+        topk_length: "torch.Tensor | None" = None,
+        extra_topk_length: "torch.Tensor | None" = None,
+        seq_lens: "torch.Tensor | None" = None,
+        extra_block_size: int | None = None,
+        device: Any = None,
+    ) -> "DecodePlan":
+        """Prepare the decode of one batch shape: what every layer of a step shares.
+
+        Everything that depends only on the batch's shapes and lengths is done
+        here, once: the library's scheduler metadata, padded-head buffers, int32
+        copies of the lengths, index-table masks. :meth:`run` then only launches
+        the kernel, so it is safe to capture in a CUDA graph; replaying the graph
+        in a later step needs :meth:`replan` (new length values, same buffers).
+
+        Args:
+            batch, seq_q, heads: ``q`` is ``[batch, seq_q, heads, 512]``.
+            topk: columns of ``indices``; ``extra_topk``: columns of
+                ``extra_indices`` (None: no extra cache).
+            softmax_scale: multiplies ``q . kv``.
+            topk_length, extra_topk_length, seq_lens: integer ``[batch]`` tensors
+                (see :meth:`forward_decode`); their values are copied.
+            extra_block_size: block size of the extra cache (default: this impl's).
+            device: where the decode runs (default: the device of the lengths).
+
+        The plan is also kept as the impl's current plan, which :meth:`run`
+        uses when given none. Raises :class:`KernelUnavailableError` when the
+        library cannot run (unless ``fallback="reference"``; the plan then runs
+        the torch reference, which is not meant for graph capture).
+        """
+        for name, value in (("batch", batch), ("heads", heads), ("topk", topk), ("seq_q", seq_q)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if extra_topk is not None and (isinstance(extra_topk, bool) or not isinstance(extra_topk, int) or extra_topk <= 0):
+            raise ValueError(f"extra_topk must be a positive int or None, got {extra_topk!r}")
+        if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
+            raise ValueError(f"softmax_scale must be a float, got {softmax_scale!r}")
+        if extra_topk_length is not None and extra_topk is None:
+            raise ValueError("extra_topk_length needs extra_topk")
+        if device is None:
+            given = [t for t in (topk_length, extra_topk_length, seq_lens) if t is not None]
+            if not given:
+                raise ValueError("plan() needs device= when no length tensor is given")
+            device = given[0].device
+        import torch
+
+        for name, t in (("topk_length", topk_length), ("extra_topk_length", extra_topk_length), ("seq_lens", seq_lens)):
+            if t is not None and (not _is_int_tensor(t, torch) or tuple(t.shape) != (batch,)):
+                raise ValueError(f"{name} must be an integer [{batch}] tensor, got {getattr(t, 'shape', t)!r}")
+        if extra_block_size is not None:
+            _check_positive_int("extra_block_size", extra_block_size)
+        plan = self._make_plan(
+            batch=batch, seq_q=seq_q, heads=heads, topk=topk, extra_topk=extra_topk,
+            softmax_scale=float(softmax_scale), topk_length=topk_length, extra_topk_length=extra_topk_length,
+            seq_lens=seq_lens, device=torch.device(device), extra_block_size=extra_block_size,
+        )
+        self._current_plan = plan
+        return plan
+
+    def replan(
+        self,
+        plan: "DecodePlan",
+        *,
+        topk_length: "torch.Tensor | None" = None,
+        extra_topk_length: "torch.Tensor | None" = None,
+        seq_lens: "torch.Tensor | None" = None,
+    ) -> "DecodePlan":
+        """Give ``plan`` new length values in place (same shapes, same buffers).
+
+        For CUDA graphs: a graph captured over :meth:`run` with ``plan`` reads
+        the plan's buffers, so a new step re-plans into them, outside the
+        graph, and replays. Only lengths the plan was made with can be given.
+        """
+        if plan.impl_name != self.impl_name:
+            raise ValueError(f"a plan of {plan.impl_name} cannot be re-planned by {self.impl_name}")
+        for name, new in (("topk_length", topk_length), ("extra_topk_length", extra_topk_length), ("seq_lens", seq_lens)):
+            if new is None:
+                continue
+            buf = getattr(plan, name)
+            if buf is None:
+                raise ValueError(f"the plan was made without {name}; make a new plan")
+            if tuple(new.shape) != tuple(buf.shape) or new.is_floating_point():
+                raise ValueError(f"{name} must be an integer {list(buf.shape)} tensor, got {tuple(new.shape)}")
+            buf.copy_(new)
+        if plan.library is not None:
+            self._replan_library(plan)
+        return plan
+
+    def run(
+        self,
+        q: "torch.Tensor",
+        kv_cache: "torch.Tensor",
+        indices: "torch.Tensor",
+        *,
+        extra_kv_cache: "torch.Tensor | None" = None,
+        extra_indices: "torch.Tensor | None" = None,
+        attn_sink: "torch.Tensor | None" = None,
+        plan: "DecodePlan | None" = None,
+    ) -> DecodeOutput:
+        """Decode one layer with a plan (default: the last one :meth:`plan` made).
+
+        ``q``, ``indices`` and ``extra_indices`` must have the plan's shapes;
+        ``indices`` int32 and contiguous avoid a conversion. Launches only the
+        kernel (plus a copy into the padded-head buffer when ``heads`` is not
+        a kernel head count), so it can be captured in a CUDA graph.
+        """
+        plan = plan if plan is not None else self._current_plan
+        if plan is None:
+            raise ValueError(f"{self.impl_name}.run() needs a plan: call plan() first")
+        if plan.impl_name != self.impl_name:
+            raise ValueError(f"a plan of {plan.impl_name} cannot be run by {self.impl_name}")
+        if tuple(q.shape) != (plan.batch, plan.seq_q, plan.heads, HEAD_DIM):
+            raise ValueError(
+                f"q must be [{plan.batch}, {plan.seq_q}, {plan.heads}, {HEAD_DIM}] as planned, got {tuple(q.shape)}"
+            )
+        if tuple(indices.shape) != (plan.batch, plan.seq_q, plan.topk):
+            raise ValueError(f"indices must be [{plan.batch}, {plan.seq_q}, {plan.topk}] as planned, got {tuple(indices.shape)}")
+        if (extra_indices is None) != (plan.extra_topk is None) or (extra_kv_cache is None) != (extra_indices is None):
+            raise ValueError(
+                "extra_kv_cache and extra_indices must be given exactly when the plan has extra_topk"
+            )
+        if extra_indices is not None and tuple(extra_indices.shape) != (plan.batch, plan.seq_q, plan.extra_topk):
+            raise ValueError(
+                f"extra_indices must be [{plan.batch}, {plan.seq_q}, {plan.extra_topk}] as planned, "
+                f"got {tuple(extra_indices.shape)}"
+            )
+        if attn_sink is not None and tuple(attn_sink.shape) != (plan.heads,):
+            raise ValueError(f"attn_sink must be a [{plan.heads}] tensor, got {tuple(attn_sink.shape)}")
+        return self._run(plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)
+
+    # -- plan / run internals ---------------------------------------------
+    def _resolve(self, device: Any) -> tuple[Any, Capability | None, str | None]:
+        """(library module, capability, None) or (None, capability, why not)."""
+        platform, capability = device_target(device)
         platform = self.platform or platform
         capability = self.capability or capability
         reason = self._target_reason(platform, capability)
@@ -300,16 +471,28 @@ class SparseMLAImpl:
             module, reason = self._library()
         if reason is None:
             reason = self._entry_point_reason(module, capability)
-        if reason is None:
-            return self._forward_library(module, capability, inputs)
-        if self.fallback == "reference" and not self.layout.has_codec:
-            # The reference dequantizes through the layout; an opaque record
-            # would only fail deeper down with a less useful error.
-            reason += (
-                f"; fallback='reference' cannot stand in: the torch reference cannot read "
-                f"{self.layout.name} (dsv4sel has no verified codec for it)"
-            )
-        elif self.fallback == "reference":
+        return (module if reason is None else None), capability, reason
+
+    def _make_plan(self, *, batch: int, seq_q: int, heads: int, topk: int, extra_topk: int | None,
+                   softmax_scale: float, topk_length: Any, extra_topk_length: Any, seq_lens: Any,
+                   device: Any, extra_block_size: int | None) -> "DecodePlan":
+        import torch
+
+        def i32(t: Any) -> Any:
+            return None if t is None else t.to(device=device, dtype=torch.int32).clone()
+
+        module, capability, reason = self._resolve(device)
+        if reason is not None:
+            if self.fallback == "reference" and not self.layout.has_codec:
+                # The reference dequantizes through the layout; an opaque record
+                # would only fail deeper down with a less useful error.
+                reason += (
+                    f"; fallback='reference' cannot stand in: the torch reference cannot read "
+                    f"{self.layout.name} (dsv4sel has no verified codec for it)"
+                )
+                raise KernelUnavailableError(self.impl_name, reason)
+            if self.fallback != "reference":
+                raise KernelUnavailableError(self.impl_name, reason)
             if not self._fallback_logged:
                 import logging
 
@@ -317,10 +500,34 @@ class SparseMLAImpl:
                     "%s: %s; running the torch reference decode (fallback='reference')", self.impl_name, reason
                 )
                 self._fallback_logged = True
-            return self._forward_reference(inputs)
-        raise KernelUnavailableError(self.impl_name, reason)
+        plan = DecodePlan(
+            impl_name=self.impl_name, batch=batch, seq_q=seq_q, heads=heads, topk=topk, extra_topk=extra_topk,
+            softmax_scale=softmax_scale, device=device, capability=capability, library=module,
+            topk_length=i32(topk_length), extra_topk_length=i32(extra_topk_length), seq_lens=i32(seq_lens),
+            block_size=self.block_size, extra_block_size=extra_block_size or self.block_size,
+        )
+        if module is not None:
+            self._plan_library(plan)
+        return plan
 
-    def _forward_library(self, lib: Any, capability: Capability | None, inputs: DecodeInputs) -> DecodeOutput:
+    def _run(self, plan: "DecodePlan", q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any,
+             extra_indices: Any, attn_sink: Any) -> DecodeOutput:
+        if plan.library is None:
+            return self._forward_reference(DecodeInputs(
+                q, kv_cache, indices, plan.softmax_scale, attn_sink, plan.topk_length,
+                extra_kv_cache, extra_indices, plan.extra_topk_length, plan.seq_lens,
+            ))
+        return self._run_library(plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)
+
+    def _plan_library(self, plan: "DecodePlan") -> None:
+        """Fill ``plan.state`` with what the library call needs besides the per-layer tensors."""
+
+    def _replan_library(self, plan: "DecodePlan") -> None:
+        """Refresh ``plan.state`` after :meth:`replan` copied new lengths (in place)."""
+        self._plan_library(plan)
+
+    def _run_library(self, plan: "DecodePlan", q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any,
+                     extra_indices: Any, attn_sink: Any) -> DecodeOutput:
         raise NotImplementedError
 
     def _forward_reference(self, inputs: DecodeInputs) -> DecodeOutput:
@@ -336,6 +543,55 @@ class SparseMLAImpl:
 
         # bf16 like every kernel's output, so callers see one dtype whatever ran.
         return DecodeOutput(out.to(torch.bfloat16), lse)
+
+    def _cached_view(self, cache: "torch.Tensor", make: Any) -> Any:
+        """``make(cache)`` memoized on the cache's storage, shape and strides (per impl, a few entries).
+
+        Views of the same cache are then built once, not on every run.
+        """
+        key = (cache.data_ptr(), tuple(cache.shape), tuple(cache.stride()), cache.dtype, cache.device)
+        views = self._views
+        view = views.get(key)
+        if view is None:
+            view = make(cache)
+            if len(views) >= 16:
+                views.clear()
+            views[key] = view
+        return view
+
+
+@dataclass(eq=False)
+class DecodePlan:
+    """What :meth:`SparseMLAImpl.plan` fixed for one batch shape.
+
+    ``topk_length``, ``extra_topk_length`` and ``seq_lens`` are the plan's own
+    int32 copies on ``device`` (:meth:`SparseMLAImpl.replan` updates them in
+    place). ``library`` is the kernel module, or None when the plan runs the
+    torch reference (``fallback="reference"``). ``state`` holds what the impl
+    prepared (scheduler metadata, buffers).
+    """
+
+    impl_name: str
+    batch: int
+    seq_q: int
+    heads: int
+    topk: int
+    extra_topk: "int | None"
+    softmax_scale: float
+    device: Any
+    capability: "Capability | None"
+    library: Any
+    topk_length: "torch.Tensor | None"
+    extra_topk_length: "torch.Tensor | None"
+    seq_lens: "torch.Tensor | None"
+    block_size: int
+    extra_block_size: int
+    state: dict = dataclasses.field(default_factory=dict)
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 def import_attr_module(*candidates: str, attr: str) -> Any:

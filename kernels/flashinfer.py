@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Mapping
 
-from .base import DecodeInputs, DecodeOutput, SparseMLAImpl, import_attr_module, pad_heads, padded_heads
+from .base import DecodeOutput, DecodePlan, SparseMLAImpl, import_attr_module, padded_heads
 from .errors import UnsupportedLayoutError
 from .layouts import FP8_E4M3_MAX, Fp8E4m3RowLayout
 from .platform import Capability, format_capability
@@ -124,7 +124,11 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
             self._workspaces[key] = torch.zeros(self.workspace_bytes, dtype=torch.uint8, device=device)
         return self._workspaces[key]
 
-    def _forward_library(self, lib: Any, capability: Capability | None, inputs: DecodeInputs) -> DecodeOutput:
+    # -- plan / run ---------------------------------------------------------
+    def _plan_library(self, plan: DecodePlan) -> None:
+        import torch
+
+        capability = plan.capability
         assert capability is not None  # _target_reason guarantees it
         major = capability[0]
         readable = self.layouts_by_major[major]
@@ -137,16 +141,153 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
             else:
                 why = f"SM12x reads only the packed {', '.join(sorted(readable))} layout"
             raise UnsupportedLayoutError(f"{self.impl_name}: {why}; got {self.layout.name}")
-        fn = getattr(lib, ENTRY_POINT)
-        h = inputs.heads
-        h_pad = padded_heads(h, FLASHINFER_HEADS, self.impl_name)
+        st = plan.state
+        st["fn"] = getattr(plan.library, ENTRY_POINT)
+        st["major"] = major
+        st["h_pad"] = h_pad = padded_heads(plan.heads, FLASHINFER_HEADS, self.impl_name)
+        device, b, s = plan.device, plan.batch, plan.seq_q
+        fp8_query = major == 10 and isinstance(self.layout, Fp8E4m3RowLayout)
+        st["fp8_query"] = fp8_query
+        if h_pad != plan.heads or fp8_query:
+            dtype = torch.float8_e4m3fn if fp8_query else torch.bfloat16
+            st["q_buf"] = torch.zeros((b, s, h_pad, 512), dtype=dtype, device=device)
+        if h_pad != plan.heads:
+            st["sink_buf"] = torch.zeros((h_pad,), dtype=torch.float32, device=device)
+        st["workspace"] = self._workspace(device)
         if major == 10:
-            out = self._call_trtllm_gen(fn, inputs, h_pad)
+            if plan.seq_lens is None:
+                raise ValueError(
+                    f"{self.impl_name} on SM10x needs seq_lens (int [b], tokens per request): "
+                    "TRTLLM-gen derives the 128-token window from it"
+                )
+            if plan.topk > SWA_COLUMNS:
+                raise ValueError(f"TRTLLM-gen takes at most {SWA_COLUMNS} window indices, got {plan.topk}")
+            extra_width = plan.extra_topk or 0
+            width = SWA_COLUMNS + extra_width
+            width += (-width) % 4
+            # The combined index table: window columns, then extra columns, -1 everywhere else.
+            st["table"] = torch.full((b, s, width), -1, dtype=torch.int32, device=device)
+            kv_scale = getattr(self.layout, "scale", 1.0)
+            q_scale = self.q_scale if fp8_query else 1.0
+            st["kwargs"] = {
+                "seq_lens": plan.seq_lens,
+                "bmm1_scale": float(plan.softmax_scale) * q_scale * kv_scale,
+                "bmm2_scale": float(kv_scale),
+                "kv_layout": "HND",
+            }
+            st["topk_lens"] = torch.empty((b * s,), dtype=torch.int32, device=device)
         else:
-            out = self._call_sm120(fn, inputs, h_pad)
-        return DecodeOutput(out[:, :, :h], None)
+            st["kwargs"] = {
+                "bmm1_scale": float(plan.softmax_scale),
+                "bmm2_scale": 1.0,
+                "kv_layout": "HND",
+                **self._packed_format_kwargs(),
+            }
+            st["swa_topk_lens"] = torch.empty((b * s,), dtype=torch.int32, device=device)
+            if plan.extra_topk is not None:
+                st["extra_topk_lens"] = torch.empty((b * s,), dtype=torch.int32, device=device)
+        self._replan_library(plan)
 
-    # -- argument builders -------------------------------------------------
+    def _replan_library(self, plan: DecodePlan) -> None:
+        """Everything derived from the lengths, written into the planned buffers."""
+        import torch
+
+        st, device, b, s = plan.state, plan.device, plan.batch, plan.seq_q
+        if st["major"] == 10:
+            st["keep"] = self._keep(plan.topk_length, b, plan.topk, device, st.get("keep"))
+            if plan.extra_topk is not None:
+                st["extra_keep"] = self._keep(plan.extra_topk_length, b, plan.extra_topk, device, st.get("extra_keep"))
+            extra_lens = self._per_token(plan.extra_topk_length, b, s, plan.extra_topk or 0, device)
+            st["topk_lens"].copy_(extra_lens + SWA_COLUMNS)
+        else:
+            st["swa_topk_lens"].copy_(self._per_token(plan.topk_length, b, s, plan.topk, device))
+            if plan.extra_topk is not None:
+                st["extra_topk_lens"].copy_(self._per_token(plan.extra_topk_length, b, s, plan.extra_topk, device))
+
+    @staticmethod
+    def _keep(lengths: Any, b: int, k: int, device: Any, out: Any) -> Any:
+        """bool ``[b, 1, k]``: column < lengths[b] (None when every column counts)."""
+        import torch
+
+        if lengths is None:
+            return None
+        keep = torch.arange(k, device=device).view(1, 1, k) < lengths.view(b, 1, 1)
+        if out is None:
+            return keep
+        out.copy_(keep)
+        return out
+
+    def _query(self, plan: DecodePlan, q: Any) -> Any:
+        import torch
+
+        st, h = plan.state, plan.heads
+        buf = st.get("q_buf")
+        if buf is None:
+            return q if q.dtype == torch.bfloat16 and q.is_contiguous() else q.to(torch.bfloat16).contiguous()
+        if st["fp8_query"]:
+            # Zero padded heads stay zero; quantize the live heads into the planned buffer.
+            buf[:, :, :h].copy_((q.float() / self.q_scale).clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX))
+        else:
+            buf[:, :, :h].copy_(q)
+        return buf
+
+    def _sinks(self, plan: DecodePlan, attn_sink: Any) -> Any:
+        import torch
+
+        if attn_sink is None:
+            return None
+        buf = plan.state.get("sink_buf")
+        if buf is None:
+            if attn_sink.dtype == torch.float32 and attn_sink.device == plan.device and attn_sink.is_contiguous():
+                return attn_sink
+            return attn_sink.to(device=plan.device, dtype=torch.float32).contiguous()
+        buf[: plan.heads].copy_(attn_sink)
+        return buf
+
+    def _checked_view(self, cache: Any, block_size: int, what: str) -> Any:
+        view = self._cached_view(cache, self.layout.kernel_view)
+        if view.shape[1] != block_size:
+            raise ValueError(f"{what} has block size {view.shape[1]}, the plan was made for {block_size}")
+        return view
+
+    def _run_library(self, plan: DecodePlan, q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any,
+                     extra_indices: Any, attn_sink: Any) -> DecodeOutput:
+        import torch
+
+        st, device = plan.state, plan.device
+        pool = self._checked_view(kv_cache, plan.block_size, "cache")
+        kwargs = dict(st["kwargs"])
+        kwargs["sinks"] = self._sinks(plan, attn_sink)
+        if st["major"] == 10:
+            table, k = st["table"], plan.topk
+            idx = indices.to(device=device, dtype=torch.int32)
+            keep = st.get("keep")
+            table[:, :, :k].copy_(idx if keep is None else torch.where(keep, idx, -1))
+            if extra_kv_cache is not None:
+                extra = extra_indices.to(device=device, dtype=torch.int32)
+                extra_keep = st.get("extra_keep")
+                table[:, :, SWA_COLUMNS : SWA_COLUMNS + plan.extra_topk].copy_(
+                    extra if extra_keep is None else torch.where(extra_keep, extra, -1)
+                )
+                compressed = self._checked_view(extra_kv_cache, plan.extra_block_size, "extra cache")
+            else:
+                compressed = pool  # window-only layer: any valid pool
+            kwargs["sparse_indices"] = table.view(plan.batch * plan.seq_q, -1)
+            kwargs["compressed_kv_cache"] = compressed
+            kwargs["sparse_topk_lens"] = st["topk_lens"]
+        else:
+            kwargs["sparse_indices"] = _i32(indices, device)
+            kwargs["swa_topk_lens"] = st["swa_topk_lens"]
+            if extra_kv_cache is not None:
+                kwargs["compressed_kv_cache"] = self._checked_view(extra_kv_cache, plan.extra_block_size, "extra cache")
+                kwargs["extra_sparse_indices"] = _i32(extra_indices, device)
+                kwargs["extra_sparse_topk_lens"] = st["extra_topk_lens"]
+        out = st["fn"](self._query(plan, q), pool, st["workspace"], **kwargs)
+        if st["h_pad"] != plan.heads:
+            out = out[:, :, : plan.heads]
+        return DecodeOutput(out, None)
+
+    # -- helpers -------------------------------------------------------------
     def _packed_format_kwargs(self) -> dict[str, Any]:
         """Extra keywords of the SM12x packed call that name the record format.
 
@@ -154,19 +295,6 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
         record, and releases before the keyword existed must keep working.
         """
         return {}
-
-    @staticmethod
-    def _active_columns(indices: Any, lengths: Any) -> Any:
-        """``indices`` with columns at or beyond ``lengths[b]`` set to -1 (negatives stay)."""
-        import torch
-
-        b, _, k = indices.shape
-        idx = indices.to(torch.int32)
-        if lengths is None:
-            return idx
-        cols = torch.arange(k, device=idx.device).view(1, 1, k)
-        keep = cols < lengths.to(idx.device).view(b, 1, 1)
-        return torch.where(keep, idx, torch.full_like(idx, -1))
 
     @staticmethod
     def _per_token(lengths: Any, b: int, s: int, default: int, device: Any) -> Any:
@@ -177,81 +305,10 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
             return torch.full((b * s,), default, dtype=torch.int32, device=device)
         return lengths.to(device=device, dtype=torch.int32).repeat_interleave(s)
 
-    def _sinks(self, inputs: DecodeInputs, h_pad: int) -> Any:
-        import torch
 
-        if inputs.attn_sink is None:
-            return None
-        return pad_heads(inputs.attn_sink.to(device=inputs.q.device, dtype=torch.float32), 0, h_pad).contiguous()
+def _i32(t: Any, device: Any) -> Any:
+    import torch
 
-    def _call_trtllm_gen(self, fn: Any, inputs: DecodeInputs, h_pad: int) -> Any:
-        import torch
-
-        q, device = inputs.q, inputs.q.device
-        b, s = inputs.batch, inputs.seq_q
-        if inputs.seq_lens is None:
-            raise ValueError(
-                f"{self.impl_name} on SM10x needs seq_lens (int [b], tokens per request): "
-                "TRTLLM-gen derives the 128-token window from it"
-            )
-        window = self._active_columns(inputs.indices.to(device), inputs.topk_length)
-        if window.shape[-1] > SWA_COLUMNS:
-            raise ValueError(f"TRTLLM-gen takes at most {SWA_COLUMNS} window indices, got {window.shape[-1]}")
-        window = torch.nn.functional.pad(window, (0, SWA_COLUMNS - window.shape[-1]), value=-1)
-        if inputs.extra_kv_cache is not None:
-            extra = self._active_columns(inputs.extra_indices.to(device), inputs.extra_topk_length)
-            extra_width = extra.shape[-1]
-            table = torch.cat([window, extra], dim=-1)
-            compressed = self.layout.kernel_view(inputs.extra_kv_cache)
-        else:
-            extra_width = 0
-            table = window
-            compressed = self.layout.kernel_view(inputs.kv_cache)  # window-only layer: any valid pool
-        table = torch.nn.functional.pad(table, (0, (-table.shape[-1]) % 4), value=-1)
-        extra_lens = self._per_token(inputs.extra_topk_length, b, s, extra_width, device)
-
-        kv_scale = getattr(self.layout, "scale", 1.0)
-        if isinstance(self.layout, Fp8E4m3RowLayout):
-            # Pad before quantizing: zero heads stay zero, and float8 concatenation is not needed.
-            padded = pad_heads(q.float() / self.q_scale, 2, h_pad)
-            query = padded.clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
-            q_scale = self.q_scale
-        else:
-            query = pad_heads(q.to(torch.bfloat16), 2, h_pad)
-            q_scale = 1.0
-        return fn(
-            query.contiguous(),
-            self.layout.kernel_view(inputs.kv_cache),
-            self._workspace(device),
-            sparse_indices=table.reshape(b * s, -1).contiguous(),
-            compressed_kv_cache=compressed,
-            sparse_topk_lens=(extra_lens + SWA_COLUMNS).contiguous(),
-            seq_lens=inputs.seq_lens.to(device=device, dtype=torch.int32).contiguous(),
-            bmm1_scale=float(inputs.softmax_scale) * q_scale * kv_scale,
-            bmm2_scale=float(kv_scale),
-            sinks=self._sinks(inputs, h_pad),
-            kv_layout="HND",
-        )
-
-    def _call_sm120(self, fn: Any, inputs: DecodeInputs, h_pad: int) -> Any:
-        import torch
-
-        q, device = inputs.q, inputs.q.device
-        b, s = inputs.batch, inputs.seq_q
-        kwargs: dict[str, Any] = {
-            "sparse_indices": inputs.indices.to(device=device, dtype=torch.int32).contiguous(),
-            "swa_topk_lens": self._per_token(inputs.topk_length, b, s, inputs.indices.shape[-1], device),
-            "bmm1_scale": float(inputs.softmax_scale),
-            "bmm2_scale": 1.0,
-            "sinks": self._sinks(inputs, h_pad),
-            "kv_layout": "HND",
-            **self._packed_format_kwargs(),
-        }
-        if inputs.extra_kv_cache is not None:
-            kwargs["compressed_kv_cache"] = self.layout.kernel_view(inputs.extra_kv_cache)
-            kwargs["extra_sparse_indices"] = inputs.extra_indices.to(device=device, dtype=torch.int32).contiguous()
-            kwargs["extra_sparse_topk_lens"] = self._per_token(
-                inputs.extra_topk_length, b, s, inputs.extra_indices.shape[-1], device
-            )
-        query = pad_heads(q.to(torch.bfloat16), 2, h_pad).contiguous()
-        return fn(query, self.layout.kernel_view(inputs.kv_cache), self._workspace(device), **kwargs)
+    if t.dtype == torch.int32 and t.device == device and t.is_contiguous():
+        return t
+    return t.to(device=device, dtype=torch.int32).contiguous()

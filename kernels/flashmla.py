@@ -1,7 +1,27 @@
 """FlashMLA sparse FP8 decode (SM90, SM100 family) over the fp8_ds_mla layout.
 
-The call, as verified on an H200 against FlashMLA built from source
-(``docs/kernels.md``)::
+Which FlashMLA
+--------------
+:func:`flashmla_build` finds the build the adapter calls, in this order:
+
+1. the ``flash_mla`` package (a source build of https://github.com/deepseek-ai/FlashMLA);
+2. the folder named by the environment variable ``DSV4SEL_VLLM_FLASHMLA_DIR``
+   (:data:`VLLM_FLASHMLA_DIR_ENV`): a copy of the FlashMLA build that vLLM's
+   wheel bundles, laid out as in the wheel, ``<dir>/vllm/_flashmla_C.abi3.so`` and
+   ``<dir>/vllm/third_party/flashmla/flash_mla_interface.py`` (``<dir>`` may also be
+   the ``vllm`` folder itself);
+3. the installed ``vllm`` package's bundled build (``vllm/_flashmla_C.abi3.so`` +
+   ``vllm.third_party.flashmla.flash_mla_interface``; vLLM 0.33.0's wheel has it,
+   built against PyTorch's stable ABI).
+
+For 2 and 3 only the extension and the interface module are loaded, by path:
+vLLM's top-level package (which imports most of vLLM) is not imported, unless
+it already is, in which case its own modules are used. ``flashmla_build()``
+returns a :class:`FlashMLABuild` that names the build (``doctor`` prints its
+``describe()``); ``is_available()``'s reason names it too.
+
+The call, as verified on an H200 against FlashMLA built from source and
+vLLM 0.33.0's bundled build (``docs/kernels.md``)::
 
     sched_meta = flash_mla.get_mla_metadata()[0]
     out, lse = flash_mla.flash_mla_with_kvcache(
@@ -17,36 +37,297 @@ The call, as verified on an H200 against FlashMLA built from source
 * ``indices`` / ``topk_length``: int32 slots and int32 ``[b]`` lengths.
 * ``attn_sink``: float32 ``[h_q]`` (padded heads get 0; their output is dropped).
 * ``lse`` comes back ``[b, h_q, s_q]`` and is returned as ``[b, s_q, h]``.
-* ``sched_meta`` is taken fresh for every call: FlashMLA allows reuse only when
-  shapes *and* the values of ``topk_length`` stay the same, which a caller
-  cannot promise here.
+
+Plan and run
+------------
+``sched_meta`` may be reused only while the shapes *and* the values of
+``topk_length`` / ``extra_topk_length`` stay the same: that is exactly one
+plan. :meth:`~DeepseekV4FlashMLASparseImpl.plan` makes a fresh ``sched_meta``
+and fills it by one call on a dummy batch of the planned shapes (all indices
+-1, a one-page dummy cache): FlashMLA computes its tile schedule on the first
+call of a ``sched_meta`` and has no separate planning entry point.
+:meth:`~DeepseekV4FlashMLASparseImpl.run` then only calls the kernel with the
+planned ``sched_meta``, so it launches no planning kernel and allocates
+nothing but the output: safe to capture in a CUDA graph.
+:meth:`~DeepseekV4FlashMLASparseImpl.replan` recomputes the schedule for new
+lengths and copies it into the planned tensors, so a captured graph stays valid.
+``forward_decode`` is plan + run (a fresh schedule every call).
 
 FlashMLA's PyPI name ``flash-mla`` is a broken placeholder; install from
-https://github.com/deepseek-ai/FlashMLA (see ``docs/kernels.md``).
+https://github.com/deepseek-ai/FlashMLA or use vLLM's build (see ``docs/kernels.md``).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.machinery
+import importlib.util
 import inspect
-from typing import Any, ClassVar
+import os
+import sys
+import threading
+import types
+from typing import Any, ClassVar, NamedTuple
 
-from .base import DecodeInputs, DecodeOutput, SparseMLAImpl, pad_heads, padded_heads
+from .base import DecodeOutput, DecodePlan, SparseMLAImpl, padded_heads
 from .platform import Capability, format_capability
 
-__all__ = ["DeepseekV4FlashMLASparseImpl", "FLASHMLA_INSTALL_HINT"]
+__all__ = [
+    "DeepseekV4FlashMLASparseImpl",
+    "FLASHMLA_INSTALL_HINT",
+    "FLASHMLA_HEADS",
+    "FlashMLABuild",
+    "VLLM_FLASHMLA_DIR_ENV",
+    "flashmla_build",
+    "load_flashmla",
+    "load_vllm_flashmla",
+]
 
 FLASHMLA_INSTALL_HINT = (
     "install FlashMLA from https://github.com/deepseek-ai/FlashMLA "
-    "(git clone --recursive, then pip install --no-build-isolation . with a CUDA build of torch); "
-    "PyPI's flash-mla is a broken placeholder"
+    "(git clone --recursive, then pip install --no-build-isolation . with a CUDA build of torch), "
+    "or vLLM (its wheel bundles FlashMLA: pip install vllm==0.33.0), or point "
+    "DSV4SEL_VLLM_FLASHMLA_DIR at a copy of vLLM's bundled build; PyPI's flash-mla is a broken placeholder"
 )
+
+#: Environment variable naming a folder with vLLM's bundled FlashMLA build
+#: (``vllm/_flashmla_C.abi3.so`` + ``vllm/third_party/flashmla/flash_mla_interface.py``).
+VLLM_FLASHMLA_DIR_ENV = "DSV4SEL_VLLM_FLASHMLA_DIR"
 
 #: FlashMLA's sparse FP8 decode kernels exist for these head counts only.
 FLASHMLA_HEADS: tuple[int, ...] = (64, 128)
 
+_INTERFACE_PARTS = ("third_party", "flashmla", "flash_mla_interface.py")
+_EXTENSION = "_flashmla_C"
+
+
+class FlashMLABuild(NamedTuple):
+    """Which FlashMLA build the adapter uses; what :func:`flashmla_build` returns.
+
+    Attributes:
+        source: ``"flash_mla"`` (the FlashMLA package), ``"vllm-dir"`` (the folder
+            in ``DSV4SEL_VLLM_FLASHMLA_DIR``), ``"vllm"`` (the installed vLLM's
+            bundled build), or ``"none"``.
+        module: the loaded interface module (None when ``source == "none"``).
+        location: the file the kernels come from (interface or extension path), or "".
+        version: the package version when known (FlashMLA's, or vLLM's for the bundled build).
+        reason: for ``"none"``, why nothing loaded and what to install.
+    """
+
+    source: str
+    module: Any
+    location: str
+    version: str | None
+    reason: str
+
+    @property
+    def found(self) -> bool:
+        return self.source != "none"
+
+    def describe(self) -> str:
+        """One line: which build, from where (or why none)."""
+        if self.source == "flash_mla":
+            return f"FlashMLA package flash_mla{' ' + self.version if self.version else ''} ({self.location})"
+        if self.source == "vllm":
+            return f"vLLM{' ' + self.version if self.version else ''}'s bundled FlashMLA ({self.location})"
+        if self.source == "vllm-dir":
+            return f"vLLM's bundled FlashMLA from ${VLLM_FLASHMLA_DIR_ENV} ({self.location})"
+        return f"no FlashMLA build: {self.reason}"
+
+
+_lock = threading.Lock()
+#: Interface modules loaded by path, by interface file: a build is loaded once per process.
+_loaded: dict[str, types.ModuleType] = {}
+
+
+def _check_interface(module: Any, name: str) -> Any:
+    fn = getattr(module, "flash_mla_with_kvcache", None)
+    if fn is None or not hasattr(module, "get_mla_metadata"):
+        raise ImportError(f"{name} has no flash_mla_with_kvcache / get_mla_metadata")
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a C function: trust it
+        return module
+    missing = {"indices", "is_fp8_kvcache", "attn_sink"} - set(params)
+    if missing:
+        raise ImportError(
+            f"{name} is too old for sparse decode (flash_mla_with_kvcache lacks {', '.join(sorted(missing))})"
+        )
+    return module
+
+
+def _vllm_package_dir() -> str | None:
+    """The installed vllm package's folder, found without importing vllm (None if absent or blocked)."""
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def _vllm_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("vllm")
+    except Exception:
+        return None
+
+
+def _bundle_root(folder: str) -> str:
+    """``folder`` or ``folder/vllm``: the one holding ``third_party/flashmla``."""
+    nested = os.path.join(folder, "vllm")
+    if os.path.isfile(os.path.join(nested, *_INTERFACE_PARTS)):
+        return nested
+    return folder
+
+
+def _load_bundle(vllm_dir: str) -> types.ModuleType:
+    """Load ``vllm_dir``'s FlashMLA extension and interface module by path; never imports vllm itself."""
+    interface_path = os.path.join(vllm_dir, *_INTERFACE_PARTS)
+    if not os.path.isfile(interface_path):
+        raise ImportError(f"no FlashMLA interface module at {interface_path}")
+    with _lock:
+        cached = _loaded.get(interface_path)
+        if cached is not None:
+            return cached
+        import torch  # noqa: F401  (the extension links libtorch: torch must be loaded first)
+
+        ext_spec = importlib.machinery.PathFinder.find_spec(_EXTENSION, [vllm_dir])
+        if ext_spec is None or ext_spec.origin is None:
+            raise ImportError(f"no {_EXTENSION} extension in {vllm_dir}")
+        # The interface module does `import vllm._flashmla_C`: give it the extension under
+        # that name while it runs, with a stand-in parent package when vllm is not imported.
+        ext_name = "vllm." + _EXTENSION
+        ext = sys.modules.get(ext_name)
+        if ext is None:
+            spec = importlib.util.spec_from_file_location(ext_name, ext_spec.origin)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot load {ext_spec.origin}")
+            ext = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(ext)  # registers torch.ops._flashmla_C
+        saved = {name: sys.modules.get(name, _MISSING) for name in ("vllm", ext_name)}
+        if not isinstance(saved["vllm"], types.ModuleType):
+            parent = types.ModuleType("vllm")
+            parent.__path__ = []  # a package, so `import vllm.<x>` resolves through sys.modules only
+            parent._flashmla_C = ext  # what `import vllm._flashmla_C` binds, then reads
+            sys.modules["vllm"] = parent
+        sys.modules[ext_name] = ext
+        module_name = f"dsv4sel.kernels._vllm_flashmla_interface_{len(_loaded)}"
+        try:
+            spec = importlib.util.spec_from_file_location(module_name, interface_path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module  # dataclasses look their module up while the class is built
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(module_name, None)
+                raise
+        finally:
+            for name, value in saved.items():
+                if value is _MISSING:
+                    sys.modules.pop(name, None)
+                else:
+                    sys.modules[name] = value
+        module.__dsv4sel_extension__ = ext_spec.origin
+        _loaded[interface_path] = module
+        return module
+
+
+_MISSING = object()
+
+
+def _vllm_build(tried: list[str]) -> FlashMLABuild | None:
+    """vLLM's bundled FlashMLA: ``$DSV4SEL_VLLM_FLASHMLA_DIR``, else the installed vLLM; None (with ``tried``) if neither."""
+    folder = os.environ.get(VLLM_FLASHMLA_DIR_ENV, "").strip()
+    if folder:
+        try:
+            module = _check_interface(_load_bundle(_bundle_root(folder)), "vLLM's bundled FlashMLA")
+            return FlashMLABuild("vllm-dir", module, module.__dsv4sel_extension__, None, "")
+        except Exception as exc:
+            tried.append(f"${VLLM_FLASHMLA_DIR_ENV}={folder} does not load ({type(exc).__name__}: {exc})")
+    else:
+        tried.append(f"${VLLM_FLASHMLA_DIR_ENV} is unset")
+
+    real_vllm = sys.modules.get("vllm")
+    if isinstance(real_vllm, types.ModuleType) and getattr(real_vllm, "__file__", None):
+        try:  # vLLM is imported already: its own modules cost nothing more
+            module = _check_interface(
+                importlib.import_module("vllm.third_party.flashmla.flash_mla_interface"), "vLLM's bundled FlashMLA"
+            )
+            ext = sys.modules.get("vllm." + _EXTENSION)
+            return FlashMLABuild("vllm", module, str(getattr(ext, "__file__", module.__file__)), _vllm_version(), "")
+        except Exception as exc:
+            tried.append(f"vllm.third_party.flashmla does not import ({type(exc).__name__}: {exc})")
+        return None
+    vllm_dir = _vllm_package_dir()
+    if vllm_dir is None:
+        tried.append("vllm is not installed")
+        return None
+    try:
+        module = _check_interface(_load_bundle(vllm_dir), "vLLM's bundled FlashMLA")
+        return FlashMLABuild("vllm", module, module.__dsv4sel_extension__, _vllm_version(), "")
+    except Exception as exc:
+        tried.append(f"vLLM's bundled FlashMLA ({vllm_dir}) does not load ({type(exc).__name__}: {exc})")
+    return None
+
+
+def flashmla_build() -> FlashMLABuild:
+    """The FlashMLA build the adapter uses here, loading it if needed. Never raises.
+
+    Order: the ``flash_mla`` package, then ``$DSV4SEL_VLLM_FLASHMLA_DIR``, then the
+    installed vLLM's bundled build. This is what ``dsv4sel doctor`` should call to
+    name the FlashMLA in use (``flashmla_build().describe()``).
+    """
+    tried: list[str] = []
+    try:
+        module = _check_interface(importlib.import_module("flash_mla"), "flash_mla")
+        return FlashMLABuild(
+            "flash_mla", module, str(getattr(module, "__file__", "") or ""), getattr(module, "__version__", None), ""
+        )
+    except Exception as exc:
+        tried.append(f"flash_mla is not importable ({type(exc).__name__}: {exc})")
+    try:
+        build = _vllm_build(tried)
+    except Exception as exc:  # never raise
+        build = None
+        tried.append(f"vLLM's bundled FlashMLA: {type(exc).__name__}: {exc}")
+    return build if build is not None else FlashMLABuild("none", None, "", None, "; ".join(tried))
+
+
+def load_flashmla() -> Any:
+    """The interface module of :func:`flashmla_build`'s build; ImportError naming every try when none loads."""
+    build = flashmla_build()
+    if not build.found:
+        raise ImportError(build.reason)
+    return build.module
+
+
+def load_vllm_flashmla() -> Any:
+    """vLLM's bundled FlashMLA interface module only (registers ``torch.ops._flashmla_C``); ImportError if absent."""
+    tried: list[str] = []
+    build = _vllm_build(tried)
+    if build is None:
+        raise ImportError("; ".join(tried))
+    return build.module
+
+
+def _i32(t: Any, device: Any) -> Any:
+    import torch
+
+    if t.dtype == torch.int32 and t.device == device and t.is_contiguous():
+        return t
+    return t.to(device=device, dtype=torch.int32).contiguous()
+
 
 class DeepseekV4FlashMLASparseImpl(SparseMLAImpl):
-    """DeepSeek-V4 sparse decode through ``flash_mla.flash_mla_with_kvcache``."""
+    """DeepSeek-V4 sparse decode through FlashMLA's ``flash_mla_with_kvcache``.
+
+    The build is :func:`flashmla_build`'s: the ``flash_mla`` package, else vLLM's bundled FlashMLA.
+    """
 
     impl_name: ClassVar[str] = "DeepseekV4FlashMLASparseImpl"
     library_name: ClassVar[str] = "flash_mla"
@@ -68,63 +349,143 @@ class DeepseekV4FlashMLASparseImpl(SparseMLAImpl):
 
     @classmethod
     def _import_library(cls) -> Any:
-        import importlib
-
-        module = importlib.import_module("flash_mla")
-        fn = getattr(module, "flash_mla_with_kvcache", None)
-        if fn is None or not hasattr(module, "get_mla_metadata"):
-            raise ImportError("flash_mla has no flash_mla_with_kvcache / get_mla_metadata")
-        try:
-            params = inspect.signature(fn).parameters
-        except (TypeError, ValueError):  # a C function: trust it
-            return module
-        missing = {"indices", "is_fp8_kvcache", "attn_sink"} - set(params)
-        if missing:
-            raise ImportError(
-                f"flash_mla is too old for sparse decode (flash_mla_with_kvcache lacks {', '.join(sorted(missing))})"
-            )
-        return module
+        return load_flashmla()
 
     @classmethod
     def _library_missing_reason(cls, exc: BaseException) -> str:
-        return f"flash_mla is not importable ({type(exc).__name__}: {exc}): {FLASHMLA_INSTALL_HINT}"
+        return f"no usable FlashMLA build ({exc}): {FLASHMLA_INSTALL_HINT}"
 
-    def _forward_library(self, lib: Any, capability: Capability | None, inputs: DecodeInputs) -> DecodeOutput:
+    @classmethod
+    def _library_label(cls, module: Any) -> str:
+        build = flashmla_build()
+        if build.source.startswith("vllm") and build.module is module:
+            return build.describe()
+        return super()._library_label(module)
+
+    @classmethod
+    def build(cls) -> FlashMLABuild:
+        """:func:`flashmla_build`: which FlashMLA this impl calls here."""
+        return flashmla_build()
+
+    # -- plan / run --------------------------------------------------------
+    def _pages(self, cache: Any) -> Any:
+        """The float8 ``(nb, bs, 1, 584)`` page view FlashMLA reads (shares storage with ``cache``)."""
         import torch
 
-        h = inputs.heads
+        view = self.layout.kernel_view(cache)  # uint8 (nb, bs, 584), strides (page, 584, 1)
+        nb, bs, width = view.shape
+        return view.view(torch.float8_e4m3fn).as_strided(
+            (nb, bs, 1, width), (view.stride(0), width, width, 1), view.storage_offset()
+        )
+
+    def _schedule(self, plan: DecodePlan) -> Any:
+        """A fresh sched_meta, filled by one decode of a dummy batch with the plan's shapes and lengths."""
+        import torch
+
+        lib, st, device = plan.library, plan.state, plan.device
+        b, s, h_pad = plan.batch, plan.seq_q, st["h_pad"]
+        meta = lib.get_mla_metadata()[0]
+        dummy = st.get("dummy")
+        if dummy is None:
+            def pages(block_size: int) -> Any:
+                return self._pages(self.layout.allocate(1, block_size, device))
+
+            dummy = {
+                "q": torch.zeros((b, s, h_pad, 512), dtype=torch.bfloat16, device=device),
+                "k_cache": pages(plan.block_size),
+                "indices": torch.full((b, s, plan.topk), -1, dtype=torch.int32, device=device),
+            }
+            if plan.extra_topk is not None:
+                dummy["extra_k_cache"] = pages(plan.extra_block_size)
+                dummy["extra_indices_in_kvcache"] = torch.full(
+                    (b, s, plan.extra_topk), -1, dtype=torch.int32, device=device
+                )
+            st["dummy"] = dummy
+        kwargs = dict(st["kwargs"])
+        kwargs["indices"] = dummy["indices"]
+        if "extra_k_cache" in dummy:
+            kwargs["extra_k_cache"] = dummy["extra_k_cache"]
+            kwargs["extra_indices_in_kvcache"] = dummy["extra_indices_in_kvcache"]
+        lib.flash_mla_with_kvcache(dummy["q"], dummy["k_cache"], None, None, 512, meta, **kwargs)
+        return meta
+
+    def _plan_library(self, plan: DecodePlan) -> None:
+        import torch
+
+        h = plan.heads
         h_pad = padded_heads(h, FLASHMLA_HEADS, self.impl_name)
-        q = pad_heads(inputs.q.to(torch.bfloat16), 2, h_pad).contiguous()
-
-        def pages(cache: torch.Tensor) -> torch.Tensor:
-            view = self.layout.kernel_view(cache)  # uint8 (nb, bs, 584), strides (page, 584, 1)
-            nb, bs, width = view.shape
-            return view.view(torch.float8_e4m3fn).as_strided(
-                (nb, bs, 1, width), (view.stride(0), width, width, 1), view.storage_offset()
-            )
-
-        def i32(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.to(device=q.device, dtype=torch.int32).contiguous()
-
+        st = plan.state
+        st["h_pad"] = h_pad
         kwargs: dict[str, Any] = {
             "num_splits": None,
-            "softmax_scale": float(inputs.softmax_scale),
+            "softmax_scale": float(plan.softmax_scale),
             "causal": False,
             "is_fp8_kvcache": True,
-            "indices": i32(inputs.indices),
-            "attn_sink": None
-            if inputs.attn_sink is None
-            else pad_heads(inputs.attn_sink.to(device=q.device, dtype=torch.float32), 0, h_pad).contiguous(),
+            "attn_sink": None,
         }
         # Optional arguments go only when used, so builds that predate them still work.
-        if inputs.extra_kv_cache is not None:
-            kwargs["extra_k_cache"] = pages(inputs.extra_kv_cache)
-            kwargs["extra_indices_in_kvcache"] = i32(inputs.extra_indices)
-        if inputs.topk_length is not None:
-            kwargs["topk_length"] = i32(inputs.topk_length)
-        if inputs.extra_topk_length is not None:
-            kwargs["extra_topk_length"] = i32(inputs.extra_topk_length)
+        if plan.topk_length is not None:
+            kwargs["topk_length"] = plan.topk_length
+        if plan.extra_topk_length is not None:
+            kwargs["extra_topk_length"] = plan.extra_topk_length
+        st["kwargs"] = kwargs
+        if h != h_pad:
+            st["q_buf"] = torch.zeros((plan.batch, plan.seq_q, h_pad, 512), dtype=torch.bfloat16, device=plan.device)
+            st["sink_buf"] = torch.zeros((h_pad,), dtype=torch.float32, device=plan.device)
+        st["meta"] = self._schedule(plan)
 
-        sched_meta = lib.get_mla_metadata()[0]
-        out, lse = lib.flash_mla_with_kvcache(q, pages(inputs.kv_cache), None, None, 512, sched_meta, **kwargs)
-        return DecodeOutput(out[:, :, :h], lse.transpose(1, 2)[:, :, :h])
+    def _replan_library(self, plan: DecodePlan) -> None:
+        """New lengths: a new schedule, copied into the planned tensors (a captured graph keeps reading them)."""
+        import torch
+
+        old, new = plan.state["meta"], self._schedule(plan)
+        for name in ("tile_scheduler_metadata", "num_splits"):
+            have, got = getattr(old, name, None), getattr(new, name, None)
+            if isinstance(have, torch.Tensor) and isinstance(got, torch.Tensor):
+                if have.shape != got.shape:
+                    raise ValueError(
+                        f"FlashMLA's {name} changed shape ({tuple(have.shape)} -> {tuple(got.shape)}); "
+                        "make a new plan (and capture again)"
+                    )
+                have.copy_(got)
+            else:
+                setattr(old, name, got)
+
+    def _run_library(self, plan: DecodePlan, q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any,
+                     extra_indices: Any, attn_sink: Any) -> DecodeOutput:
+        import torch
+
+        st, device, h = plan.state, plan.device, plan.heads
+        h_pad = st["h_pad"]
+        if h == h_pad:
+            q_in = q if q.dtype == torch.bfloat16 and q.is_contiguous() else q.to(torch.bfloat16).contiguous()
+        else:
+            q_in = st["q_buf"]
+            q_in[:, :, :h].copy_(q)
+        pages = self._cached_view(kv_cache, self._pages)
+        if pages.shape[1] != plan.block_size:
+            raise ValueError(f"cache has block size {pages.shape[1]}, the plan was made for {plan.block_size}")
+        kwargs = dict(st["kwargs"])
+        kwargs["indices"] = _i32(indices, device)
+        if attn_sink is not None:
+            if h == h_pad:
+                kwargs["attn_sink"] = (
+                    attn_sink if attn_sink.dtype == torch.float32 and attn_sink.device == device
+                    else attn_sink.to(device=device, dtype=torch.float32)
+                ).contiguous()
+            else:
+                sink = st["sink_buf"]
+                sink[:h].copy_(attn_sink)
+                kwargs["attn_sink"] = sink
+        if extra_kv_cache is not None:
+            extra_pages = self._cached_view(extra_kv_cache, self._pages)
+            if extra_pages.shape[1] != plan.extra_block_size:
+                raise ValueError(
+                    f"extra cache has block size {extra_pages.shape[1]}, the plan was made for {plan.extra_block_size}"
+                )
+            kwargs["extra_k_cache"] = extra_pages
+            kwargs["extra_indices_in_kvcache"] = _i32(extra_indices, device)
+        out, lse = plan.library.flash_mla_with_kvcache(q_in, pages, None, None, 512, st["meta"], **kwargs)
+        if h != h_pad:
+            out = out[:, :, :h]
+        return DecodeOutput(out, lse.transpose(1, 2)[:, :, :h])

@@ -31,10 +31,18 @@ Sizes (``bytes_per_token``, ``torch_dtype_name``, ``alignment``,
 The tensor methods (``allocate``, ``write``, ``read``, ``kernel_view``) import
 torch on first use.
 
-Slots address tokens as ``block * block_size + offset``. The codecs' ``write`` and ``read``
-reject slots outside ``[0, num_blocks * block_size)`` with ValueError (one
-device sync per call); with duplicate slots in one ``write`` the surviving row
-is unspecified.
+Slots address tokens as ``block * block_size + offset``. In the codecs'
+``write`` a negative slot (vLLM pads slot mappings with -1) is skipped, and
+with duplicate slots the row given last wins, whole; ``read`` returns a zero
+row for a negative slot. A slot ``>= num_blocks * block_size`` is a
+ValueError (one device sync per call), or, with ``check=False``, skipped /
+read as zeros with no sync (so the call can be captured in a CUDA graph).
+
+On an NVIDIA GPU (SM89 or newer) with Triton importable, ``write`` and ``read``
+run fused Triton kernels (:mod:`dsv4sel.kernels.triton_codecs`), byte-exact
+with the torch ops, which stay the path everywhere else and the reference:
+``backend="torch"`` forces them, ``backend="triton"`` insists on the kernels,
+and the environment variable ``DSV4SEL_TORCH_CODECS=1`` turns the kernels off.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from types import MappingProxyType
+import os
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from .errors import UnknownLayoutError, UnsupportedLayoutError
@@ -68,6 +77,7 @@ __all__ = [
     "LAYOUTS",
     "get_layout",
     "resolve_layout",
+    "TORCH_CODECS_ENV",
 ]
 
 HEAD_DIM = 512  # latent KV row: key and value at once
@@ -158,12 +168,21 @@ class KVCacheLayout:
         """The ``(num_blocks, block_size, width)`` view kernels are handed (shares storage)."""
         raise NotImplementedError  # pragma: no cover
 
-    def write(self, cache: "torch.Tensor", kv: "torch.Tensor", slots: "torch.Tensor") -> None:
-        """Quantize ``kv`` ``[n, 512]`` and store row ``i`` at slot ``slots[i]`` (int64 ``[n]``)."""
+    def write(self, cache: "torch.Tensor", kv: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
+              unique: bool = False, backend: str = "auto") -> None:
+        """Quantize ``kv`` ``[n, 512]`` and store row ``i`` at slot ``slots[i]`` (int64 or int32 ``[n]``).
+
+        Negative slots are skipped; with duplicates the last row wins. ``check``:
+        ValueError for a slot past the cache (one device sync), else such slots
+        are skipped. ``unique=True`` promises no duplicate slots (the fused
+        kernel then skips electing the last row). ``backend``: "auto", "torch"
+        or "triton" (see the module docstring).
+        """
         raise NotImplementedError  # pragma: no cover
 
-    def read(self, cache: "torch.Tensor", slots: "torch.Tensor") -> "torch.Tensor":
-        """Dequantize the rows at ``slots`` (int64 ``[n]``) to bf16 ``[n, 512]``."""
+    def read(self, cache: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
+             backend: str = "auto") -> "torch.Tensor":
+        """Dequantize the rows at ``slots`` (int64 or int32 ``[n]``) to bf16 ``[n, 512]``; negative slots read zeros."""
         raise NotImplementedError  # pragma: no cover
 
     # -- shared checks ---------------------------------------------------
@@ -173,7 +192,7 @@ class KVCacheLayout:
                 f"{self.name} cache must have dtype {self.torch_dtype_name}, got {cache.dtype}"
             )
 
-    def _check_slots(self, slots: "torch.Tensor", capacity: int, n: int | None, device: Any) -> None:
+    def _check_slots(self, slots: "torch.Tensor", capacity: int, n: int | None, device: Any, check: bool = True) -> None:
         torch = _torch()
         if not isinstance(slots, torch.Tensor) or slots.dtype not in (torch.int64, torch.int32):
             raise ValueError("slots must be an int64 (or int32) tensor")
@@ -181,13 +200,27 @@ class KVCacheLayout:
             raise ValueError(f"slots must have shape [{'n' if n is None else n}], got {tuple(slots.shape)}")
         if slots.device != device:
             raise ValueError(f"slots are on {slots.device}, the cache on {device}")
-        if slots.numel():
-            lo, hi = torch.aminmax(slots)
-            lo_i, hi_i = int(lo), int(hi)  # one device sync: negative slots would wrap silently
-            if lo_i < 0 or hi_i >= capacity:
+        if check and slots.numel():
+            hi = int(slots.max())  # one device sync
+            if hi >= capacity:
                 raise ValueError(
-                    f"slots must be in [0, {capacity}) for this cache, got range [{lo_i}, {hi_i}]"
+                    f"slots must be below {capacity} for this cache (negative = skip), got {hi}"
                 )
+
+    def _fused(self, cache: "torch.Tensor", backend: str) -> Any:
+        """The Triton codec module when ``backend`` and the cache's device call for it, else None."""
+        if backend not in _BACKENDS:
+            raise ValueError(f"backend must be one of {sorted(_BACKENDS)}, got {backend!r}")
+        if backend == "torch":
+            return None
+        why = _fused_unavailable(cache.device)
+        if why is None:
+            from . import triton_codecs
+
+            return triton_codecs
+        if backend == "triton":
+            raise ValueError(f"backend='triton' cannot run here: {why}")
+        return None
 
     def _check_kv(self, kv: "torch.Tensor", device: Any) -> None:
         torch = _torch()
@@ -198,6 +231,64 @@ class KVCacheLayout:
             raise ValueError(f"kv must be floating point, got {kv.dtype}")
         if kv.device != device:
             raise ValueError(f"kv is on {kv.device}, the cache on {device}")
+
+
+_BACKENDS = frozenset({"auto", "torch", "triton"})
+#: Set to 1 to keep the torch codecs on CUDA too.
+TORCH_CODECS_ENV = "DSV4SEL_TORCH_CODECS"
+_fused_checked: dict[Any, "str | None"] = {}
+
+
+def _fused_unavailable(device: Any) -> "str | None":
+    """Why the Triton codecs cannot run on ``device`` (None if they can); cached per device."""
+    if device.type != "cuda":
+        return f"the fused codecs run on CUDA devices, this cache is on {device.type}"
+    if os.environ.get(TORCH_CODECS_ENV, "").strip() not in ("", "0"):
+        return f"${TORCH_CODECS_ENV} is set"
+    key = (device.type, device.index)
+    if key not in _fused_checked:
+        torch = _torch()
+        why = None
+        if getattr(torch.version, "hip", None):
+            why = "the fused codecs target NVIDIA GPUs (ROCm fp8 is another format on gfx942)"
+        else:
+            major, minor = torch.cuda.get_device_capability(device)
+            if (major, minor) < (8, 9):
+                why = f"the fused codecs need SM89 or newer for float8 conversion, this GPU is {major}.{minor}"
+        if why is None:
+            try:
+                from . import triton_codecs  # noqa: F401
+            except Exception as exc:  # Triton missing or broken
+                why = f"triton is not importable ({type(exc).__name__}: {exc})"
+        _fused_checked[key] = why
+    return _fused_checked[key]
+
+
+def _kernel_dtype_ok(kv: "torch.Tensor") -> bool:
+    torch = _torch()
+    return kv.dtype in (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _last_writers(slots: "torch.Tensor", capacity: int) -> "torch.Tensor":
+    """Indices of the rows to store: valid slot, and the last row naming it."""
+    torch = _torch()
+    key = torch.where((slots >= 0) & (slots < capacity), slots, torch.full_like(slots, -1))
+    order = torch.argsort(key, stable=True)  # equal slots keep their order: the last is the winner
+    sorted_key = key[order]
+    last = torch.ones_like(sorted_key, dtype=torch.bool)
+    last[:-1] = sorted_key[1:] != sorted_key[:-1]
+    return order[last & (sorted_key >= 0)]
+
+
+def _div(x: "torch.Tensor", divisor: float) -> "torch.Tensor":
+    """``x / divisor`` as IEEE float32 division on every device.
+
+    torch's CUDA kernels turn division by a Python scalar into multiplication
+    by its reciprocal, which can round differently; a same-device tensor divisor
+    keeps the true quotient the layout is defined by (and the Triton kernels compute).
+    """
+    torch = _torch()
+    return torch.div(x, torch.tensor(divisor, dtype=x.dtype, device=x.device))
 
 
 @dataclass(frozen=True)
@@ -273,21 +364,30 @@ class Fp8DsMlaLayout(_BytePagesLayout):
         scales = cache[:, block_size * _TOKEN_DATA_BYTES : scale_end].view(num_blocks, block_size, _SCALE_BYTES)
         return data, scales, block_size
 
-    def write(self, cache: "torch.Tensor", kv: "torch.Tensor", slots: "torch.Tensor") -> None:
+    def write(self, cache: "torch.Tensor", kv: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
+              unique: bool = False, backend: str = "auto") -> None:
         torch = _torch()
-        data, scales, block_size = self._views(cache)
+        block_size = self.block_size_of(cache)
         self._check_kv(kv, cache.device)
         n = kv.shape[0]
-        self._check_slots(slots, cache.shape[0] * block_size, n, cache.device)
+        capacity = cache.shape[0] * block_size
+        self._check_slots(slots, capacity, n, cache.device, check)
+        fused = self._fused(cache, backend)
         if n == 0:
             return
-        slots = slots.long()
+        if fused is not None and _kernel_dtype_ok(kv):
+            fused.write_fp8_ds_mla(cache, kv, slots, block_size, unique=unique)
+            return
+        data, scales, _ = self._views(cache)
+        rows = _last_writers(slots.long(), capacity)
+        kv, slots = kv[rows], slots.long()[rows]
+        n = kv.shape[0]
         block, offset = slots // block_size, slots % block_size
 
         nope = kv[:, :NOPE_DIM].float().reshape(n, NUM_TILES, TILE_SIZE)
         amax = nope.abs().amax(dim=-1)  # [n, 7]
         # float32 log2/ceil, as FlashMLA's MODEL1 quantizer does: same bytes (domain.md §12).
-        exponent = torch.clamp_min(amax / FP8_E4M3_MAX, UE8M0_SCALE_FLOOR).log2().ceil()
+        exponent = torch.clamp_min(_div(amax, FP8_E4M3_MAX), UE8M0_SCALE_FLOOR).log2().ceil()
         scale = torch.exp2(exponent)  # exact: integer exponents
         # The clamp only matters where float32 log2 rounded a scale down a hair.
         quant = (nope / scale.unsqueeze(-1)).clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
@@ -299,12 +399,20 @@ class Fp8DsMlaLayout(_BytePagesLayout):
         data[block, offset] = token_bytes
         scales[block, offset] = scale_bytes
 
-    def read(self, cache: "torch.Tensor", slots: "torch.Tensor") -> "torch.Tensor":
+    def read(self, cache: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
+             backend: str = "auto") -> "torch.Tensor":
         torch = _torch()
-        data, scales, block_size = self._views(cache)
-        self._check_slots(slots, cache.shape[0] * block_size, None, cache.device)
+        block_size = self.block_size_of(cache)
+        capacity = cache.shape[0] * block_size
+        self._check_slots(slots, capacity, None, cache.device, check)
+        fused = self._fused(cache, backend)
+        if fused is not None:
+            return fused.read_fp8_ds_mla(cache, slots, block_size)
+        data, scales, _ = self._views(cache)
         slots = slots.long()
-        block, offset = slots // block_size, slots % block_size
+        valid = (slots >= 0) & (slots < capacity)
+        safe = torch.where(valid, slots, torch.zeros_like(slots))
+        block, offset = safe // block_size, safe % block_size
         n = slots.numel()
 
         token_bytes = data[block, offset]  # [n, 576]
@@ -312,7 +420,8 @@ class Fp8DsMlaLayout(_BytePagesLayout):
         nope = token_bytes[:, :NOPE_DIM].contiguous().view(torch.float8_e4m3fn).float()
         nope = nope.reshape(n, NUM_TILES, TILE_SIZE) * torch.exp2(exponent.float()).unsqueeze(-1)
         rope = token_bytes[:, NOPE_DIM:].contiguous().view(torch.bfloat16)
-        return torch.cat([nope.reshape(n, NOPE_DIM).to(torch.bfloat16), rope], dim=1)
+        rows = torch.cat([nope.reshape(n, NOPE_DIM).to(torch.bfloat16), rope], dim=1)
+        return rows.masked_fill_(~valid.unsqueeze(1), 0.0)
 
 
 @dataclass(frozen=True)
@@ -350,18 +459,39 @@ class _RowLayout(KVCacheLayout):
     def _decode(self, raw: "torch.Tensor") -> "torch.Tensor":
         raise NotImplementedError  # pragma: no cover
 
-    def write(self, cache: "torch.Tensor", kv: "torch.Tensor", slots: "torch.Tensor") -> None:
+    def _fused_scale(self) -> "float | None":
+        """What the fused row kernels take: None for bf16 rows, the per-tensor scale for fp8 rows."""
+        return None
+
+    def write(self, cache: "torch.Tensor", kv: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
+              unique: bool = False, backend: str = "auto") -> None:
         torch = _torch()
         rows = self._rows(cache)
         self._check_kv(kv, cache.device)
-        self._check_slots(slots, rows.shape[0], kv.shape[0], cache.device)
-        if kv.shape[0]:
-            rows[slots.long()] = self._encode(kv).contiguous().view(torch.uint8)
+        capacity = rows.shape[0]
+        self._check_slots(slots, capacity, kv.shape[0], cache.device, check)
+        fused = self._fused(cache, backend)
+        if not kv.shape[0]:
+            return
+        if fused is not None and _kernel_dtype_ok(kv):
+            fused.write_row(cache, kv, slots, self._fused_scale(), unique=unique)
+            return
+        keep = _last_writers(slots.long(), capacity)
+        rows[slots.long()[keep]] = self._encode(kv[keep]).contiguous().view(torch.uint8)
 
-    def read(self, cache: "torch.Tensor", slots: "torch.Tensor") -> "torch.Tensor":
+    def read(self, cache: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
+             backend: str = "auto") -> "torch.Tensor":
+        torch = _torch()
         rows = self._rows(cache)
-        self._check_slots(slots, rows.shape[0], None, cache.device)
-        return self._decode(rows[slots.long()])
+        capacity = rows.shape[0]
+        self._check_slots(slots, capacity, None, cache.device, check)
+        fused = self._fused(cache, backend)
+        if fused is not None:
+            return fused.read_row(cache, slots, self._fused_scale())
+        slots = slots.long()
+        valid = (slots >= 0) & (slots < capacity)
+        out = self._decode(rows[torch.where(valid, slots, torch.zeros_like(slots))])
+        return out.masked_fill_(~valid.unsqueeze(1), 0.0)
 
 
 @dataclass(frozen=True)
@@ -402,10 +532,13 @@ class Fp8E4m3RowLayout(_RowLayout):
         """The same layout with another per-tensor scale."""
         return dataclasses.replace(self, scale=float(scale))
 
+    def _fused_scale(self) -> "float | None":
+        return float(self.scale)
+
     def _encode(self, kv: "torch.Tensor") -> "torch.Tensor":
         torch = _torch()
         # Saturate instead of relying on the cast's overflow behaviour (NaN on some builds).
-        return (kv.float() / self.scale).clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
+        return _div(kv.float(), self.scale).clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
 
     def _decode(self, raw: "torch.Tensor") -> "torch.Tensor":
         torch = _torch()
@@ -432,11 +565,11 @@ class OpaqueRecordLayout(_BytePagesLayout):
     #: What the record is, for error messages.
     record: ClassVar[str] = "record"
 
-    def write(self, cache: "torch.Tensor", kv: "torch.Tensor", slots: "torch.Tensor") -> None:
+    def write(self, cache: "torch.Tensor", kv: "torch.Tensor", slots: "torch.Tensor", **_: Any) -> None:
         """Always raises :class:`UnsupportedLayoutError`: no verified encoder."""
         raise UnsupportedLayoutError(self._no_codec("write"))
 
-    def read(self, cache: "torch.Tensor", slots: "torch.Tensor") -> "torch.Tensor":
+    def read(self, cache: "torch.Tensor", slots: "torch.Tensor", **_: Any) -> "torch.Tensor":
         """Always raises :class:`UnsupportedLayoutError`: no verified decoder."""
         raise UnsupportedLayoutError(self._no_codec("read"))
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .base import DecodeInputs, DecodeOutput, SparseMLAImpl
+from .base import DecodeInputs, DecodeOutput, DecodePlan, SparseMLAImpl
 from .layouts import HEAD_DIM, KVCacheLayout, resolve_layout
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -179,5 +179,9 @@ class DeepseekV4ReferenceSparseImpl(SparseMLAImpl):
     def _library_missing_reason(cls, exc: BaseException) -> str:
         return f"torch is not importable ({type(exc).__name__}: {exc}): pip install torch"
 
-    def _forward_library(self, lib: Any, capability: Any, inputs: DecodeInputs) -> DecodeOutput:
-        return self._forward_reference(inputs)
+    def _run_library(self, plan: DecodePlan, q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any,
+                     extra_indices: Any, attn_sink: Any) -> DecodeOutput:
+        return self._forward_reference(DecodeInputs(
+            q, kv_cache, indices, plan.softmax_scale, attn_sink, plan.topk_length,
+            extra_kv_cache, extra_indices, plan.extra_topk_length, plan.seq_lens,
+        ))

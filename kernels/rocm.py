@@ -5,15 +5,17 @@ DeepSeek-V3 ABI: query/key width 576 (512 latent + 64 RoPE), value = the first
 512 key columns, fp32 log-sum-exp on request. DeepSeek-V4's row is 512 wide
 and is key and value at once, so the mapping is exact with zero padding:
 
-* the selected fp8_ds_mla rows (``indices`` then ``extra_indices``, skipped
-  entries dropped) are dequantized by our layout into a bf16 gather buffer
-  ``kv_buffer [n + 1, 1, 1, 576]`` whose columns 512..575 are zero (row ``n``
-  is all zero, for tokens that select nothing);
+* every column of ``indices`` then ``extra_indices`` is dequantized by our
+  layout into its own row of a bf16 gather buffer ``kv_buffer [T * (k + k_extra) + 1,
+  1, 1, 576]`` (``T = b * s_q``; skipped columns read as zeros) whose columns
+  512..575 are zero; the last row is all zero, for tokens that select nothing;
+  ``kv_indices`` lists, token after token, only the selected rows (fixed-size
+  buffers and a scatter: no host sync, so ``run`` can be captured in a CUDA graph);
 * ``q`` goes as bf16 ``[b * s_q, h, 576]`` with zero columns 512..575, so
   ``q . k`` is unchanged and ``v`` is the whole 512-wide row;
 * every query token is its own request: ``qo_indptr = arange(b * s_q + 1)``,
   ``max_seqlen_q = 1``, ``page_size = 1``, ``nhead_kv = 1``, ``kv_indptr`` the
-  running count of each token's rows, ``kv_indices`` into the gather buffer,
+  running count of each token's listed rows,
   ``kv_last_page_lens`` all ones, ``sm_scale = softmax_scale``,
   ``return_lse=True``;
 * AITER has no sink argument: the sink is applied afterwards as
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from .base import DecodeInputs, DecodeOutput, SparseMLAImpl, import_attr_module
+from .base import DecodeOutput, DecodePlan, SparseMLAImpl, import_attr_module
 from .layouts import HEAD_DIM, ROPE_DIM
 from .platform import Capability
 
@@ -72,69 +74,101 @@ class DeepseekV4ROCMAiterMLASparseImpl(SparseMLAImpl):
     def _library_missing_reason(cls, exc: BaseException) -> str:
         return f"aiter.mla.mla_decode_fwd is not importable ({type(exc).__name__}: {exc}): {AITER_INSTALL_HINT}"
 
-    def _forward_library(self, lib: Any, capability: Capability | None, inputs: DecodeInputs) -> DecodeOutput:
+    # -- plan / run ---------------------------------------------------------
+    def _plan_library(self, plan: DecodePlan) -> None:
         import torch
 
-        q, device = inputs.q, inputs.q.device
-        b, s, h = inputs.batch, inputs.seq_q, inputs.heads
-        tokens = b * s
+        st, device = plan.state, plan.device
+        tokens = plan.batch * plan.seq_q
+        width = plan.topk + (plan.extra_topk or 0)  # gather rows per token
+        st["tokens"], st["width"] = tokens, width
+        st["qo_indptr"] = torch.arange(tokens + 1, dtype=torch.int32, device=device)
+        st["kv_last_page_lens"] = torch.ones(tokens, dtype=torch.int32, device=device)
+        # Query: bf16 [tokens, h, 576] with zero RoPE columns; only columns :512 are written per run.
+        st["q_buf"] = torch.zeros((tokens, plan.heads, _QK_WIDTH), dtype=torch.bfloat16, device=device)
+        # Gather buffer: every column of every token, then one zero row for tokens that select nothing.
+        st["kv_buffer"] = torch.zeros((tokens * width + 1, 1, 1, _QK_WIDTH), dtype=torch.bfloat16, device=device)
+        # Gather row of each (token, column), the filler column pointing at the zero row.
+        rows = torch.arange(tokens * width, dtype=torch.int64, device=device).view(tokens, width)
+        st["row_ids"] = torch.cat([rows, torch.full((tokens, 1), tokens * width, dtype=torch.int64, device=device)], 1)
+        # kv_indices has room for every column plus a dump slot for the masked ones.
+        st["kv_indices"] = torch.zeros(tokens * (width + 1) + 1, dtype=torch.int32, device=device)
+        st["zero_ptr"] = torch.zeros(1, dtype=torch.int32, device=device)
+        self._replan_library(plan)
 
-        def selection(indices: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
-            """[b*s, k] bool: which columns are selected."""
-            k = indices.shape[-1]
-            valid = indices.to(device) >= 0
-            if lengths is not None:
-                cols = torch.arange(k, device=device).view(1, 1, k)
-                valid = valid & (cols < lengths.to(device).view(b, 1, 1))
-            return valid.reshape(tokens, k)
+    def _replan_library(self, plan: DecodePlan) -> None:
+        import torch
 
-        # Gather-buffer rows: every selected main row, then every selected extra row.
-        sources = [(inputs.kv_cache, inputs.indices, inputs.topk_length)]
-        if inputs.extra_kv_cache is not None:
-            sources.append((inputs.extra_kv_cache, inputs.extra_indices, inputs.extra_topk_length))
-        row_blocks, positions, masks, base = [], [], [], 0
-        for cache, indices, lengths in sources:
-            valid = selection(indices, lengths)
-            slots = indices.to(device).reshape(tokens, -1)[valid].long()  # token-major order
-            row_blocks.append(self.layout.read(cache, slots))
-            # Position of each selected entry in the gather buffer.
-            pos = torch.cumsum(valid.reshape(-1).to(torch.int64), 0).view(tokens, -1) - 1 + base
-            positions.append(torch.where(valid, pos, torch.full_like(pos, -1)))
-            masks.append(valid)
-            base += int(slots.numel())
-        zero_row = base
-        rows = torch.cat(row_blocks + [torch.zeros((1, HEAD_DIM), dtype=torch.bfloat16, device=device)])
-        kv_buffer = torch.nn.functional.pad(rows, (0, ROPE_DIM)).view(-1, 1, 1, _QK_WIDTH)
+        st, device, b = plan.state, plan.device, plan.batch
 
-        empty = ~torch.cat(masks, dim=1).any(dim=1)  # [tokens]: selects nothing
-        # Such a token reads the zero row instead, so no request is empty for the kernel.
-        filler = torch.where(empty, zero_row, -1).view(tokens, 1)
-        valid = torch.cat(masks + [empty.view(tokens, 1)], dim=1)
-        pos = torch.cat(positions + [filler], dim=1)
-        kv_indices = pos[valid].to(torch.int32)
-        counts = valid.sum(dim=1).to(torch.int32)
-        kv_indptr = torch.cat([torch.zeros(1, dtype=torch.int32, device=device), torch.cumsum(counts, 0, dtype=torch.int32)])
+        def keep(lengths: Any, k: int) -> Any:
+            if lengths is None:
+                return None
+            return torch.arange(k, device=device).view(1, 1, k) < lengths.view(b, 1, 1)
 
-        query = torch.nn.functional.pad(q.to(torch.bfloat16).reshape(tokens, h, HEAD_DIM), (0, ROPE_DIM)).contiguous()
+        st["keep"] = keep(plan.topk_length, plan.topk)
+        if plan.extra_topk is not None:
+            st["extra_keep"] = keep(plan.extra_topk_length, plan.extra_topk)
+
+    def _run_library(self, plan: DecodePlan, q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any,
+                     extra_indices: Any, attn_sink: Any) -> DecodeOutput:
+        import torch
+
+        st, device = plan.state, plan.device
+        b, s, h = plan.batch, plan.seq_q, plan.heads
+        tokens, width = st["tokens"], st["width"]
+        kv_rows = st["kv_buffer"].view(-1, _QK_WIDTH)
+
+        # Every column is dequantized into its own gather row (skipped ones read as zeros);
+        # only the selected ones are listed in kv_indices. Fixed sizes: no host sync.
+        sources = [(kv_cache, indices, st["keep"], plan.block_size, plan.topk)]
+        if extra_kv_cache is not None:
+            sources.append((extra_kv_cache, extra_indices, st.get("extra_keep"), plan.extra_block_size, plan.extra_topk))
+        masks, start = [], 0
+        for cache, idx, keep, block_size, k in sources:
+            if self.layout.block_size_of(cache) != block_size:
+                raise ValueError(f"cache has block size {self.layout.block_size_of(cache)}, the plan was made for {block_size}")
+            idx = idx.to(device)
+            valid = idx >= 0
+            if keep is not None:
+                valid = valid & keep
+            slots = torch.where(valid, idx, -1).reshape(-1)
+            rows = self.layout.read(cache, slots, check=False).view(tokens, k, HEAD_DIM)
+            kv_rows[: tokens * width].view(tokens, width, _QK_WIDTH)[:, start : start + k, :HEAD_DIM].copy_(rows)
+            masks.append(valid.reshape(tokens, k))
+            start += k
+        selected = torch.cat(masks, dim=1)
+        empty = ~selected.any(dim=1)  # such a token reads the zero row, so no request is empty for the kernel
+        listed = torch.cat([selected, empty.view(tokens, 1)], dim=1)  # [tokens, width + 1]
+        flat = listed.reshape(-1)
+        position = torch.cumsum(flat, 0) - 1
+        dump = st["kv_indices"].numel() - 1
+        kv_indices = st["kv_indices"]
+        kv_indices.scatter_(0, torch.where(flat, position, dump), st["row_ids"].reshape(-1).to(torch.int32))
+        counts = listed.sum(dim=1, dtype=torch.int32)
+        kv_indptr = torch.cat([st["zero_ptr"], torch.cumsum(counts, 0, dtype=torch.int32)])
+
+        query = st["q_buf"]
+        query[:, :, :HEAD_DIM].copy_(q.reshape(tokens, h, HEAD_DIM))
         out = torch.empty((tokens, h, HEAD_DIM), dtype=torch.bfloat16, device=device)
-        _, lse = lib.mla_decode_fwd(
+        _, lse = plan.library.mla_decode_fwd(
             query,
-            kv_buffer,
+            st["kv_buffer"],
             out,
-            torch.arange(tokens + 1, dtype=torch.int32, device=device),  # qo_indptr
+            st["qo_indptr"],
             kv_indptr,
             kv_indices,
-            torch.ones(tokens, dtype=torch.int32, device=device),  # kv_last_page_lens
+            st["kv_last_page_lens"],
             1,  # max_seqlen_q
             page_size=1,
             nhead_kv=1,
-            sm_scale=float(inputs.softmax_scale),
+            sm_scale=float(plan.softmax_scale),
             return_lse=True,
         )
         lse = lse.reshape(tokens, h).float()
         result = out.float()
-        if inputs.attn_sink is not None:
-            sink = inputs.attn_sink.to(device=device, dtype=torch.float32).view(1, h)
+        if attn_sink is not None:
+            sink = attn_sink.to(device=device, dtype=torch.float32).view(1, h)
             result = result * torch.sigmoid(lse - sink).unsqueeze(-1)  # = exp(lse) / (exp(lse) + exp(sink))
         result = result.masked_fill(empty.view(tokens, 1, 1), 0.0)
         lse = lse.masked_fill(empty.view(tokens, 1), float("inf"))

@@ -44,9 +44,9 @@ import importlib
 import inspect
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
-from .base import DecodeInputs, DecodeOutput, KernelUnavailableError, SparseMLAImpl
+from .base import DecodeOutput, DecodePlan, KernelUnavailableError, SparseMLAImpl
 from .flashinfer import ENTRY_POINT, DeepseekV4FlashInferMLASparseImpl
-from .flashmla import FLASHMLA_INSTALL_HINT
+from .flashmla import FLASHMLA_INSTALL_HINT, flashmla_build, load_flashmla, load_vllm_flashmla
 from .platform import Capability, format_capability
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,7 +68,9 @@ FLASHINFER_DSV41_FORMAT = "fp8_dsv41"
 MEGA_OP_NAMESPACE = "_flashmla_C"
 MEGA_OP = "fused_norm_rope_attn_rope_cast_decode"
 #: Modules that may register ``torch.ops._flashmla_C`` ops when imported:
-#: FlashMLA's package and vLLM's build of FlashMLA. Which one carries the mega
+#: FlashMLA's package and vLLM's build of FlashMLA (loaded as
+#: :func:`dsv4sel.kernels.flashmla.load_vllm_flashmla` loads it: from
+#: ``$DSV4SEL_VLLM_FLASHMLA_DIR`` or the installed vLLM, without importing vLLM). Which one carries the mega
 #: op depends on the build; importing one that does not is harmless. Imported
 #: only when the op is not registered yet and the target is an SM10x GPU.
 MEGA_OP_PROVIDERS: tuple[str, ...] = ("flash_mla", "vllm._flashmla_C")
@@ -134,7 +136,11 @@ class _WithoutDecodeAdapter(SparseMLAImpl):
         """
         raise KernelUnavailableError(self.impl_name, self._no_decode_reason())
 
-    def _forward_library(self, lib: Any, capability: Capability | None, inputs: DecodeInputs) -> DecodeOutput:
+    def plan(self, **kwargs: Any) -> DecodePlan:  # type: ignore[override]
+        """Always raises :class:`KernelUnavailableError`, as :meth:`forward_decode` does."""
+        raise KernelUnavailableError(self.impl_name, self._no_decode_reason())
+
+    def _run_library(self, plan: DecodePlan, *args: Any) -> DecodeOutput:
         raise KernelUnavailableError(self.impl_name, self._no_decode_reason())
 
     def _no_decode_reason(self) -> str:
@@ -171,11 +177,18 @@ class DeepseekV41FlashMLASparseImpl(_WithoutDecodeAdapter):
 
     @classmethod
     def _import_library(cls) -> Any:
-        return importlib.import_module("flash_mla")
+        return load_flashmla()  # the flash_mla package, else vLLM's bundled build
 
     @classmethod
     def _library_missing_reason(cls, exc: BaseException) -> str:
-        return f"flash_mla is not importable ({type(exc).__name__}: {exc}): {FLASHMLA_INSTALL_HINT}"
+        return f"no FlashMLA build ({exc}): {FLASHMLA_INSTALL_HINT}"
+
+    @classmethod
+    def _library_label(cls, module: Any) -> str:
+        build = flashmla_build()
+        if build.source.startswith("vllm") and build.module is module:
+            return build.describe()
+        return super()._library_label(module)
 
 
 class DeepseekV41FlashInferMLASparseImpl(DeepseekV4FlashInferMLASparseImpl):
@@ -259,7 +272,10 @@ class DeepseekV41MegaAttnImpl(_WithoutDecodeAdapter):
             if op is not None:
                 break
             try:
-                importlib.import_module(name)
+                if name == "vllm._flashmla_C":
+                    load_vllm_flashmla()  # by path: vLLM's top-level package is not imported
+                else:
+                    importlib.import_module(name)
             except Exception as exc:  # absent or broken: the op stays missing, the reason says why
                 tried.append(f"{name}: {type(exc).__name__}")
                 continue

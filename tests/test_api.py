@@ -105,7 +105,7 @@ def test_backend_may_be_an_enum_member_or_any_case():
 @pytest.mark.parametrize("query,needle", [
     (dict(platform="tpu"), "unknown platform 'tpu'"),
     (dict(platform="cuda", kv_cache_dtype="fp8_e4m4"), "did you mean 'fp8_e4m3'"),
-    (dict(platform="cuda", capability=9.0), "capability must be a string"),
+    (dict(platform="cuda", capability=9.0), "9.0 is not a cuda capability"),
     (dict(platform="cuda", model="llama"), "unknown model 'llama'"),
     (dict(platform="cuda", colour="red"), "unknown input 'colour'"),
 ])

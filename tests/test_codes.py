@@ -49,7 +49,6 @@ def test_load_and_schema_codes(tmp_path):
         "a_syntax.yaml": "kind: backend\nrules: [\n",
         "b_empty.yaml": "",
         "c_tag.yaml": "kind: !!python/name:os.system backend\n",
-        "d_merge.yaml": "kind: default\nhit_policy: first\nrules:\n  - <<: {id: x}\n    use: A\n",
         "e_dup.yaml": "kind: default\nkind: default\n",
         "f_unquoted.yaml": BACKEND.format(name="F_DSV4") + "  - id: f\n    when: {capability: 9.0}\n    select: {}\n",
         "g_unknown_field.yaml": BACKEND.format(name="G_DSV4") + "  - id: g\n    selct: {}\n",
@@ -59,7 +58,7 @@ def test_load_and_schema_codes(tmp_path):
     report = dsv4sel.verify([*default_packs(), str(pack)])
     got = dict(codes_of(report))
     assert got == {
-        "a_syntax.yaml": "DSV102", "b_empty.yaml": "DSV103", "c_tag.yaml": "DSV104", "d_merge.yaml": "DSV105",
+        "a_syntax.yaml": "DSV102", "b_empty.yaml": "DSV103", "c_tag.yaml": "DSV104",
         "e_dup.yaml": "DSV106", "f_unquoted.yaml": "DSV202", "g_unknown_field.yaml": "DSV203",
         "h_required.yaml": "DSV204", "i_enum.yaml": "DSV201",
     }, [str(f) for f in report.findings]

@@ -89,7 +89,7 @@ def test_a_rule_file_that_is_not_utf8_is_a_located_problem(tmp_path):
     (bad / "x.yaml").write_bytes(b"\xff\xfe\x00 not utf-8")
     result = run("diff", str(bad), str(bad))
     assert result.returncode == 2
-    assert "Traceback" not in result.stderr and "x.yaml:1:1: cannot read rule file" in result.stderr
+    assert "Traceback" not in result.stderr and "x.yaml:1:1: the file is not UTF-8 text" in result.stderr
 
 
 def test_a_bug_in_a_command_is_one_line_and_exit_3(monkeypatch, capsys):

@@ -1,41 +1,111 @@
-"""A non-editable install ships the rules as package data and kernels as dsv4sel.kernels."""
+"""What a user's ``pip install`` gets: the sdist and the wheel carry every
+package, the rules, the schema and the license, and the wheel installed into
+a fresh virtual environment without torch gives a working ``dsv4sel``."""
 
 import os
 import subprocess
 import sys
+import tarfile
+import venv
 import zipfile
+from pathlib import Path
 
 import pytest
 
 from conftest import REPO
 
+ROOT = Path(REPO)
+
+
+def _tracked_packages() -> set[str]:
+    """Every folder of Python code in the source tree, as installed package paths."""
+    out = set()
+    for base, installed in (("dsv4sel", "dsv4sel"), ("kernels", "dsv4sel/kernels")):
+        for folder, _dirs, files in os.walk(ROOT / base):
+            if "__pycache__" in folder:
+                continue
+            if any(f.endswith(".py") for f in files):
+                out.add(installed + folder[len(str(ROOT / base)):])
+    return out
+
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory):
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(out), REPO], check=True, capture_output=True)
-    (path,) = out.glob("dsv4sel-*.whl")
-    return path
+def dists(tmp_path_factory):
+    """An sdist, and a wheel built from that sdist (as ``python -m build`` does)."""
+    out = tmp_path_factory.mktemp("dist")
+    proc = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), REPO],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Warning" not in proc.stderr and "deprecated" not in proc.stderr.lower(), proc.stderr[-3000:]
+    (sdist,) = out.glob("dsv4sel-*.tar.gz")
+    (wheel,) = out.glob("dsv4sel-*.whl")
+    return sdist, wheel
 
 
-def test_the_wheel_holds_rules_schema_and_kernels_but_no_top_level_kernels(wheel):
+def test_the_wheel_holds_every_package_the_rules_the_schema_and_the_license(dists):
+    _, wheel = dists
     names = zipfile.ZipFile(wheel).namelist()
-    shipped = sorted(n for n in os.listdir(os.path.join(REPO, "rules")) if n.endswith(".yaml"))
-    assert sorted(n.split("/")[-1] for n in names if n.startswith("dsv4sel/rules/")) == shipped
+    folders = {n.rsplit("/", 1)[0] for n in names if n.endswith(".py")}
+    assert _tracked_packages() <= folders, _tracked_packages() - folders
+    assert "dsv4sel/cli/__init__.py" in names
+    shipped = sorted(str(p.relative_to(ROOT / "rules")) for p in (ROOT / "rules").rglob("*.yaml"))
+    assert sorted(n[len("dsv4sel/rules/"):] for n in names
+                  if n.startswith("dsv4sel/rules/") and n.endswith(".yaml")) == shipped
     assert "dsv4sel/schema/rules.schema.json" in names
-    assert "dsv4sel/kernels/__init__.py" in names
-    assert not any(n.startswith("kernels/") for n in names)
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    assert not any(n.startswith(("kernels/", "rules/", "tests/")) for n in names)
+    metadata = next(zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith("METADATA"))
+    assert "License-Expression: Apache-2.0" in metadata
 
 
-def test_an_installed_wheel_selects_with_its_packaged_rules(wheel, tmp_path):
-    target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
-                    str(wheel)], check=True, capture_output=True)
-    code = ("import dsv4sel, dsv4sel.sources as s\n"
+def test_the_sdist_holds_what_a_rebuild_needs(dists):
+    sdist, _ = dists
+    names = {n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if "/" in n}
+    for needed in ("LICENSE", "README.md", "pyproject.toml", "setup.py", "dsv4sel/cli/__init__.py",
+                   "dsv4sel/schema/rules.schema.json", "kernels/__init__.py", "rules/vocabulary.yaml"):
+        assert needed in names, needed
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(dists, tmp_path_factory):
+    """The wheel installed into a new virtual environment: no torch, no repository on the path."""
+    _, wheel = dists
+    home = tmp_path_factory.mktemp("venv")
+    venv.EnvBuilder(with_pip=True, system_site_packages=False).create(home / "env")
+    python = home / "env" / "bin" / "python"
+    proc = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                           str(wheel)], capture_output=True, text=True)
+    if proc.returncode != 0 and "No matching distribution" in proc.stderr + proc.stdout:
+        pytest.skip(f"pyyaml/jsonschema cannot be installed here (no package index): {proc.stderr[-500:]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return home
+
+
+def _in_venv(home: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["DSV4SEL_CACHE_DIR"] = str(home / "cache")
+    return subprocess.run(list(args), capture_output=True, text=True, cwd=str(home), env=env, timeout=300)
+
+
+def test_the_installed_command_runs_its_commands_without_torch(fresh_venv):
+    bin_dir = fresh_venv / "env" / "bin"
+    assert _in_venv(fresh_venv, str(bin_dir / "python"), "-c", "import torch").returncode != 0
+    version = _in_venv(fresh_venv, str(bin_dir / "dsv4sel"), "--version")
+    assert version.returncode == 0 and version.stdout.strip() == "dsv4sel 0.1.0", version
+    check = _in_venv(fresh_venv, str(bin_dir / "dsv4sel"), "check")
+    assert check.returncode == 0 and "clean:" in check.stdout, check
+    explain = _in_venv(fresh_venv, str(bin_dir / "dsv4sel"), "explain", "--platform", "cuda",
+                       "--capability", "9.0")
+    assert explain.returncode == 0 and "FLASHMLA_SPARSE_DSV4" in explain.stdout, explain
+
+
+def test_the_installed_package_selects_with_its_packaged_rules(fresh_venv):
+    code = ("import dsv4sel, dsv4sel.sources as s, sys\n"
             "sel = dsv4sel.select(platform='cuda', capability='9.0')\n"
-            "print(s.shipped_rules_dir().startswith(%r), sel.backend, sel.rule.file)" % str(target))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")]), DSV4SEL_CACHE_DIR=str(tmp_path / "cache"))
-    out = subprocess.run([sys.executable, "-c", code],
-                         capture_output=True, text=True, env=env, cwd=str(tmp_path), check=True).stdout
-    assert out.split() == ["True", "FLASHMLA_SPARSE_DSV4", "rules/flashmla.yaml"]
+            "print(s.shipped_rules_dir().startswith(sys.prefix), sel.backend, sel.rule.file,\n"
+            "      'torch' in sys.modules, 'yaml' in sys.modules)")
+    python = fresh_venv / "env" / "bin" / "python"
+    first = _in_venv(fresh_venv, str(python), "-c", code)
+    assert first.returncode == 0, first
+    # `check` compiled the rules before: this process reads the cache and imports no yaml
+    assert first.stdout.split() == ["True", "FLASHMLA_SPARSE_DSV4", "rules/flashmla.yaml", "False", "False"]

@@ -3,7 +3,7 @@
 import pytest
 
 import dsv4sel
-from dsv4sel import SelectionError
+from dsv4sel import InvalidQuery, SelectionError
 
 FLASHMLA_IMPL = "dsv4sel.kernels.flashmla:DeepseekV4FlashMLASparseImpl"
 FLASHINFER_IMPL = "dsv4sel.kernels.flashinfer:DeepseekV4FlashInferMLASparseImpl"
@@ -63,10 +63,11 @@ def test_unknown_cuda_capability_is_treated_as_not_sm12_with_a_message():
     assert any("capability unknown" in m for m in fi.messages)
 
 
-def test_undeclared_capability_decides_as_unknown_and_says_so():
-    sel = select(platform="cuda", capability="10.1", kv_cache_dtype="fp8")
-    assert sel.query.capability == "unknown"
-    assert any("'10.1' is not declared" in m for m in sel.messages)
+def test_an_undeclared_capability_is_refused_not_decided_as_unknown():
+    with pytest.raises(InvalidQuery) as info:
+        select(platform="cuda", capability="10.1", kv_cache_dtype="fp8")
+    assert "cuda capability '10.1' is not declared" in str(info.value)
+    assert info.value.suggestions == ("--capability unknown",)
 
 
 # ---------------------------------------------------- fp8_ds_mla layout family

@@ -15,10 +15,13 @@ import sys
 from .. import __version__
 from ..errors import RuleError, SelectionError
 from . import check, completion, diff, doctor, explain, schema, table, test
+from .streams import silence_stdout
 
 COMMANDS = (explain, check, test, table, doctor, diff, schema, completion)
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 DEBUG_ENV = "DSV4SEL_DEBUG"
+# errno values of a sink that cannot take the output: ENOSPC, EIO, EPIPE, EBADF, EDQUOT
+_WRITE_ERRORS = {28, 5, 32, 9, 122}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,10 +41,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .streams import safe_streams
+
+    with safe_streams():
+        return _run(argv)
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
-        return args.run(args)
+        args = parser.parse_args(argv)
+        return _finish(args.run(args))
+    except SystemExit as exc:  # argparse: --help, --version, usage errors
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
+        return _finish(code)
     except RuleError as exc:
         print(f"dsv4sel: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -51,18 +64,45 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:  # a missing dependency of the compiler, named with its fix
         print(f"dsv4sel: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except BrokenPipeError:  # `dsv4sel table | head`
+    except BrokenPipeError:  # `dsv4sel table | head`: the reader has all it wanted
+        silence_stdout()
         return EXIT_OK
+    except OSError as exc:  # the output cannot be written: /dev/full, a vanished disk
+        if exc.errno not in _WRITE_ERRORS:
+            return _internal(exc)
+        silence_stdout()
+        _say(f"dsv4sel: cannot write the output: {exc.strerror or exc}")
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a bug: one line for the user, the traceback on request
-        import os
+        return _internal(exc)
 
-        if os.environ.get(DEBUG_ENV):
-            raise
-        print(f"dsv4sel: internal error (a bug in dsv4sel, please report it): {type(exc).__name__}: {exc}; "
-              f"set {DEBUG_ENV}=1 for the traceback", file=sys.stderr)
-        return EXIT_INTERNAL
+
+def _finish(code: int) -> int:
+    """Flush stdout inside the error handling, so that a sink that fails only
+    on flush (``> /dev/full``) is reported like any failed write."""
+    sys.stdout.flush()
+    return code
+
+
+def _internal(exc: BaseException) -> int:
+    import os
+
+    if os.environ.get(DEBUG_ENV):
+        raise exc
+    _say(f"dsv4sel: internal error (a bug in dsv4sel, please report it): {type(exc).__name__}: {exc}; "
+         f"set {DEBUG_ENV}=1 for the traceback")
+    return EXIT_INTERNAL
+
+
+def _say(message: str) -> None:
+    """One line on stderr, if stderr can take it."""
+    try:
+        print(message, file=sys.stderr)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

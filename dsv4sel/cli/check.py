@@ -72,40 +72,33 @@ def run(args: argparse.Namespace) -> int:
     if args.only_rules and not (args.rules or args.paths):
         print("dsv4sel check: --only-rules needs at least one --rules PATH", file=sys.stderr)
         return EXIT_UNUSABLE
+    from ..findings import VerifyError
+    from ..sources import default_packs
+    from ..verifier import verify
+
+    paths = rule_paths(args)
+    if args.paths:
+        named = _positional_packs(args.paths)  # empty when only test files were named
+        base = paths if paths is not None else ([] if args.only_rules else default_packs())
+        paths = [*base, *named] if (named or paths is not None) else None
     try:
-        from ..findings import VerifyError
-        from ..sources import default_packs
-        from ..verifier import verify
+        report = verify(paths, allowed_impl_modules=allowed_modules(args))
+    except VerifyError as exc:
+        print(f"dsv4sel check: {exc}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    if args.format == "json":
+        print(json.dumps(report.to_dict(), indent=2))
+    elif args.format in ("github", "sarif"):
+        from .formats import github, sarif
 
-        paths = rule_paths(args)
-        if args.paths:
-            named = _positional_packs(args.paths)  # empty when only test files were named
-            base = paths if paths is not None else ([] if args.only_rules else default_packs())
-            paths = [*base, *named] if (named or paths is not None) else None
-        try:
-            report = verify(paths, allowed_impl_modules=allowed_modules(args))
-        except VerifyError as exc:
-            print(f"dsv4sel check: {exc}", file=sys.stderr)
-            return EXIT_UNUSABLE
-        if args.format == "json":
-            print(json.dumps(report.to_dict(), indent=2))
-        elif args.format in ("github", "sarif"):
-            from .formats import github, sarif
+        diagnostics = [Diagnostic(f.code, f.severity, f.message, f.file, f.line, f.column)
+                       for f in report.findings]
+        sys.stdout.write(github(diagnostics) if args.format == "github" else sarif(diagnostics))
+    else:
+        from .output import wrapped
 
-            diagnostics = [Diagnostic(f.code, f.severity, f.message, f.file, f.line, f.column)
-                           for f in report.findings]
-            sys.stdout.write(github(diagnostics) if args.format == "github" else sarif(diagnostics))
-        else:
-            from .output import wrapped
-
-            sys.stdout.write(wrapped(render(report)))
-        return EXIT_CLEAN if report.ok else EXIT_FINDINGS
-    except (BrokenPipeError, KeyboardInterrupt):
-        raise
-    except Exception as exc:  # the one place that turns a bug into a message, not a traceback
-        print(f"dsv4sel check: internal error (a bug in dsv4sel, please report it): "
-              f"{type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_INTERNAL
+        sys.stdout.write(wrapped(render(report)))
+    return EXIT_CLEAN if report.ok else EXIT_FINDINGS
 
 
 def _table(rows: list[tuple], right: set[int]) -> list[str]:

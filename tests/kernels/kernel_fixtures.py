@@ -58,10 +58,29 @@ def fake_module(monkeypatch):
     return install
 
 
+class _OpsWithout:
+    """A torch.ops namespace in which no op is registered (attribute lookups fail as torch's do)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, op: str):
+        raise AttributeError(f"'_OpNamespace' '{self._name}' object has no attribute '{op}'")
+
+
 @pytest.fixture
 def no_libraries(monkeypatch):
-    """Make every kernel library unimportable, whatever is installed (vLLM too: its _flashmla_C may carry ops)."""
+    """A machine with no kernel library, whatever is installed and already loaded in this process.
+
+    Every library module is unimportable (vLLM too: it bundles FlashMLA), the
+    variable naming a copy of vLLM's FlashMLA is unset, and torch.ops._flashmla_C
+    has no op even where an earlier test loaded a real FlashMLA build.
+    """
+    from dsv4sel.kernels.flashmla import VLLM_FLASHMLA_DIR_ENV
+
     for name in (
         "flash_mla", "flashinfer", "flashinfer.mla", "flashinfer.decode", "aiter", "aiter.mla", "vllm", "vllm._flashmla_C",
     ):
         monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.delenv(VLLM_FLASHMLA_DIR_ENV, raising=False)
+    monkeypatch.setattr(torch.ops, "_flashmla_C", _OpsWithout("_flashmla_C"), raising=False)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 
 import pytest
 import torch
@@ -143,7 +144,7 @@ def test_is_available_with_the_library_and_a_matching_gpu(fake_module) -> None:
     assert DeepseekV4ROCMAiterMLASparseImpl.is_available("rocm", "gfx950")[0]
 
 
-def test_an_old_flash_mla_without_sparse_decode_is_reported(fake_module) -> None:
+def test_an_old_flash_mla_without_sparse_decode_is_reported(no_libraries, fake_module) -> None:
     def old_api(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata, num_splits,
                 softmax_scale=None, causal=False):
         raise AssertionError("must not be called")
@@ -267,15 +268,47 @@ def test_forward_decode_validates_shapes_before_dispatch(gen) -> None:
 
 
 class _SchedMeta:
-    pass
+    """FlashMLA's FlashMLASchedMeta: empty until the first call fills it."""
+
+    def __init__(self):
+        self.have_initialized = False
+        self.config = None
+        self.tile_scheduler_metadata = None
+        self.num_splits = None
+
+
+def _fake_schedule(b, topk, extra_topk, topk_length, extra_topk_length):
+    """The fake's planning result: like FlashMLA's, it depends on the values of the lengths."""
+    lens = torch.full((b,), topk, dtype=torch.int32) if topk_length is None else topk_length.int()
+    extra = torch.zeros(b, dtype=torch.int32) if extra_topk_length is None else extra_topk_length.int()
+    if extra_topk_length is None and extra_topk is not None:
+        extra = torch.full((b,), extra_topk, dtype=torch.int32)
+    return torch.stack([lens.cpu(), extra.cpu()])
 
 
 def _fake_flash_mla_call(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
                          num_splits=None, softmax_scale=None, causal=False, is_fp8_kvcache=False, indices=None,
                          attn_sink=None, extra_k_cache=None, extra_indices_in_kvcache=None, topk_length=None,
                          extra_topk_length=None):
-    """FlashMLA's sparse decode as documented: reads fp8_ds_mla pages through k_cache's base and page stride."""
+    """FlashMLA's sparse decode as documented: reads fp8_ds_mla pages through k_cache's base and page stride.
+
+    The first call of a sched_meta plans (fills it); later calls must have the
+    same shapes and the same length values, else FlashMLA would run a stale
+    schedule: the fake fails there.
+    """
     _fake_flash_mla_call.calls.append(dict(locals()))
+    meta = tile_scheduler_metadata
+    extra_topk = None if extra_indices_in_kvcache is None else extra_indices_in_kvcache.shape[-1]
+    config = (tuple(q.shape), k_cache.shape[1], indices.shape[-1], extra_topk,
+              None if extra_k_cache is None else extra_k_cache.shape[1])
+    schedule = _fake_schedule(q.shape[0], indices.shape[-1], extra_topk, topk_length, extra_topk_length)
+    if not meta.have_initialized:
+        meta.have_initialized, meta.config = True, config
+        meta.tile_scheduler_metadata, meta.num_splits = schedule, torch.arange(q.shape[0] + 1, dtype=torch.int32)
+        _fake_flash_mla_call.plannings += 1
+    else:
+        assert meta.config == config, "sched_meta reused with other shapes"
+        assert torch.equal(meta.tile_scheduler_metadata, schedule), "sched_meta reused with other lengths"
     layout = get_layout("fp8_ds_mla")
     page_bytes = layout.page_bytes(k_cache.shape[1])
     kwargs = {}
@@ -292,11 +325,13 @@ def _fake_flash_mla_call(q, k_cache, block_table, cache_seqlens, head_dim_v, til
 
 
 _fake_flash_mla_call.calls = []
+_fake_flash_mla_call.plannings = 0
 
 
 @pytest.fixture
 def fake_flash_mla(fake_module):
     _fake_flash_mla_call.calls = []
+    _fake_flash_mla_call.plannings = 0
     metas = []
 
     def get_mla_metadata(*args, **kwargs):
@@ -306,6 +341,14 @@ def fake_flash_mla(fake_module):
     mod = fake_module("flash_mla", get_mla_metadata=get_mla_metadata, flash_mla_with_kvcache=_fake_flash_mla_call)
     mod.metas = metas
     return mod
+
+
+def _assert_planning_call(call, real):
+    """The plan's dummy call: the real call's shapes and lengths, nothing to read (all indices -1)."""
+    assert call["tile_scheduler_metadata"] is real["tile_scheduler_metadata"]
+    assert call["q"].shape == real["q"].shape and not call["q"].any()
+    assert call["k_cache"].shape[1:] == real["k_cache"].shape[1:] and call["k_cache"].data_ptr() != real["k_cache"].data_ptr()
+    assert bool((call["indices"] == -1).all()) and call["indices"].shape == real["indices"].shape
 
 
 @pytest.mark.parametrize(("heads", "padded"), [(4, 64), (64, 64), (100, 128), (128, 128)])
@@ -326,7 +369,9 @@ def test_flashmla_mapping(fake_flash_mla, gen, heads, padded) -> None:
         extra_kv_cache=extra, extra_indices=extra_idx, extra_topk_length=extra_topk_length,
     )
 
-    (call,) = _fake_flash_mla_call.calls
+    planning, call = _fake_flash_mla_call.calls
+    _assert_planning_call(planning, call)
+    assert _fake_flash_mla_call.plannings == 1
     assert call["q"].shape == (b, s, padded, 512) and call["q"].dtype == torch.bfloat16
     assert not call["q"][:, :, heads:].any(), "padded heads must be zero"
     k_cache = call["k_cache"]
@@ -353,14 +398,125 @@ def test_flashmla_mapping(fake_flash_mla, gen, heads, padded) -> None:
     torch.testing.assert_close(got.lse, lse)
 
 
-def test_flashmla_takes_fresh_scheduler_metadata_per_call_and_omits_unused_options(fake_flash_mla, gen) -> None:
+def test_flashmla_forward_decode_plans_afresh_every_call_and_omits_unused_options(fake_flash_mla, gen) -> None:
     q, cache, idx = _decode_args(gen, heads=64)
     impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 8, platform="cuda", capability=(10, 0))
     impl.forward_decode(q, cache, idx, softmax_scale=SCALE)
     impl.forward_decode(q, cache, idx, softmax_scale=SCALE)
-    first, second = _fake_flash_mla_call.calls
+    _, first, _, second = _fake_flash_mla_call.calls
     assert first["tile_scheduler_metadata"] is not second["tile_scheduler_metadata"]
-    assert first["attn_sink"] is None and first["topk_length"] is None and first["extra_k_cache"] is None
+    assert _fake_flash_mla_call.plannings == 2
+    assert first["attn_sink"] is None and first["extra_k_cache"] is None
+    assert "topk_length" not in first or first["topk_length"] is None
+
+
+def _layers(gen, n, b, s, heads, block_size=16, topk=12, extra_topk=20):
+    """n layers' inputs: their own caches, indices, queries and sinks (one batch shape)."""
+    layers = []
+    for _ in range(n):
+        cache = make_cache("fp8_ds_mla", 3, block_size, gen)
+        extra = make_cache("fp8_ds_mla", 4, block_size, gen)
+        layers.append(dict(
+            q=torch.randn(b, s, heads, 512, generator=gen).to(torch.bfloat16), kv_cache=cache,
+            indices=random_indices(b, s, topk, 3 * block_size, gen).int(), extra_kv_cache=extra,
+            extra_indices=random_indices(b, s, extra_topk, 4 * block_size, gen).int(),
+            attn_sink=torch.randn(heads, generator=gen),
+        ))
+    return layers
+
+
+def _reference(layer, topk_length, extra_topk_length):
+    return sparse_mla_decode(
+        layer["q"], layer["kv_cache"], "fp8_ds_mla", layer["indices"], SCALE, layer["attn_sink"], topk_length,
+        extra_cache=layer["extra_kv_cache"], extra_indices=layer["extra_indices"], extra_topk_length=extra_topk_length,
+    )
+
+
+@pytest.mark.parametrize("heads", [16, 64])
+def test_flashmla_plan_once_then_run_every_layer(fake_flash_mla, gen, heads) -> None:
+    b, s = 3, 2
+    layers = _layers(gen, 3, b, s, heads)
+    topk_length, extra_topk_length = torch.tensor([12, 5, 0]), torch.tensor([20, 7, 13])
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 16, platform="cuda", capability=(9, 0))
+    plan = impl.plan(batch=b, seq_q=s, heads=heads, topk=12, extra_topk=20, softmax_scale=SCALE,
+                     topk_length=topk_length, extra_topk_length=extra_topk_length, device="cpu")
+    assert len(_fake_flash_mla_call.calls) == 1 and len(fake_flash_mla.metas) == 1
+    topk_length[0] = 1  # the plan copied the lengths
+    topk_length[0] = 12
+    for layer in layers:
+        got = impl.run(**layer)  # the impl's current plan
+        out, lse = _reference(layer, topk_length, extra_topk_length)
+        torch.testing.assert_close(got.out.float(), out, atol=1e-2, rtol=1e-2)
+        torch.testing.assert_close(got.lse, lse)
+    planning, *runs = _fake_flash_mla_call.calls
+    _assert_planning_call(planning, runs[0])
+    assert len(runs) == 3 and len(fake_flash_mla.metas) == 1 and _fake_flash_mla_call.plannings == 1
+    assert all(r["tile_scheduler_metadata"] is plan.state["meta"] for r in runs)
+    assert all(r["topk_length"] is plan.topk_length for r in runs), "the lengths are the plan's buffers"
+    if heads == 16:  # the padded-head buffers are the plan's, reused by every layer
+        assert len({r["q"].data_ptr() for r in runs}) == 1 and len({r["attn_sink"].data_ptr() for r in runs}) == 1
+    else:  # nothing to pad: the layer's own tensors go straight to the kernel
+        assert all(r["q"] is layer["q"] and r["indices"] is layer["indices"] for r, layer in zip(runs, layers))
+
+
+def test_flashmla_replan_updates_the_schedule_in_place(fake_flash_mla, gen) -> None:
+    b, s, heads = 2, 1, 64
+    (layer,) = _layers(gen, 1, b, s, heads)
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 16, platform="cuda", capability=(9, 0))
+    plan = impl.plan(batch=b, heads=heads, topk=12, extra_topk=20, softmax_scale=SCALE,
+                     topk_length=torch.tensor([12, 3]), extra_topk_length=torch.tensor([20, 20]), device="cpu")
+    impl.run(**layer, plan=plan)
+    meta = plan.state["meta"]
+    tsm, lens = meta.tile_scheduler_metadata, plan.topk_length
+    new_topk, new_extra = torch.tensor([4, 12]), torch.tensor([1, 9])
+    assert impl.replan(plan, topk_length=new_topk, extra_topk_length=new_extra) is plan
+    assert plan.state["meta"] is meta and meta.tile_scheduler_metadata is tsm and plan.topk_length is lens
+    assert torch.equal(tsm, _fake_schedule(b, 12, 20, new_topk, new_extra))
+    got = impl.run(**layer, plan=plan)  # the fake fails on a stale schedule
+    out, lse = _reference(layer, new_topk, new_extra)
+    torch.testing.assert_close(got.out.float(), out, atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(got.lse, lse)
+    with pytest.raises(ValueError, match="seq_lens"):
+        impl.replan(plan, seq_lens=torch.tensor([5, 5]))
+    with pytest.raises(ValueError, match=r"\[2\]"):
+        impl.replan(plan, topk_length=torch.tensor([1, 2, 3]))
+
+
+def test_flashmla_run_checks_the_plan(fake_flash_mla, gen) -> None:
+    b, s, heads = 2, 1, 64
+    (layer,) = _layers(gen, 1, b, s, heads)
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 16, platform="cuda", capability=(9, 0))
+    with pytest.raises(ValueError, match="plan"):
+        impl.run(**layer)
+    plan = impl.plan(batch=b, heads=heads, topk=12, extra_topk=20, softmax_scale=SCALE, device="cpu")
+    with pytest.raises(ValueError, match="q must be"):
+        impl.run(**{**layer, "q": layer["q"][:1]})
+    with pytest.raises(ValueError, match="indices must be"):
+        impl.run(**{**layer, "indices": layer["indices"][:, :, :5]})
+    with pytest.raises(ValueError, match="extra_topk"):
+        impl.run(layer["q"], layer["kv_cache"], layer["indices"])
+    with pytest.raises(ValueError, match="block size"):
+        impl.run(**{**layer, "kv_cache": get_layout("fp8_ds_mla").allocate(2, 8)})
+    other = DeepseekV4ReferenceSparseImpl("fp8_ds_mla", 16)
+    with pytest.raises(ValueError, match="cannot be run"):
+        other.run(**layer, plan=plan)
+    with pytest.raises(ValueError, match="device"):
+        impl.plan(batch=b, heads=heads, topk=12, softmax_scale=SCALE)
+
+
+def test_plan_without_the_library_raises_or_plans_the_reference(no_libraries, gen) -> None:
+    (layer,) = _layers(gen, 1, 2, 1, 8)
+    strict = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 16, platform="cuda", capability=(9, 0))
+    with pytest.raises(KernelUnavailableError, match="FlashMLA"):
+        strict.plan(batch=2, heads=8, topk=12, extra_topk=20, softmax_scale=SCALE, device="cpu")
+    lenient = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 16, fallback="reference", platform="cuda", capability=(9, 0))
+    lengths = torch.tensor([3, 12]), torch.tensor([20, 1])
+    plan = lenient.plan(batch=2, heads=8, topk=12, extra_topk=20, softmax_scale=SCALE,
+                        topk_length=lengths[0], extra_topk_length=lengths[1], device="cpu")
+    assert plan.library is None
+    got = lenient.run(**layer)
+    out, lse = _reference(layer, *lengths)
+    assert torch.equal(got.out, out.to(torch.bfloat16)) and torch.equal(got.lse, lse)
 
 
 def test_flashmla_rejects_more_than_128_heads(fake_flash_mla, gen) -> None:
@@ -627,3 +783,114 @@ def test_parse_capability(value, expected) -> None:
 def test_parse_capability_rejects_garbage(value) -> None:
     with pytest.raises(ValueError):
         parse_capability(value)
+
+
+# ---------------------------------------------------------------------------
+# Which FlashMLA: the flash_mla package, else vLLM's bundled build
+# ---------------------------------------------------------------------------
+
+_FAKE_EXTENSION = '''
+import sys
+LOADS = getattr(sys, "_dsv4sel_fake_ext_loads", 0) + 1
+sys._dsv4sel_fake_ext_loads = LOADS
+'''
+
+_FAKE_INTERFACE = '''
+import dataclasses
+import vllm._flashmla_C  # as vLLM's copy of the interface does
+EXTENSION = vllm._flashmla_C
+
+
+@dataclasses.dataclass
+class FlashMLASchedMeta:
+    have_initialized: bool = False
+
+
+def get_mla_metadata(*args, **kwargs):
+    return FlashMLASchedMeta(), None
+
+
+def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
+                           num_splits=None, softmax_scale=None, causal=False, is_fp8_kvcache=False, indices=None,
+                           attn_sink=None, extra_k_cache=None, extra_indices_in_kvcache=None, topk_length=None,
+                           extra_topk_length=None, out=None, enable_batch_invariant=False):
+    raise AssertionError("not called here")
+'''
+
+
+def _fake_vllm_bundle(root, top_level_init=None):
+    """A folder laid out like vLLM's wheel: vllm/_flashmla_C + vllm/third_party/flashmla/flash_mla_interface.py."""
+    pkg = root / "vllm"
+    (pkg / "third_party" / "flashmla").mkdir(parents=True)
+    (pkg / "_flashmla_C.py").write_text(_FAKE_EXTENSION)
+    (pkg / "third_party" / "flashmla" / "__init__.py").write_text("")
+    (pkg / "third_party" / "flashmla" / "flash_mla_interface.py").write_text(_FAKE_INTERFACE)
+    if top_level_init is not None:
+        (pkg / "__init__.py").write_text(top_level_init)
+    return root
+
+
+@pytest.fixture
+def without_flashmla(monkeypatch):
+    """No flash_mla, no vLLM, no $DSV4SEL_VLLM_FLASHMLA_DIR: each test adds back the one it describes."""
+    from dsv4sel.kernels.flashmla import VLLM_FLASHMLA_DIR_ENV
+
+    monkeypatch.setitem(sys.modules, "flash_mla", None)
+    monkeypatch.delenv(VLLM_FLASHMLA_DIR_ENV, raising=False)
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path])
+    return monkeypatch
+
+
+def test_flashmla_build_from_the_folder_in_the_environment_variable(without_flashmla, tmp_path) -> None:
+    from dsv4sel.kernels.flashmla import VLLM_FLASHMLA_DIR_ENV, flashmla_build
+
+    without_flashmla.setitem(sys.modules, "vllm", None)  # no installed vLLM either
+    without_flashmla.setenv(VLLM_FLASHMLA_DIR_ENV, str(_fake_vllm_bundle(tmp_path)))
+    build = flashmla_build()
+    assert build.source == "vllm-dir" and build.found
+    assert build.location == str(tmp_path / "vllm" / "_flashmla_C.py")
+    assert "DSV4SEL_VLLM_FLASHMLA_DIR" in build.describe() and str(tmp_path) in build.describe()
+    assert build.module.EXTENSION.__name__ == "vllm._flashmla_C"
+    assert sys.modules["vllm"] is None, "the stand-in parent package must not outlive the load"
+    assert "vllm._flashmla_C" not in sys.modules
+    assert flashmla_build().module is build.module, "a build is loaded once per process"
+    ok, reason = DeepseekV4FlashMLASparseImpl.is_available("cuda", (9, 0))
+    assert ok and "vLLM's bundled FlashMLA from $DSV4SEL_VLLM_FLASHMLA_DIR" in reason
+    # the folder may also be the vllm package folder itself
+    without_flashmla.setenv(VLLM_FLASHMLA_DIR_ENV, str(tmp_path / "vllm"))
+    assert flashmla_build().module is build.module
+
+
+def test_flashmla_build_from_the_installed_vllm_without_importing_vllm(without_flashmla, tmp_path) -> None:
+    from dsv4sel.kernels.flashmla import flashmla_build
+
+    _fake_vllm_bundle(tmp_path, top_level_init="raise RuntimeError('vllm/__init__.py must not run')\n")
+    without_flashmla.syspath_prepend(str(tmp_path))
+    build = flashmla_build()
+    assert build.source == "vllm", build.reason
+    assert build.location == str(tmp_path / "vllm" / "_flashmla_C.py")
+    assert build.describe().startswith("vLLM") and "bundled FlashMLA" in build.describe()
+    assert "vllm" not in sys.modules, "vLLM's top-level package must not be imported"
+
+
+def test_flashmla_package_comes_first_and_missing_builds_are_explained(without_flashmla, fake_module, tmp_path) -> None:
+    from dsv4sel.kernels.flashmla import VLLM_FLASHMLA_DIR_ENV, flashmla_build
+
+    without_flashmla.setitem(sys.modules, "vllm", None)
+    build = flashmla_build()
+    assert build.source == "none" and build.module is None
+    for needle in ("flash_mla is not importable", "DSV4SEL_VLLM_FLASHMLA_DIR is unset", "vllm is not installed"):
+        assert needle in build.reason
+    without_flashmla.setenv(VLLM_FLASHMLA_DIR_ENV, str(tmp_path / "nothing-here"))
+    assert "does not load" in flashmla_build().reason
+    ok, reason = DeepseekV4FlashMLASparseImpl.is_available("cuda", (9, 0))
+    assert not ok and "nothing-here" in reason and "pip install vllm==0.33.0" in reason
+    _fake_vllm_bundle(tmp_path)
+    without_flashmla.setenv(VLLM_FLASHMLA_DIR_ENV, str(tmp_path))
+    fake_module("flash_mla", __version__="9.9", get_mla_metadata=lambda: (None, None),
+                flash_mla_with_kvcache=_fake_flash_mla_call)
+    build = flashmla_build()
+    assert build.source == "flash_mla" and build.version == "9.9" and build.describe().startswith("FlashMLA package")
+    assert DeepseekV4FlashMLASparseImpl.build() == build

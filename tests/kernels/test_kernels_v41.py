@@ -231,7 +231,13 @@ def test_mega_probe_without_torch_says_so_and_does_not_raise(monkeypatch) -> Non
 
 
 def test_flashmla_v41_is_available_with_flash_mla_and_says_dsv4sel_cannot_call_it(fake_module) -> None:
-    fake_module("flash_mla", __version__="1.2.3")
+    def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
+                               num_splits=None, softmax_scale=None, causal=False, is_fp8_kvcache=False,
+                               indices=None, attn_sink=None):
+        raise AssertionError("dsv4sel has no V4.1 adapter: must not be called")
+
+    fake_module("flash_mla", __version__="1.2.3", get_mla_metadata=lambda: (None, None),
+                flash_mla_with_kvcache=flash_mla_with_kvcache)
     ok, reason = DeepseekV41FlashMLASparseImpl.is_available("cuda", (9, 0))
     assert ok is True and "flash_mla 1.2.3 importable" in reason and NO_FLASHMLA_ADAPTER in reason
     assert DeepseekV41FlashMLASparseImpl.is_available("cuda", "10.0")[0] is True

@@ -371,17 +371,177 @@ def test_fp8_e4m3_row_stores_value_over_scale(device: str, gen: torch.Generator)
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(n for n in LAYOUTS if LAYOUTS[n].has_codec))
-def test_out_of_range_and_negative_slots_are_rejected(name: str) -> None:
+CODECS = sorted(n for n in LAYOUTS if LAYOUTS[n].has_codec)
+
+
+def _bytes(cache: torch.Tensor) -> torch.Tensor:
+    return cache.view(torch.uint8).cpu()
+
+
+@pytest.mark.parametrize("name", CODECS)
+def test_slots_past_the_cache_are_rejected_or_skipped_and_negative_slots_skipped(name: str, device: str) -> None:
     layout = get_layout(name)
-    cache = layout.allocate(2, 4)
-    kv = torch.ones(1, 512)
-    for bad in (-1, 8):
-        with pytest.raises(ValueError, match="slots must be in"):
-            layout.write(cache, kv, torch.tensor([bad]))
-        with pytest.raises(ValueError, match="slots must be in"):
-            layout.read(cache, torch.tensor([bad]))
-    assert not cache.view(torch.uint8).any(), "a rejected write must not touch the cache"
+    cache = layout.allocate(2, 4, device=device)
+    kv = torch.ones(1, 512, device=device)
+    for bad in (8, 100):
+        with pytest.raises(ValueError, match="slots must be below 8"):
+            layout.write(cache, kv, torch.tensor([bad], device=device))
+        with pytest.raises(ValueError, match="slots must be below 8"):
+            layout.read(cache, torch.tensor([bad], device=device))
+    assert not _bytes(cache).any(), "a rejected write must not touch the cache"
+    layout.write(cache, torch.ones(2, 512, device=device), torch.tensor([-1, 8], device=device), check=False)
+    assert not _bytes(cache).any(), "skipped slots must not touch the cache"
+
+    kv = (torch.arange(3 * 512, dtype=torch.float32).view(3, 512) / 100).to(device)
+    layout.write(cache, kv, torch.tensor([-1, 5, -7], device=device))
+    alone = layout.allocate(2, 4, device=device)
+    layout.write(alone, kv[1:2], torch.tensor([5], device=device))
+    assert torch.equal(_bytes(cache), _bytes(alone)) and _bytes(alone).any()
+    got = layout.read(cache, torch.tensor([5, -1, 8, 5], device=device), check=False).cpu()
+    assert not got[1:3].any(), "negative and (unchecked) out-of-range slots read zeros"
+    assert torch.equal(got[0], got[3]) and torch.equal(got[0], layout.read(alone, torch.tensor([5], device=device)).cpu()[0])
+
+
+@pytest.mark.parametrize("name", CODECS)
+def test_duplicate_slots_the_last_row_wins_whole(name: str, device: str, gen: torch.Generator) -> None:
+    layout = get_layout(name)
+    n, capacity = 600, 64  # many rows per slot: a torn or first-wins write would show
+    kv = _varied_kv(n, gen)
+    slots = torch.randint(0, capacity, (n,), generator=gen)
+    slots[::7] = -1
+    cache = layout.allocate(capacity // 16, 16, device=device)
+    layout.write(cache, kv.to(device), slots.to(device))
+    last = {}
+    for i, slot in enumerate(slots.tolist()):
+        if slot >= 0:
+            last[slot] = i
+    expected = layout.allocate(capacity // 16, 16, device=device)
+    winners = torch.tensor(sorted(last.values()))
+    layout.write(expected, kv[winners].to(device), slots[winners].to(device), unique=True)
+    assert torch.equal(_bytes(cache), _bytes(expected))
+
+
+def test_backend_argument(gen: torch.Generator) -> None:
+    layout = get_layout("bf16_row")
+    cache = layout.allocate(1, 4)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        layout.write(cache, torch.ones(1, 512), torch.tensor([0]), backend="cuda")
+    with pytest.raises(ValueError, match="backend='triton' cannot run here: the fused codecs run on CUDA"):
+        layout.read(cache, torch.tensor([0]), backend="triton")
+    layout.write(cache, torch.ones(1, 512), torch.tensor([0]), backend="torch")
+    assert layout.read(cache, torch.tensor([0]), backend="auto").float().eq(1).all()
+
+
+# ---------------------------------------------------------------------------
+# The fused Triton codecs (CUDA): byte-exact with the torch codec
+# ---------------------------------------------------------------------------
+
+
+def _fused_or_skip() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device visible to torch: the fused Triton codecs run on CUDA")
+    from dsv4sel.kernels.layouts import _fused_unavailable
+
+    why = _fused_unavailable(torch.device("cuda"))
+    if why is not None:
+        pytest.skip(f"the fused Triton codecs cannot run here: {why}")
+
+
+def _codec_cases():
+    return [
+        pytest.param("fp8_ds_mla", 1.0, id="fp8_ds_mla"),
+        pytest.param("bf16_row", 1.0, id="bf16_row"),
+        pytest.param("fp8_e4m3_row", 1.0, id="fp8_e4m3_row"),
+        pytest.param("fp8_e4m3_row", 0.37, id="fp8_e4m3_row-scale0.37"),
+        pytest.param("fp8_e4m3_row", 2.0**-3, id="fp8_e4m3_row-scale2^-3"),
+    ]
+
+
+def _edge_kv(n: int, gen: torch.Generator) -> torch.Tensor:
+    """fp32 rows with tile maxima at, just above and just below 448 * 2**k, zeros, signed zeros and subnormals."""
+    kv = _varied_kv(n, gen).float()
+    k = torch.randint(-20, 20, (n, 8), generator=gen).float()
+    nudge = torch.tensor([1.0, 1 + 2.0**-23, 1 - 2.0**-24, 1 + 2.0**-7, 1 - 2.0**-8])
+    pick = nudge[torch.randint(0, len(nudge), (n, 8), generator=gen)]
+    kv.view(n, 8, 64)[:, :, 0] = 448.0 * torch.exp2(k) * pick
+    kv[1, :64] = -0.0
+    kv[2, 64:128] = 1e-40  # float32 subnormals
+    kv[3, 128:192] = torch.where(torch.arange(64) % 2 == 0, 3.0e38, -3.0e38)
+    return kv
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("name", "scale"), _codec_cases())
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_fused_write_and_read_are_byte_exact_with_the_torch_codec(name, scale, dtype, gen) -> None:
+    _fused_or_skip()
+    layout = get_layout(name) if scale == 1.0 else get_layout(name).with_scale(scale)
+    n, block_size, num_blocks = 3000, 64, 40
+    kv = (_edge_kv(n, gen) if dtype == torch.float32 else _varied_kv(n, gen)).to(dtype).cuda()
+    slots = torch.randint(0, num_blocks * block_size, (n,), generator=gen)
+    slots[::11] = -1
+    slots = slots.cuda()
+    fused, ref = (layout.allocate(num_blocks, block_size, device="cuda") for _ in range(2))
+    layout.write(fused, kv, slots, backend="triton")
+    layout.write(ref, kv, slots, backend="torch")
+    diff = (_bytes(fused) != _bytes(ref)).nonzero()
+    assert diff.numel() == 0, f"{diff.shape[0]} bytes differ, first at {diff[:5].tolist()}"
+    read_slots = torch.cat([slots, torch.tensor([-1, 5], device="cuda")])
+    a = layout.read(fused, read_slots, backend="triton")
+    b = layout.read(fused, read_slots, backend="torch")
+    assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+    # unique=True (no election) writes the same bytes when the slots are unique
+    uniq = torch.randperm(num_blocks * block_size, generator=gen)[:n // 2].cuda()
+    fused2, ref2 = (layout.allocate(num_blocks, block_size, device="cuda") for _ in range(2))
+    layout.write(fused2, kv[: n // 2], uniq, backend="triton", unique=True)
+    layout.write(ref2, kv[: n // 2], uniq, backend="torch")
+    assert torch.equal(_bytes(fused2), _bytes(ref2))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["fp8_ds_mla", "fp8_e4m3_row"])
+def test_fused_read_decodes_every_byte_like_the_torch_codec(name, gen) -> None:
+    """Caches of random bytes: every e4m3 value and every UE8M0 exponent (0..255), NaN encodings too."""
+    _fused_or_skip()
+    layout = get_layout(name)
+    block_size, num_blocks = 64, 64
+    cache = layout.allocate(num_blocks, block_size, device="cuda")
+    raw = torch.randint(0, 256, (cache.numel() * cache.element_size(),), generator=gen, dtype=torch.uint8)
+    cache.view(torch.uint8).view(-1).copy_(raw.cuda())
+    slots = torch.arange(num_blocks * block_size, device="cuda")
+    a = layout.read(cache, slots, backend="triton").float()
+    b = layout.read(cache, slots, backend="torch").float()
+    both_nan = torch.isnan(a) & torch.isnan(b)
+    assert bool((both_nan | (a.view(torch.int32) == b.view(torch.int32))).all())
+
+
+@pytest.mark.gpu
+def test_fused_codecs_run_under_cuda_graph_capture(gen) -> None:
+    _fused_or_skip()
+    layout = get_layout("fp8_ds_mla")
+    cache = layout.allocate(16, 64, device="cuda")
+    kv = torch.zeros(256, 512, dtype=torch.bfloat16, device="cuda")
+    slots = torch.zeros(256, dtype=torch.int64, device="cuda")
+    out = torch.zeros(256, 512, dtype=torch.bfloat16, device="cuda")
+    layout.write(cache, kv, slots, check=False)  # compile outside the capture
+    layout.read(cache, slots, check=False)
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        layout.write(cache, kv, slots, check=False)
+        out.copy_(layout.read(cache, slots, check=False))
+    for _ in range(2):
+        new_kv = _varied_kv(256, gen).cuda()
+        new_slots = torch.randperm(16 * 64, generator=gen)[:256].cuda()
+        new_slots[:3] = -1
+        kv.copy_(new_kv)
+        slots.copy_(new_slots)
+        graph.replay()
+        expected = layout.allocate(16, 64, device="cuda")
+        expected.copy_(cache)
+        layout.write(expected, new_kv, new_slots, backend="torch")
+        assert torch.equal(_bytes(cache), _bytes(expected))
+        assert torch.equal(out, layout.read(cache, new_slots, backend="torch"))
 
 
 def test_bad_kv_and_cache_are_rejected() -> None:

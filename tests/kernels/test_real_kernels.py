@@ -60,3 +60,65 @@ def test_real_library_matches_the_reference(impl_cls) -> None:
     torch.testing.assert_close(got.out.float(), out, atol=2e-2, rtol=2e-2)
     if got.lse is not None:
         torch.testing.assert_close(got.lse, lse, atol=1e-3, rtol=1e-3)
+
+
+def _decode_batch(impl, batch, heads, gen, device="cuda"):
+    """One step's decode inputs at DeepSeek-V4's shape: 128 window slots + 512 top-k compressed slots."""
+    window = impl.allocate_kv_cache(batch * 2, device=device)
+    compressed = impl.allocate_kv_cache(batch * 32, device=device)
+    for cache, n in ((window, batch * 128), (compressed, batch * 2048)):
+        impl.write_kv(cache, torch.randn(n, 512, generator=gen).to(device), torch.arange(n, device=device))
+    req = torch.arange(batch).view(batch, 1, 1)
+    window_idx = (req * 128 + torch.arange(128).view(1, 1, 128)).int().to(device)
+    topk = torch.argsort(torch.rand(batch, 2048, generator=gen), dim=-1)[:, :512].view(batch, 1, 512)
+    comp_idx = (req * 2048 + topk).int().to(device)
+    q = torch.randn(batch, 1, heads, 512, generator=gen).to(torch.bfloat16).to(device)
+    sink = torch.randn(heads, generator=gen).to(device)
+    return dict(q=q, kv_cache=window, indices=window_idx, extra_kv_cache=compressed, extra_indices=comp_idx,
+                attn_sink=sink)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [64, 16])
+def test_flashmla_plan_run_and_cuda_graph_replay_match_the_reference(heads) -> None:
+    ok, reason = DeepseekV4FlashMLASparseImpl.is_available()
+    if not ok:
+        pytest.skip(f"DeepseekV4FlashMLASparseImpl cannot run here: {reason}")
+    device, batch, scale = "cuda", 8, 512**-0.5
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 64)
+    gen = torch.Generator().manual_seed(11)
+    layers = [_decode_batch(impl, batch, heads, gen) for _ in range(2)]
+    lengths = [torch.tensor([128, 100, 7, 128, 128, 64, 1, 128]), torch.tensor([512, 300, 512, 0, 17, 512, 512, 256])]
+    plan = impl.plan(batch=batch, heads=heads, topk=128, extra_topk=512, softmax_scale=scale,
+                     topk_length=lengths[0].to(device), extra_topk_length=lengths[1].to(device))
+
+    def check(got, layer, topk_length, extra_topk_length):
+        out, lse = sparse_mla_decode(
+            layer["q"], layer["kv_cache"], impl.layout, layer["indices"], scale, layer["attn_sink"],
+            topk_length.to(device), extra_cache=layer["extra_kv_cache"], extra_indices=layer["extra_indices"],
+            extra_topk_length=extra_topk_length.to(device),
+        )
+        torch.testing.assert_close(got.out.float(), out, atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(got.lse, lse, atol=1e-3, rtol=1e-3)
+
+    for layer in layers:  # eager: one plan, every layer
+        check(impl.run(**layer, plan=plan), layer, *lengths)
+
+    # capture one layer's run over static buffers; replay with other layers' tensors copied in
+    static = {k: v.clone() for k, v in layers[0].items()}
+    impl.run(**static, plan=plan)  # warm up outside the capture
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        captured = impl.run(**static, plan=plan)
+    torch.cuda.current_stream().wait_stream(stream)
+    for layer in layers[::-1]:
+        for key, value in layer.items():
+            static[key].copy_(value)
+        graph.replay()
+        check(captured, layer, *lengths)
+    # a new step: new lengths, re-planned in place, the same graph
+    new_lengths = [torch.tensor([1, 128, 128, 50, 9, 128, 128, 77]), torch.tensor([3, 512, 0, 512, 511, 100, 1, 512])]
+    impl.replan(plan, topk_length=new_lengths[0].to(device), extra_topk_length=new_lengths[1].to(device))
+    graph.replay()
+    check(captured, layers[0], *new_lengths)

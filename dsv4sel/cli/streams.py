@@ -1,0 +1,122 @@
+"""The CLI's standard streams, made safe for untrusted text and hostile sinks.
+
+:func:`safe_streams` wraps ``sys.stdout`` and ``sys.stderr`` for one command:
+
+- control characters are written as ``\\xNN`` escapes (see
+  :mod:`dsv4sel.text`), except the colour sequences ``Style`` writes, and
+  those only on a terminal that gets colour: text from a rule file, a file
+  name or a query can never clear the screen or forge coloured output;
+- characters the stream's encoding lacks become backslash escapes instead of
+  a UnicodeEncodeError (an ASCII-only terminal, ``PYTHONIOENCODING=ascii``);
+- a closed stream (``>&-``) becomes a sink that discards.
+
+Write failures (``/dev/full``, a closed pipe) surface as OSError from the
+command; :func:`silence_stdout` then points file descriptor 1 at
+``os.devnull`` so that the interpreter's final flush cannot fail again.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import sys
+from contextlib import contextmanager
+
+from ..text import control_character, escape
+from .output import colour_wanted
+
+_SGR = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class SafeWriter:
+    """A text stream that escapes control characters before writing them."""
+
+    def __init__(self, stream, allow_colour: bool):
+        self._stream = stream
+        self._allow_colour = allow_colour
+        self.encoding = getattr(stream, "encoding", "utf-8")
+
+    def write(self, text: str) -> int:
+        if control_character(text, in_text=True):
+            if self._allow_colour:
+                parts = _SGR.split(text)
+                codes = _SGR.findall(text)
+                text = "".join(escape(p, keep_newlines=True) + (codes[i] if i < len(codes) else "")
+                               for i, p in enumerate(parts))
+            else:
+                text = escape(text, keep_newlines=True)
+        self._stream.write(text)
+        return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+
+def _reencoded(stream):
+    """``stream`` with unencodable characters written as backslash escapes."""
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:
+        return stream
+    try:
+        stream.flush()
+    except (OSError, ValueError):
+        pass
+    return io.TextIOWrapper(buffer, encoding=stream.encoding or "utf-8", errors="backslashreplace",
+                            line_buffering=getattr(stream, "line_buffering", False), write_through=False)
+
+
+@contextmanager
+def safe_streams():
+    """Replace ``sys.stdout``/``sys.stderr`` with :class:`SafeWriter` for the block."""
+    saved = sys.stdout, sys.stderr
+    wrapped, created = [], []
+    for stream in saved:
+        if stream is None:  # the descriptor was closed before Python started
+            sink = open(os.devnull, "w", encoding="utf-8")
+            created.append((sink, False))
+            wrapped.append(SafeWriter(sink, False))
+            continue
+        inner = _reencoded(stream)
+        if inner is not stream:
+            created.append((inner, True))
+        wrapped.append(SafeWriter(inner, colour_wanted(stream)))
+    sys.stdout, sys.stderr = wrapped
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+        for inner, borrowed in created:
+            try:
+                inner.flush()
+            except (OSError, ValueError):
+                pass
+            if borrowed:
+                try:  # the buffer belongs to the original stream: hand it back unclosed
+                    inner.detach()
+                except (OSError, ValueError):
+                    pass
+            else:
+                inner.close()
+
+
+def silence_stdout() -> None:
+    """Point descriptor 1 at os.devnull after a failed write, so nothing tries
+    to write there again (the interpreter flushes sys.stdout at exit)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass
+    sys.stdout = open(os.devnull, "w", encoding="utf-8")
