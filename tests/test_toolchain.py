@@ -320,3 +320,18 @@ def test_an_installed_pack_named_again_with_rules_loads_once_everywhere(tmp_path
     # the working copy is what is explained (its file and line), with the installed pack's impl allowance
     explain = run("explain", "--platform", "cuda", "--capability", "12.1", "--rules", working_copy, env=env)
     assert f"{working_copy}/b12x.yaml:" in explain.out
+
+
+def test_rule_errors_fit_the_terminal(tmp_path):
+    from _cli import environ
+
+    pack = tmp_path / "long"
+    pack.mkdir()
+    (pack / "l.yaml").write_text("kind: backend\nbackends: [LONG_DSV4]\nhit_policy: first\nrules:\n  - id: long-one\n"
+                                 "    when: {kv_cache_dtype: [fp8_e4m4, fp8_e5m3, bfloat61, turboquant_k8v5]}\n"
+                                 "    reject: {reason: x}\n")
+    r = run("explain", "--platform", "cuda", "--rules", str(pack), env=environ(COLUMNS="60"))
+    assert r.rc == 2 and "did you mean 'fp8_e4m3'?" in r.err
+    assert max(len(l) for l in r.err.splitlines()) <= 60, r.err
+    piped = run("explain", "--platform", "cuda", "--rules", str(pack))
+    assert len(piped.err.strip().splitlines()) == 5  # the head line and one per problem

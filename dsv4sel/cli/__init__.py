@@ -56,13 +56,13 @@ def _run(argv: list[str] | None) -> int:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
         return _finish(code)
     except RuleError as exc:
-        print(f"dsv4sel: {exc}", file=sys.stderr)
+        print(_wrapped(f"dsv4sel: {exc}"), file=sys.stderr)
         return EXIT_USAGE
     except SelectionError as exc:  # an invalid query outside `explain`'s own handling
-        print(f"dsv4sel: {exc}", file=sys.stderr)
+        print(_wrapped(f"dsv4sel: {exc}"), file=sys.stderr)
         return EXIT_USAGE
     except ImportError as exc:  # a missing dependency of the compiler, named with its fix
-        print(f"dsv4sel: {exc}", file=sys.stderr)
+        print(_wrapped(f"dsv4sel: {exc}"), file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # `dsv4sel table | head`: the reader has all it wanted
         silence_stdout()
@@ -77,6 +77,13 @@ def _run(argv: list[str] | None) -> int:
         return 130
     except Exception as exc:  # a bug: one line for the user, the traceback on request
         return _internal(exc)
+
+
+def _wrapped(text: str) -> str:
+    """``text`` wrapped to the terminal's width when stderr is one (or COLUMNS is set)."""
+    from .output import output_width, wrap_lines
+
+    return "\n".join(wrap_lines(text.split("\n"), output_width(sys.stderr)))
 
 
 def _finish(code: int) -> int:
