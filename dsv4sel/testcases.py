@@ -63,10 +63,6 @@ class Case:
     #: expect key -> (line, column) of that key
     marks: tuple[tuple[str, tuple[int, int]], ...] = ()
 
-    @property
-    def label(self) -> str:
-        return self.name
-
     def where(self, key: str | None = None) -> tuple[int, int]:
         return dict(self.marks).get(key, (self.line, self.column)) if key else (self.line, self.column)
 

@@ -9,7 +9,6 @@ import os
 import pickle
 import re
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -335,3 +334,20 @@ def test_rule_errors_fit_the_terminal(tmp_path):
     assert max(len(l) for l in r.err.splitlines()) <= 60, r.err
     piped = run("explain", "--platform", "cuda", "--rules", str(pack))
     assert len(piped.err.strip().splitlines()) == 5  # the head line and one per problem
+
+
+def test_doctor_fits_the_terminal():
+    from _cli import environ
+
+    r = run("doctor", "--platform", "cuda", "--capability", "9.0", env=environ(COLUMNS="70"))
+    assert r.out and max(len(l) for l in r.out.splitlines()) <= 70, r.out
+
+
+def test_test_failures_as_sarif(tmp_path):
+    f = tmp_path / "t.yaml"
+    f.write_text("kind: tests\ncases:\n  - name: wrong\n    query: {platform: cpu}\n    expect: {backend: XPU_V4_MLA_SPARSE}\n")
+    r = run("test", str(f), "--format", "sarif")
+    assert r.rc == 1, r
+    (result,) = json.loads(r.out)["runs"][0]["results"]
+    assert result["ruleId"] == "DSV510" and result["message"]["text"].startswith("case wrong: expected backend")
+    assert result["locations"][0]["physicalLocation"]["region"] == {"startLine": 5, "startColumn": 14}
