@@ -80,7 +80,7 @@ def _run(argv: list[str] | None) -> int:
 
 
 def _wrapped(text: str) -> str:
-    """``text`` wrapped to the terminal's width when stderr is one (or COLUMNS is set)."""
+    """``text`` wrapped to the terminal's width when stderr is one."""
     from .output import output_width, wrap_lines
 
     return "\n".join(wrap_lines(text.split("\n"), output_width(sys.stderr)))

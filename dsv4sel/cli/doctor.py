@@ -59,8 +59,5 @@ def run(args: argparse.Namespace) -> int:
         from .doctor_text import render
         from .output import style_for
 
-        from .output import output_width, wrap_lines
-
-        lines = render(report, style_for(sys.stdout))
-        sys.stdout.write("\n".join(wrap_lines(lines, output_width(sys.stdout))) + "\n")
+        sys.stdout.write("\n".join(render(report, style_for(sys.stdout))) + "\n")
     return 0 if report.ok else 1

@@ -90,14 +90,16 @@ def _visible(text: str) -> str:
 
 
 def output_width(stream: TextIO | None = None) -> int | None:
-    """The width to wrap human output to: the terminal's (``shutil.get_terminal_size``,
-    which honours ``COLUMNS``) when ``stream`` is a terminal or ``COLUMNS`` is
-    set; None for a pipe, whose output stays one line per item for scripts."""
+    """The width to wrap human output to when ``stream`` is a terminal: the
+    terminal's (``shutil.get_terminal_size``, which honours ``COLUMNS``).
+    None for a pipe or a file, whose output stays one line per item for
+    scripts, whatever ``COLUMNS`` says (GNU readline exports it into the
+    environment of every child process of a program that loaded it)."""
     import shutil
 
     stream = stream if stream is not None else sys.stdout
     isatty = getattr(stream, "isatty", None)
-    if not os.environ.get("COLUMNS") and not (isatty and isatty()):
+    if not (isatty and isatty()):
         return None
     return max(shutil.get_terminal_size((100, 24)).columns, 40)
 
