@@ -194,3 +194,39 @@ def test_a_test_file_among_the_rules_is_one_problem(tmp_path):
     report = dsv4sel.verify([*default_packs(), str(pack)])
     assert [(f.code, f.line) for f in report.findings] == [("DSV501", 1)], [str(f) for f in report.findings]
     assert "`dsv4sel test PATH` runs test files" in report.findings[0].message
+
+
+def test_selection_codes(tmp_path):
+    pack = write(tmp_path / "z", {"z.yaml": BACKEND.format(name="Z_DSV4") + textwrap.dedent("""\
+          - id: z-other-model
+            when: {model: {not: deepseek_v4}}
+            reject: {reason: deepseek_v4 only}
+          - id: z-noimpl
+            when: {kv_cache_dtype: fp8}
+            select: {impl: "dsv4sel.kernels.flashmla:NoSuchImpl"}
+          - id: z-layout
+            when: {kv_cache_dtype: fp8_e4m3}
+            select: {layout: no_such_layout}
+          - id: z-size
+            when: {kv_cache_dtype: fp8_ds_mla}
+            select: {bytes_per_token: 512}
+          - id: z-rewrite
+            when: {kv_cache_dtype: auto}
+            select: {rewrites: {cache_dtype: bfloat16}}
+          - id: z-rest
+            reject: {reason: nothing else}
+        """)})
+    report = dsv4sel.verify([*default_packs(), str(pack)])
+    by_rule = {f.rules[0].id: f.code for f in report.findings}
+    assert by_rule == {"z-noimpl": "DSV406", "z-layout": "DSV407", "z-size": "DSV408", "z-rewrite": "DSV409"}, \
+        [str(f) for f in report.findings]
+
+
+def test_a_use_cycle_is_dsv312(tmp_path):
+    head = BACKEND.split("defaults:")[0]
+    pack = write(tmp_path / "loop", {
+        "a.yaml": head.format(name="LOOPA_DSV4") + "rules:\n  - id: loopa\n    use: LOOPB_DSV4\n",
+        "b.yaml": head.format(name="LOOPB_DSV4") + "rules:\n  - id: loopb\n    use: LOOPA_DSV4\n",
+    })
+    report = dsv4sel.verify([*default_packs(), str(pack)])
+    assert {f.code for f in report.findings} == {"DSV312"}, [str(f) for f in report.findings]
