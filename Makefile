@@ -24,6 +24,8 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/dsv4sel check
+	$(BIN)/dsv4sel test tests/decisions
+	$(BIN)/dsv4sel test examples/b12x-pack/tests --rules examples/b12x-pack/dsv4sel_b12x/rules --allow-impl-module dsv4sel_b12x
 	$(BIN)/dsv4sel table --format md --check docs/backends.md
 	$(BIN)/python -m pytest -q
 

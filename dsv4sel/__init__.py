@@ -16,8 +16,6 @@ jsonschema: compiled rules are cached by content hash (see :mod:`dsv4sel.cache`)
 
 from __future__ import annotations
 
-import os
-
 __version__ = "0.1.0"
 
 from .errors import ImplLoadError, InvalidQuery, Problem, RuleError, SelectionError  # noqa: E402
@@ -45,6 +43,16 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs ~5 ms of cold start; annotations are postponed
+    from typing import Protocol
+
+    class _Named(Protocol):
+        """An enum member such as vLLM's ``AttentionBackendEnum.FLASHMLA_SPARSE``: its ``name`` is used."""
+
+        name: str
+
+
 #: Impl classes are imported only from these module prefixes (and their submodules).
 DEFAULT_ALLOWED_IMPL_MODULES: tuple[str, ...] = ("dsv4sel.kernels",)
 
@@ -59,8 +67,10 @@ def load_rules(paths=None, *, allowed_impl_modules=None, use_cache: bool = True)
     the default set: the shipped rules, installed packs (entry point group
     ``dsv4sel.rules``) and ``DSV4SEL_RULES_PATH``; pass
     ``[*dsv4sel.sources.default_packs(), "my-pack/"]`` to add a pack to it.
-    Impl classes may come only from ``allowed_impl_modules`` (default
-    :data:`DEFAULT_ALLOWED_IMPL_MODULES`) and the packs' own packages.
+    ``paths`` replaces the default set (a pack alone has no vocabulary; the
+    error says so). Impl classes may come only from
+    :data:`DEFAULT_ALLOWED_IMPL_MODULES`, the modules ``allowed_impl_modules``
+    adds to it (as ``--allow-impl-module`` does) and the packs' own packages.
 
     Raises :class:`RuleError` listing every problem with ``file:line:column``.
     The compiled result is cached, keyed by the exact bytes of the rule files
@@ -76,11 +86,13 @@ def load_rules(paths=None, *, allowed_impl_modules=None, use_cache: bool = True)
             paths = [paths]
         packs = [p if isinstance(p, _sources.Pack) else _sources.directory_pack(str(p)) for p in paths]
     # the same directory reached twice (an installed pack also on DSV4SEL_RULES_PATH) loads once
-    seen: set[str] = set()
-    packs = [p for p in packs if not (os.path.realpath(p.path) in seen or seen.add(os.path.realpath(p.path)))]
+    packs = _sources.unique_packs(packs)
     srcs = [s for pack in packs for s in pack.sources()]
     extra_modules = tuple(m for pack in packs for m in pack.impl_modules)
-    allowed = tuple(dict.fromkeys((*(allowed_impl_modules or DEFAULT_ALLOWED_IMPL_MODULES), *extra_modules)))
+    if isinstance(allowed_impl_modules, str):
+        allowed_impl_modules = (allowed_impl_modules,)
+    # like --allow-impl-module: added to the default allow-list, never replacing it
+    allowed = tuple(dict.fromkeys((*DEFAULT_ALLOWED_IMPL_MODULES, *(allowed_impl_modules or ()), *extra_modules)))
     return _compiled(srcs, allowed, use_cache)
 
 
@@ -116,8 +128,9 @@ def default_rules() -> RuleSet:
     return _default
 
 
-def select(*, platform, kv_cache_dtype="auto", backend=None, capability=None,
-           model="deepseek_v4", rules: RuleSet | None = None, **inputs) -> Selection:
+def select(*, platform: str, kv_cache_dtype: str = "auto", backend: str | _Named | None = None,
+           capability: str | tuple[int, int] | None = None, model: str = "deepseek_v4",
+           rules: RuleSet | None = None, **inputs: str) -> Selection:
     """Select the DeepSeek-V4 attention backend and KV-cache format.
 
     ``platform`` is one of the declared platforms (cuda, rocm, xpu, cpu);

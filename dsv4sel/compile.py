@@ -145,6 +145,8 @@ class Program:
     rules: list[Rule]
     allowed_impl_modules: tuple[str, ...]
     sources: tuple[str, ...]
+    #: rule -> its `description:` (rules without one are absent)
+    descriptions: dict[RuleRef, str] = field(default_factory=dict)
 
     @property
     def input_order(self) -> tuple[str, ...]:
@@ -239,6 +241,7 @@ class Program:
             "table": table,
             "allowed": self.allowed_impl_modules,
             "sources": self.sources,
+            "descriptions": tuple(self.descriptions.get(r.ref) for r in self.rules),
         }
 
 
@@ -335,6 +338,7 @@ class _Builder:
         self.allowed = allowed
         self.packs = packs
         self.problems: list[Problem] = []
+        self.descriptions: dict[RuleRef, str] = {}
 
     def error(self, f: LoadedFile, path: tuple, message: str, *, key: bool = False) -> None:
         self.problems.append(f.problem(path, message, key=key))
@@ -342,6 +346,13 @@ class _Builder:
     # vocabulary ------------------------------------------------------------
     def vocabulary(self) -> dict[str, InputDecl]:
         merged: dict[str, dict[str, Any]] = {}
+        if self.files and not any(f.data.get("kind") == "vocabulary" for f in self.files):
+            # a pack loaded alone: one problem with the fix, not one per input and condition
+            self.error(self.files[0], (), "no `kind: vocabulary` file among the rule files, so no input is "
+                       "declared: load a pack on top of the default rules (`--rules DIR` without "
+                       "--only-rules; in Python `load_rules([*dsv4sel.sources.default_packs(), DIR])`), or "
+                       "give it a vocabulary of its own")
+            return {}
         for f in self.files:
             if f.data.get("kind") != "vocabulary":
                 continue
@@ -466,8 +477,10 @@ class _Builder:
     def check_impl(self, f: LoadedFile, path: tuple, impl: str) -> None:
         module = impl.partition(":")[0]
         if not any(module == p or module.startswith(p + ".") for p in self.allowed):
+            from .hints import allow_impl_hint
+
             self.error(f, path, f"impl {impl!r} is not in an allowed module ({', '.join(self.allowed)}); "
-                       "impl classes are imported only from the allow-list")
+                       "impl classes are imported only from the allow-list" + allow_impl_hint(impl))
 
     def check_template(self, f: LoadedFile, path: tuple, text: str) -> None:
         try:
@@ -536,9 +549,15 @@ class _Builder:
         seen_ids: dict[str, Rule] = {}
         default_entries: list[tuple[bool, int, int, Rule]] = []
         pack_rank: dict[str, int] = {}
+        copies: dict[str, LoadedFile] = {}
         for f in self.files:
             kind = f.data.get("kind")
             if kind not in ("default", "backend"):
+                continue
+            first = copies.setdefault(f.source, f)
+            if first is not f:  # one problem for a whole copied file, not one per backend and rule id
+                self.error(f, ("kind",), f"this file is a copy of {first.file}: the same pack is loaded twice "
+                           "(installed, and named with --rules or DSV4SEL_RULES_PATH?); drop one of them", key=True)
                 continue
             pack = self.packs.get(f.file, "dsv4sel")
             if kind == "default":
@@ -554,7 +573,8 @@ class _Builder:
                 for i, name in enumerate(names):
                     if name in declared_in:
                         self.error(f, ("backends", i), f"backend {name} already has a table in "
-                                   f"{declared_in[name].file}")
+                                   f"{declared_in[name].file}; a pack adds backends, it cannot replace "
+                                   "another's table")
                     declared_in.setdefault(name, f)
                 table = Table(names[0] if len(names) == 1 else "|".join(names), names,
                               f.data["hit_policy"], f.file, f.where(("backends",), key=True)[0])
@@ -567,6 +587,8 @@ class _Builder:
                 path = ("rules", i)
                 line, _ = f.where(path)
                 ref = RuleRef(raw["id"], f.file, line, pack)
+                if raw.get("description"):
+                    self.descriptions[ref] = " ".join(str(raw["description"]).split())
                 if raw["id"] in seen_ids:
                     other = seen_ids[raw["id"]].ref
                     self.error(f, path + ("id",), f"rule id {raw['id']!r} is already used at {other.location}")
@@ -577,6 +599,8 @@ class _Builder:
                                    "decides for the backends it declares", key=True)
                         continue
                     if name not in self.inputs:
+                        if not self.inputs:
+                            continue  # no vocabulary at all: reported once
                         self.error(f, path + ("when", name), f"unknown input {name!r}; declared: "
                                    + ", ".join(self.inputs) + nearest(name, self.inputs), key=True)
                         continue
@@ -605,7 +629,7 @@ class _Builder:
             index_of = {id(r): i for i, (*_, r) in enumerate(default_entries)}
             all_rules = [default_table.rules[index_of[id(r)]] if id(r) in index_of else r for r in all_rules]
         if default_table is None:
-            where = self.files[0] if self.files else None
+            where = self.files[0] if self.files and self.inputs else None
             if where is not None:
                 self.error(where, (), "no `kind: default` file: the default-backend decision is missing")
             default_table = Table(DEFAULT_TABLE, (), "first", "<none>", 1)
@@ -618,7 +642,7 @@ class _Builder:
                            f"`use: {target}` names a backend without a table"
                            + nearest(target, tables))
         program = Program(self.inputs, default_table, tables, tuple(backend_order), all_rules,
-                          self.allowed, tuple(f.file for f in self.files))
+                          self.allowed, tuple(f.file for f in self.files), self.descriptions)
         self._check_cycles(program)
         return program
 
@@ -657,5 +681,7 @@ def compile_files(files: list[LoadedFile], *, allowed_impl_modules: tuple[str, .
     builder = _Builder(files, allowed_impl_modules, packs or {})
     program = builder.build()
     if builder.problems:
-        raise RuleError(sorted(builder.problems, key=lambda p: (p.file, p.line, p.column)))
+        # one problem once: an impl named in `defaults:` is checked for every select rule of the file
+        unique = dict.fromkeys(builder.problems)
+        raise RuleError(sorted(unique, key=lambda p: (p.file, p.line, p.column)))
     return program

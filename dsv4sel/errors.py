@@ -15,6 +15,13 @@ class Problem(Frozen):
 
     __slots__ = ("file", "line", "column", "message")
 
+    @property
+    def code(self) -> str:
+        """The stable code of this kind of problem (``DSV301``...; see :mod:`dsv4sel.codes`)."""
+        from .codes import problem_code
+
+        return problem_code(self.message)
+
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.column}: {self.message}"
 

@@ -48,13 +48,15 @@ class PathStep(Frozen):
     decision table the rule belongs to: ``<default>`` or a backend name.
     """
 
-    __slots__ = ("rule", "table", "action", "target")
-    _defaults = {"target": None}
+    __slots__ = ("rule", "table", "action", "target", "description")
+    _defaults = {"target": None, "description": None}
 
     rule: RuleRef
     table: str
     action: str
     target: str | None
+    #: the rule's `description:`, why it exists (None when it has none)
+    description: str | None
 
 
 class Rewrite(Frozen):
@@ -178,6 +180,11 @@ class Explanation(Frozen):
         """The deciding rule: the last step of the path (None for a bare gap)."""
         return self.path[-1].rule if self.path else None
 
+    @property
+    def description(self) -> str | None:
+        """The deciding rule's `description:` (why it exists), or None."""
+        return self.path[-1].description if self.path else None
+
     def as_dict(self) -> dict[str, Any]:
         """The explanation as JSON-ready data; keys documented in docs/cli.md."""
         return {
@@ -192,9 +199,9 @@ class Explanation(Frozen):
                 "gap": self.rejection.gap,
                 "message": self.rejection.message,
             },
-            "rule": _rule_dict(self.rule),
-            "path": [{**_rule_dict(s.rule), "table": s.table, "action": s.action, "target": s.target}
-                     for s in self.path],
+            "rule": None if self.rule is None else {**_rule_dict(self.rule), "description": self.description},
+            "path": [{**_rule_dict(s.rule), "table": s.table, "action": s.action, "target": s.target,
+                      "description": s.description} for s in self.path],
             "rewrites": [{"attribute": r.attribute, "before": r.before, "after": r.after}
                          for r in self.rewrites],
             "messages": [{"level": m.level, "text": str(m)} for m in self.messages],
@@ -330,13 +337,13 @@ def _path(rules: RuleSet, row: tuple) -> tuple[PathStep, ...]:
         if not last:
             # the next rule's table is the backend this step handed over to
             action = "default" if table == probe.DEFAULT_TABLE else "use"
-            steps.append(PathStep(rules.rule(index), table, action, tables[n + 1]))
+            steps.append(PathStep(rules.rule(index), table, action, tables[n + 1], rules.description(index)))
         elif row[0] == "gap":
             # the last consulted rule handed over to a table in which nothing matched
             action = "default" if table == probe.DEFAULT_TABLE else "use"
-            steps.append(PathStep(rules.rule(index), table, action, row[2]))
+            steps.append(PathStep(rules.rule(index), table, action, row[2], rules.description(index)))
         else:
-            steps.append(PathStep(rules.rule(index), table, row[0]))
+            steps.append(PathStep(rules.rule(index), table, row[0], None, rules.description(index)))
     return tuple(steps)
 
 

@@ -33,6 +33,7 @@ KINDS: dict[str, str] = {
     "consistency": "a selection whose torch dtype or bytes per token disagree with its layout, or whose impl "
                    "does not read its layout",
     "fixpoint": "selecting again with the rewritten cache dtype gives another selection or rewrites again",
+    "model": "a backend table that never tests `model` selects for every declared model (a warning)",
 }
 
 
@@ -118,6 +119,14 @@ class Finding:
     cubes: tuple[Cube, ...] = ()
     count: int = 0
     table: str | None = None
+    #: the stable code (``DSV401``...; :mod:`dsv4sel.codes`), derived from kind and message when not given
+    code: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.code:
+            from .codes import problem_code
+
+            object.__setattr__(self, "code", problem_code(self.message, self.kind))
 
     @property
     def location(self) -> str:
@@ -125,10 +134,11 @@ class Finding:
         return f"{self.file}:{self.line}{col}"
 
     def __str__(self) -> str:
-        return f"{self.location}: {self.severity} [{self.kind}] {self.message}"
+        return f"{self.location}: {self.severity} {self.code} [{self.kind}] {self.message}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "code": self.code,
             "severity": self.severity,
             "kind": self.kind,
             "message": self.message,

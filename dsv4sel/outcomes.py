@@ -102,8 +102,10 @@ class FieldChecker:
             return f"impl {impl!r} must look like 'package.module:Class'"
         module_name, _, attr = impl.partition(":")
         if not any(module_name == p or module_name.startswith(p + ".") for p in self.allowed):
+            from .hints import allow_impl_hint
+
             return (f"impl {impl!r} is outside the allowed modules ({', '.join(self.allowed)}); "
-                    "only those are ever imported")
+                    "only those are ever imported" + allow_impl_hint(impl))
         try:
             module = importlib.import_module(module_name)
         except Exception as exc:  # ImportError, or the module itself failing: both unresolvable

@@ -230,6 +230,10 @@ class RuleSet:
         if len(self._table._ids) != expected or (expected and max(self._table._ids) >= len(self._outcomes)):
             raise CorruptTable("the compiled decision array does not fit its outcomes")
         self.sources: tuple[str, ...] = tuple(data["sources"])
+        descriptions = data.get("descriptions") or ()
+        if not all(d is None or type(d) is str for d in descriptions):
+            raise CorruptTable("a compiled rule description is malformed")
+        self._data_descriptions: tuple[str | None, ...] = tuple(descriptions)
 
     def _check_row(self, row: tuple) -> None:
         """One outcome row has the shape ``Program.to_table`` writes."""
@@ -275,6 +279,11 @@ class RuleSet:
     @property
     def rules(self) -> tuple[RuleRef, ...]:
         return tuple(self.rule(i) for i in range(len(self._rule_rows)))
+
+    def description(self, index: int) -> str | None:
+        """The `description:` of rule ``index`` (None when it has none)."""
+        descriptions = self._data_descriptions
+        return descriptions[index] if index < len(descriptions) else None
 
     def rule_table(self, index: int) -> str:
         return self._rule_rows[index][4]
@@ -322,7 +331,8 @@ class RuleSet:
             if name not in self._backend_set:
                 others = [b for b in self.backends if b not in self.selectable_backends]
                 hint = (" (or no backend for the platform default)"
-                        + (f"; known but not DeepSeek-V4 backends: {', '.join(others)}" if others else ""))
+                        + (f"; {len(others)} other vLLM backends are known but not DeepSeek-V4 ones "
+                           "(`dsv4sel table` lists what each backend serves)" if others else ""))
                 near = _nearest(name, self.backends)
                 text = f"unknown attention backend {name!r}"
                 text += f"; did you mean {near[0]!r}?" if near else "."

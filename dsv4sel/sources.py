@@ -296,3 +296,42 @@ def content_hash(sources: list[Source], extra: tuple[str, ...] = ()) -> str:
         h.update(b"\0f" + display.encode() + b"\0" + pack.encode() + b"\0")
         h.update(data if data is not None else b"<unreadable>")
     return h.hexdigest()
+
+
+
+def _package_name(path: str) -> str | None:
+    """The dotted package a pack directory is (``dsv4sel_b12x.rules``), from its ``__init__.py`` files."""
+    path = os.path.realpath(path)
+    parts = []
+    while os.path.isdir(path) and os.path.isfile(os.path.join(path, "__init__.py")):
+        parts.append(os.path.basename(path))
+        path = os.path.dirname(path)
+    return ".".join(reversed(parts)) or None
+
+
+def unique_packs(packs: list[Pack]) -> list[Pack]:
+    """``packs`` with each pack once, the same way for every command.
+
+    The same directory twice (an installed pack also on ``DSV4SEL_RULES_PATH``)
+    keeps its first occurrence. A directory that is the same Python package as
+    an earlier pack (``--rules`` naming the working copy of an installed pack:
+    both are ``dsv4sel_b12x.rules``) replaces it, keeping the installed pack's
+    impl modules, so the working copy is what is checked and explained."""
+    out: list[Pack] = []
+    paths: set[str] = set()
+    packages: dict[str, int] = {}
+    for pack in packs:
+        key = os.path.realpath(pack.path)
+        if key in paths:
+            continue
+        paths.add(key)
+        name = _package_name(pack.path)
+        if name is not None and name in packages:
+            i = packages[name]
+            modules = tuple(dict.fromkeys((*out[i].impl_modules, *pack.impl_modules)))
+            out[i] = pack.replace(impl_modules=modules)
+            continue
+        if name is not None:
+            packages[name] = len(out)
+        out.append(pack)
+    return out

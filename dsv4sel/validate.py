@@ -70,7 +70,11 @@ def _describe(error) -> tuple[tuple, str, bool]:
         allowed = set(error.schema.get("properties", {}))
         extra = sorted(k for k in error.instance if k not in allowed)
         if extra:
-            hint = f"; allowed: {', '.join(sorted(allowed))}" if allowed else ""
+            import difflib
+
+            close = difflib.get_close_matches(str(extra[0]), sorted(allowed), n=1, cutoff=0.6)
+            hint = (f"; did you mean {close[0]!r}? Allowed" if close else "; allowed") + (
+                f": {', '.join(sorted(allowed))}" if allowed else ": none")
             return path + (extra[0],), f"{label}: unknown field {extra[0]!r}{hint}", True
     if error.validator == "required":
         return path, f"{label}: {error.message}", False
@@ -81,9 +85,16 @@ def _describe(error) -> tuple[tuple, str, bool]:
 
 def validate_file(loaded: LoadedFile) -> list[Problem]:
     """Every schema violation in ``loaded``, in document order."""
+    from .hints import quote_hint
+
+    if isinstance(loaded.data, dict) and loaded.data.get("kind") == "tests":
+        return [loaded.problem(("kind",), "a `kind: tests` file among the rule files: `dsv4sel test PATH` runs "
+                               "test files; keep them out of the directories given as rules")]
     problems = []
     for error in _validator().iter_errors(loaded.data):
         path, message, at_key = _describe(error)
+        if "'string'" in message:  # a YAML number or boolean where a string belongs: say to quote it
+            message += quote_hint(loaded, path)
         problems.append(loaded.problem(path, message, key=at_key))
     problems.sort(key=lambda p: (p.line, p.column))
     return problems

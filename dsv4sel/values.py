@@ -187,7 +187,32 @@ class Selection(Frozen):
             raise
         return {k: v for k, v in previous.items() if v != self.rewrites[k]}
 
+    def __reduce__(self):
+        # rewrites is a read-only mappingproxy, which does not pickle; __post_init__ wraps the dict again
+        values = self._astuple()
+        i = self._fields.index("rewrites")
+        return (_rebuild_selection, (values[:i] + (dict(self.rewrites),) + values[i + 1:],))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data (JSON-ready): the selection's fields, ``rule`` and ``path`` as
+        ``{id, file, line, location, pack}``, ``query`` as :meth:`Query.as_dict`."""
+        def ref(r: RuleRef) -> dict[str, Any]:
+            return {"id": r.id, "file": r.file, "line": r.line, "location": r.location, "pack": r.pack}
+
+        return {
+            "backend": self.backend, "impl": self.impl, "layout": self.layout,
+            "cache_dtype": self.cache_dtype, "torch_dtype": self.torch_dtype_name,
+            "bytes_per_token": self.bytes_per_token, "block_size": self.block_size,
+            "rewrites": dict(self.rewrites), "messages": [{"level": m.level, "text": str(m)} for m in self.messages],
+            "rule": ref(self.rule), "path": [ref(r) for r in self.path], "query": self.query.as_dict(),
+            "is_default": self.is_default,
+        }
+
     def record(self) -> str:
         """One line for a decision log: inputs, outcome and the deciding rule."""
         return (f"dsv4sel: {self.query} -> backend={self.backend} layout={self.layout} "
                 f"cache_dtype={self.cache_dtype} rule={self.rule.id}@{self.rule.location}")
+
+
+def _rebuild_selection(values: tuple) -> Selection:
+    return Selection(*values)

@@ -71,7 +71,7 @@ MORE_NAMED = 20
 PAIR_DETAILS = 1000
 _KIND_ORDER = {k: i for i, k in enumerate((
     "load", "schema", "vocabulary", "dangling", "compile", "cycle", "dead", "overlap", "shadowed",
-    "redundant", "gap", "impl", "layout", "consistency", "fixpoint"))}
+    "redundant", "gap", "impl", "layout", "consistency", "fixpoint", "model"))}
 
 
 # ------------------------------------------------------------------ sources
@@ -98,7 +98,7 @@ def _packs_for(rules) -> list:
         packs.append(pack)
     if not packs:
         raise VerifyError("no rule paths given")
-    return packs
+    return _sources.unique_packs(packs)  # as load_rules: a directory reached twice loads once
 
 
 def _packs_of_ruleset(ruleset) -> list:
@@ -154,8 +154,11 @@ def verify(rules=None, *, allowed_impl_modules=None) -> Report:
         return verify_program(rules)
     packs = _packs_of_ruleset(rules) if isinstance(rules, RuleSet) else _packs_for(rules)
     srcs = [s for pack in packs for s in pack.sources()]
-    base = allowed_impl_modules or (rules.allowed_impl_modules if isinstance(rules, RuleSet)
-                                    else DEFAULT_ALLOWED_IMPL_MODULES)
+    if isinstance(allowed_impl_modules, str):
+        allowed_impl_modules = (allowed_impl_modules,)
+    # as load_rules: allowed_impl_modules adds to the default allow-list
+    base = (*DEFAULT_ALLOWED_IMPL_MODULES, *(allowed_impl_modules or ()),
+            *(rules.allowed_impl_modules if isinstance(rules, RuleSet) else ()))
     # as load_rules does: a pack may name impl classes inside its own package
     allowed = tuple(dict.fromkeys((*base, *(m for pack in packs for m in pack.impl_modules))))
     from .build import load_source
@@ -239,6 +242,7 @@ class _Verifier:
         coverage, gaps, regions, examples = self._walk_all()
         self._gap_findings(gaps)
         self._selection_findings(regions, examples)
+        self._model_findings()
         return Report(tuple(program.sources), _sorted(self.findings), coverage,
                       rule_count=len(program.rules), table_count=len(self.flow.tables))
 
@@ -332,11 +336,39 @@ class _Verifier:
         n = earlier.bit_count()
         more = f" and {n - 3} more" if n > 3 else ""
         count = self.space.size(box) * len(requests)
+        fix = ""
+        if not table.backends and any(ref.pack != rule.ref.pack for ref in refs):
+            fix = (f"; to take precedence over the default rules of earlier packs, give {rule.ref.id} "
+                   "`override: true`")
         self._add(ERROR, "shadowed",
                   f"rule {rule.ref.id} never decides an input: earlier rules decide all {count} inputs "
-                  f"it matches ({names}{more}); hit policy first",
+                  f"it matches ({names}{more}); hit policy first{fix}",
                   rule.ref, rules=(rule.ref, *refs), count=count,
                   counterexample=self._input(box, requests[0]), table=table.name)
+
+    def _model_findings(self) -> None:
+        """A warning for each backend table that selects but never tests
+        ``model`` while the vocabulary declares several models: requested
+        with --attention-backend, it serves every model, e.g. a V4.0 kernel
+        for a V4.1 query."""
+        decl = self.program.inputs.get("model")
+        if decl is None or len(decl.values) < 2:
+            return
+        own = decl.default or decl.values[0]
+        for table in self.flow.tables.values():
+            if not table.backends or not any(r.outcome.kind == "select" for r in table.rules):
+                continue
+            if any(name == "model" for r in table.rules for name, _ in r.conditions):
+                continue
+            first = table.rules[0].ref
+            stem = table.backends[0].lower().replace("_", "-")
+            self.findings.append(Finding(
+                WARNING, "model",
+                f"table {table.name} never tests `model`, so it selects for every declared model "
+                f"({', '.join(decl.values)}) when its backend is requested; if it serves only {own}, make its "
+                f"first rule `- {{id: {stem}-other-model, when: {{model: {{not: {own}}}}}, reject: {{reason: "
+                f"{table.backends[0]} serves {own} only, not {{model}}.}}}}`, or add a `model:` condition to "
+                "its select rules", table.file, table.line, None, rules=(first,), table=table.name))
 
     # ------------------------------------------------ through the chains
     def _walk_all(self):
@@ -425,6 +457,8 @@ class _Verifier:
     def _selection_findings(self, regions, examples) -> None:
         reported: dict[tuple, list] = {}
 
+        impls: dict[str, list] = {}  # one finding per unresolvable impl, naming every rule that selects it
+
         def report(kind, message, rule, start, box, count=0, extra_rules=()):
             key = (kind, rule.ref, message)
             slot = reported.get(key)
@@ -433,17 +467,24 @@ class _Verifier:
             else:
                 slot[0] += count
 
+        def field_problems(rule, start, box, fields):
+            for kind, message in self.checker.field_problems(fields):
+                if kind == "impl":
+                    slot = impls.setdefault(message, [rule, start, box, []])
+                    if rule.ref not in slot[3]:
+                        slot[3].append(rule.ref)
+                else:
+                    report(kind, f"rule {rule.ref.id}: {message}", rule, start, box)
+
         for rule, start, box in examples.values():
             fields, _ = render_fields(rule, {})
-            for kind, message in self.checker.field_problems(fields):
-                report(kind, f"rule {rule.ref.id}: {message}", rule, start, box)
+            field_problems(rule, start, box, fields)
         for start, label, rule, box in regions:
             names = placeholders(rule) - {"backend"}
             for assignment, sub in self.space.split_by(box, names):
                 values = dict(assignment, backend=label or "")
                 fields, rewrites = render_fields(rule, values)
-                for kind, message in self.checker.field_problems(fields):
-                    report(kind, f"rule {rule.ref.id}: {message}", rule, start, sub)
+                field_problems(rule, start, sub, fields)
                 if "cache_dtype" in rewrites and self.has_kv:
                     self._fixpoint(rule, start, label, sub, fields, rewrites, report)
         if self.checker.layout_error:
@@ -451,6 +492,12 @@ class _Verifier:
                 ((r, s, b) for s, _, r, b in regions), None)
             if first:
                 report("layout", self.checker.layout_error, first[0], first[1], first[2])
+        for message, (rule, start, box, refs) in impls.items():
+            refs = sorted(refs, key=lambda r: (r.file, r.line))
+            who = (f"rule {refs[0].id}" if len(refs) == 1 else
+                   f"rules {', '.join(r.id for r in refs[:3])}" + (f" and {len(refs) - 3} more" if len(refs) > 3 else ""))
+            self._add(ERROR, "impl", f"{who}: {message}", refs[0], rules=tuple(refs),
+                      counterexample=self._input(box, start), table=rule.table)
         for (kind, ref, message), (count, rule, start, box, extra) in reported.items():
             self._add(ERROR, kind, message, ref, rules=(ref, *extra), count=count,
                       counterexample=self._input(box, start), table=rule.table)

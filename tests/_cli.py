@@ -40,6 +40,7 @@ def environ(**overrides: str | None) -> dict[str, str]:
     env.pop("NO_COLOR", None)
     env.pop("DSV4SEL_PLATFORM", None)
     env.pop("DSV4SEL_CAPABILITY", None)
+    env.pop("COLUMNS", None)  # a terminal's width comes from the test (readline exports COLUMNS)
     for key, value in overrides.items():
         if value is None:
             env.pop(key, None)
@@ -59,10 +60,12 @@ def run(*args: str, env: dict[str, str] | None = None, cwd: str | Path | None = 
     return result
 
 
-def run_tty(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> Result:
-    """Run ``dsv4sel ARGS`` with stdout on a pseudo-terminal (stderr piped)."""
+def run_tty(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
+            both: bool = False) -> Result:
+    """Run ``dsv4sel ARGS`` with stdout on a pseudo-terminal (stderr piped;
+    with ``both``, stderr on the same terminal: ``out`` holds both)."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen(COMMAND + list(args), stdout=slave, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(COMMAND + list(args), stdout=slave, stderr=slave if both else subprocess.PIPE,
                             env=env or environ(), cwd=REPO)
     os.close(slave)
     chunks = []
@@ -75,8 +78,9 @@ def run_tty(*args: str, env: dict[str, str] | None = None, timeout: float = 120)
             break
         chunks.append(data)
     os.close(master)
-    err = proc.stderr.read().decode()
-    proc.stderr.close()
+    err = "" if both else proc.stderr.read().decode()
+    if not both:
+        proc.stderr.close()
     rc = proc.wait(timeout=timeout)
     out = b"".join(chunks).decode().replace("\r\n", "\n")
     result = Result(rc, out, err)

@@ -64,7 +64,7 @@ def test_bad_rule_dir_gives_locations_and_exit_1(tmp_path):
                                                 "    reject: {reason: typo}\n"})
     proc = check("--only-rules", "--rules", str(rules), cwd=tmp_path)
     assert proc.returncode == 1
-    assert "bad/a.yaml:13:28: error [vocabulary] 'fp8_ds_mal' is not a declared value of 'kv_cache_dtype'; " \
+    assert "bad/a.yaml:13:28: error DSV301 [vocabulary] 'fp8_ds_mal' is not a declared value of 'kv_cache_dtype'; " \
            "did you mean 'fp8_ds_mla'?" in proc.stdout
     assert proc.stdout.rstrip().endswith("the decision space was not analysed: fix the problems above first")
 
@@ -78,10 +78,10 @@ def test_gap_and_overlap_with_counterexamples(tmp_path):
     proc = check("--only-rules", "--rules", str(rules), cwd=tmp_path)
     assert proc.returncode == 1
     out = proc.stdout
-    assert ("gappy/a.yaml:2: error [gap] no rule of table A decides 28 inputs (routed there by d-all "
+    assert ("gappy/a.yaml:2: error DSV401 [gap] no rule of table A decides 28 inputs (routed there by d-all "
             "(gappy/defaults.yaml:4)): model=* platform=* capability=* backend=* kv_cache_dtype=float16,fp8_ds_mla"
             in out)
-    assert re.search(r"^gappy/a.yaml:12: error \[overlap\] rules a-cuda and a-fp8 \(gappy/a.yaml:15\) both match "
+    assert re.search(r"^gappy/a.yaml:12: error DSV402 \[overlap\] rules a-cuda and a-fp8 \(gappy/a.yaml:15\) both match "
                      r"5 inputs of table A, whose hit policy is unique: model=\* platform=cuda capability=\* "
                      r"backend=A kv_cache_dtype=fp8$", out, re.M)
     assert "model=* platform=rocm capability=* backend=* kv_cache_dtype=auto" in out

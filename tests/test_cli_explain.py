@@ -131,9 +131,17 @@ def test_bad_rules_dir_exits_2_with_file_line_column(tmp_path):
 
 
 def test_colour_only_on_a_terminal_and_never_with_no_color():
-    tty = run_tty("explain", "--platform", "cuda", "--capability", "9.0")
+    tty = run_tty("explain", "--platform", "cuda", "--capability", "9.0", env=environ(COLUMNS="100"))
     assert tty.rc == 0 and ANSI.search(tty.out), tty.out[:300]
-    assert ANSI.sub("", tty.out) == run("explain", "--platform", "cuda", "--capability", "9.0").out
+    # colour never moves a column or a line break: the same width gives the same text
+    plain = run_tty("explain", "--platform", "cuda", "--capability", "9.0",
+                    env=environ(COLUMNS="100", NO_COLOR="1")).out
+    assert ANSI.sub("", tty.out) == plain
+    assert max(len(line) for line in plain.splitlines()) <= 100
+    # piped, nothing is wrapped, whatever COLUMNS says: one line per item
+    piped = run("explain", "--platform", "cuda", "--capability", "9.0", env=environ(COLUMNS="40")).out
+    why = next(l for l in piped.splitlines() if l.startswith("  why "))
+    assert len(why) > 100 and len(piped.splitlines()) < len(plain.splitlines())
     no_color = run_tty("explain", "--platform", "cuda", "--capability", "9.0", env=environ(NO_COLOR="1"))
     assert no_color.rc == 0 and not ANSI.search(no_color.out) and "selected" in no_color.out
     piped = run("explain", "--platform", "cuda", "--capability", "10.0", "--kv-cache-dtype", "bfloat16")

@@ -139,10 +139,15 @@ def test_a_rule_needs_exactly_one_outcome(write_rules):
 
 
 def test_duplicate_rule_ids_and_backend_tables_are_errors(write_rules):
-    found, _ = problems(write_rules, **{"c.yaml": BACKEND})
+    found, _ = problems(write_rules, **{"c.yaml": BACKEND + "# another table for B\n"})
     assert any(p.startswith("rules/c.yaml:2:") and "backend B already has a table in rules/b.yaml" in p
                for p in found), found
     assert any("rule id 'b-fp8' is already used at rules/b.yaml:12" in p for p in found), found
+
+
+def test_an_identical_copy_of_a_rule_file_is_one_problem(write_rules):
+    found, _ = problems(write_rules, **{"c.yaml": BACKEND})
+    assert len(found) == 1 and found[0].startswith("rules/c.yaml:1:1: this file is a copy of rules/b.yaml"), found
 
 
 def test_problems_in_several_files_are_reported_together(write_rules):

@@ -166,7 +166,7 @@ def test_gap_is_a_compact_cube_with_a_counterexample(write_rules):
     assert point == {"model": "m", "platform": "cuda", "capability": "12.0", "backend": None,
                      "kv_cache_dtype": "float16"}
     # located at the table's `backends:` line
-    assert str(gap).startswith("rules/a.yaml:2: error [gap] no rule of table A decides 4 inputs")
+    assert str(gap).startswith("rules/a.yaml:2: error DSV401 [gap] no rule of table A decides 4 inputs")
 
 
 def test_overlap_under_unique_names_both_rules(write_rules):

@@ -1,4 +1,4 @@
-"""The ``dsv4sel`` command: explain, check, table, doctor, diff.
+"""The ``dsv4sel`` command: explain, check, test, table, doctor, diff, schema, completion.
 
 Each subcommand lives in its own module with ``add_parser(subparsers)`` and
 ``run(args) -> int``. Exit codes: 0 success, 1 a finding or a rejection,
@@ -14,10 +14,10 @@ import sys
 
 from .. import __version__
 from ..errors import RuleError, SelectionError
-from . import check, diff, doctor, explain, table
+from . import check, completion, diff, doctor, explain, schema, table, test
 from .streams import silence_stdout
 
-COMMANDS = (explain, check, table, doctor, diff)
+COMMANDS = (explain, check, test, table, doctor, diff, schema, completion)
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 DEBUG_ENV = "DSV4SEL_DEBUG"
 # errno values of a sink that cannot take the output: ENOSPC, EIO, EPIPE, EBADF, EDQUOT
@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for module in COMMANDS:
         module.add_parser(sub)
+    from .examples import attach
+
+    attach(parser, sub)
     return parser
 
 
@@ -53,13 +56,13 @@ def _run(argv: list[str] | None) -> int:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
         return _finish(code)
     except RuleError as exc:
-        print(f"dsv4sel: {exc}", file=sys.stderr)
+        print(_wrapped(f"dsv4sel: {exc}"), file=sys.stderr)
         return EXIT_USAGE
     except SelectionError as exc:  # an invalid query outside `explain`'s own handling
-        print(f"dsv4sel: {exc}", file=sys.stderr)
+        print(_wrapped(f"dsv4sel: {exc}"), file=sys.stderr)
         return EXIT_USAGE
     except ImportError as exc:  # a missing dependency of the compiler, named with its fix
-        print(f"dsv4sel: {exc}", file=sys.stderr)
+        print(_wrapped(f"dsv4sel: {exc}"), file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # `dsv4sel table | head`: the reader has all it wanted
         silence_stdout()
@@ -74,6 +77,13 @@ def _run(argv: list[str] | None) -> int:
         return 130
     except Exception as exc:  # a bug: one line for the user, the traceback on request
         return _internal(exc)
+
+
+def _wrapped(text: str) -> str:
+    """``text`` wrapped to the terminal's width when stderr is one."""
+    from .output import output_width, wrap_lines
+
+    return "\n".join(wrap_lines(text.split("\n"), output_width(sys.stderr)))
 
 
 def _finish(code: int) -> int:

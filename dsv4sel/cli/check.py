@@ -15,11 +15,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .common import add_rules_option, allowed_modules, rule_paths
+from .formats import Diagnostic, add_format_option
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, EXIT_INTERNAL = 0, 1, 2, 3
+EXAMPLES = """\
+examples:
+  dsv4sel check                                      # the shipped rules and installed packs
+  dsv4sel check my-pack/rules --allow-impl-module my_pack
+  dsv4sel check --only-rules --rules my-rules/       # a complete rule set of its own
+  dsv4sel check --format github                      # ::error annotations in a GitHub workflow
+  dsv4sel check --format sarif > dsv4sel.sarif       # for code scanning
+"""
 
 
 def add_parser(sub) -> None:
@@ -27,30 +37,67 @@ def add_parser(sub) -> None:
         "check", help="prove the rules decide every input exactly once",
         description="Load, validate and compile the rule files, then verify them over the whole decision "
                     "space: gaps, overlaps, shadowed, dead and redundant rules, dangling references, impl "
-                    "classes, layouts, rewrite fixpoints. Exit 0 clean, 1 findings, 2 unusable input.")
+                    "classes, layouts, rewrite fixpoints. Every finding has a stable code (DSV401...). "
+                    "Exit 0 clean, 1 findings, 2 unusable input.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="rule files or directories to check on top of the default rules (as --rules; a file "
+                        "stands for its directory's pack, so pre-commit can pass changed file names; "
+                        "`kind: tests` files are skipped)")
     # the same rule options as the other subcommands, so that `check` proves
     # exactly the rule set `explain --rules ...` uses
     add_rules_option(p)
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_format_option(p)
     p.set_defaults(run=run)
 
 
+def _positional_packs(paths: list[str]) -> list[str]:
+    """The pack directories the positional PATHs stand for: a directory as
+    given, a rule file as its directory (a pack is a directory; its other
+    files belong to the decision), test files skipped. A missing path is kept
+    so that verification reports it."""
+    from ..testcases import _looks_like_tests
+
+    out = []
+    for path in paths:
+        if os.path.isfile(path):
+            if _looks_like_tests(path):
+                continue
+            path = os.path.dirname(path) or "."
+        out.append(path)
+    return list(dict.fromkeys(out))
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.only_rules and not args.rules:
+    if args.only_rules and not (args.rules or args.paths):
         print("dsv4sel check: --only-rules needs at least one --rules PATH", file=sys.stderr)
         return EXIT_UNUSABLE
     from ..findings import VerifyError
+    from ..sources import default_packs
     from ..verifier import verify
 
+    paths = rule_paths(args)
+    if args.paths:
+        named = _positional_packs(args.paths)  # empty when only test files were named
+        base = paths if paths is not None else ([] if args.only_rules else default_packs())
+        paths = [*base, *named] if (named or paths is not None) else None
     try:
-        report = verify(rule_paths(args), allowed_impl_modules=allowed_modules(args))
+        report = verify(paths, allowed_impl_modules=allowed_modules(args))
     except VerifyError as exc:
         print(f"dsv4sel check: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE
-    if args.json:
+    if args.format == "json":
         print(json.dumps(report.to_dict(), indent=2))
+    elif args.format in ("github", "sarif"):
+        from .formats import github, sarif
+
+        diagnostics = [Diagnostic(f.code, f.severity, f.message, f.file, f.line, f.column)
+                       for f in report.findings]
+        sys.stdout.write(github(diagnostics) if args.format == "github" else sarif(diagnostics))
     else:
-        sys.stdout.write(render(report))
+        from .output import wrapped
+
+        sys.stdout.write(wrapped(render(report)))
     return EXIT_CLEAN if report.ok else EXIT_FINDINGS
 
 

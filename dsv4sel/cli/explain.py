@@ -90,7 +90,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         from .output import style_for
 
-        sys.stdout.write("\n".join(render(result, style_for(sys.stdout), detected)) + "\n")
+        from .output import output_width, wrap_lines
+
+        lines = render(result, style_for(sys.stdout), detected)
+        sys.stdout.write("\n".join(wrap_lines(lines, output_width(sys.stdout))) + "\n")
     return 0 if result.ok else 1
 
 
@@ -135,7 +138,7 @@ def render(ex, style, detected: bool = False) -> list[str]:
             ["torch dtype", s.torch_dtype_name], ["bytes per token", str(s.bytes_per_token)],
             ["block size", str(s.block_size)],
             ["decided by", f"{s.rule.id}  " + style.cyan(s.rule.location) + _pack(s.rule)],
-        ], style)
+        ] + ([["why", ex.description]] if ex.description else []), style)
     else:
         r = ex.rejection
         who = (r.backend + (" (platform default)" if q.backend is None else "")) if r.backend \
@@ -146,6 +149,8 @@ def render(ex, style, detected: bool = False) -> list[str]:
             rows.append(["blocked by", _input_name(r.blocked_by)])
         if r.rule is not None:
             rows.append(["decided by", f"{r.rule.id}  " + style.cyan(r.rule.location) + _pack(r.rule)])
+            if ex.description:
+                rows.append(["why", ex.description])
         lines += align(rows, style)
 
     if ex.rewrites:
@@ -157,9 +162,13 @@ def render(ex, style, detected: bool = False) -> list[str]:
         lines += align([[(m.level, "yellow") if m.level == "warning" else m.level, str(m)]
                         for m in ex.messages], style)
     lines += ["", style.bold("path")]
-    lines += align([[str(n), step.rule.id, (step.rule.location, "cyan"),
-                     _ACTIONS[step.action].format(target=step.target)]
-                    for n, step in enumerate(ex.path, 1)], style)
+    steps = align([[str(n), step.rule.id, (step.rule.location, "cyan"),
+                    _ACTIONS[step.action].format(target=step.target)]
+                   for n, step in enumerate(ex.path, 1)], style)
+    for step, line in zip(ex.path, steps):
+        lines.append(line)
+        if step.description:  # why the rule exists, under its id
+            lines.append(" " * (5 + len(str(len(ex.path))) - 1) + step.description)
     if ex.rejection is not None and ex.rejection.gap:
         lines.append("  " + style.yellow(ex.rejection.reason))
 

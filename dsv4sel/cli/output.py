@@ -70,6 +70,104 @@ def align(rows: Sequence[Sequence[Cell]], style: Style, indent: int = 2, gap: in
 
 
 def error(prog: str, message: str) -> int:
-    """Print a usage/input error the argparse way and return exit status 2."""
-    print(f"{prog}: error: {message}", file=sys.stderr)
+    """Print a usage/input error the argparse way and return exit status 2
+    (wrapped to the terminal's width when stderr is one)."""
+    text = f"{prog}: error: {message}"
+    print("\n".join(wrap_line(text, output_width(sys.stderr))), file=sys.stderr)
     return 2
+
+
+_ANSI = None
+
+
+def _visible(text: str) -> str:
+    global _ANSI
+    if _ANSI is None:
+        import re
+
+        _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+    return _ANSI.sub("", text)
+
+
+def output_width(stream: TextIO | None = None) -> int | None:
+    """The width to wrap human output to when ``stream`` is a terminal: the
+    terminal's (``shutil.get_terminal_size``, which honours ``COLUMNS``).
+    None for a pipe or a file, whose output stays one line per item for
+    scripts, whatever ``COLUMNS`` says (GNU readline exports it into the
+    environment of every child process of a program that loaded it)."""
+    import shutil
+
+    stream = stream if stream is not None else sys.stdout
+    isatty = getattr(stream, "isatty", None)
+    if not (isatty and isatty()):
+        return None
+    return max(shutil.get_terminal_size((100, 24)).columns, 40)
+
+
+def _hang(plain: str, width: int) -> int:
+    """Where continuation lines start: the last column (after a run of two or
+    more blanks) that leaves room to read, else the indent plus four."""
+    indent = len(plain) - len(plain.lstrip(" "))
+    best = None
+    i = plain.find("  ", indent)
+    while i != -1 and i < width - 24:
+        j = i
+        while j < len(plain) and plain[j] == " ":
+            j += 1
+        best = j
+        i = plain.find("  ", j)
+    return best if best is not None and best <= width // 2 + 10 else min(indent + 4, width // 2)
+
+
+def wrap_line(line: str, width: int | None) -> list[str]:
+    """``line`` wrapped to ``width`` visible columns (ANSI colour codes take
+    none): continuation lines hang under the last column, so aligned
+    ``label  value`` rows stay aligned. textwrap does the words."""
+    if width is None or len(_visible(line)) <= width:
+        return [line]
+    import textwrap
+
+    plain = _visible(line)
+    hang = _hang(plain, width)
+    if plain != line:  # coloured: map the hang column onto the raw string
+        seen = raw = 0
+        while seen < hang and raw < len(line):
+            if line[raw] == "\x1b":
+                raw = line.index("m", raw) + 1
+                continue
+            seen += 1
+            raw += 1
+        head, tail = line[:raw], line[raw:]
+    else:
+        head, tail = line[:hang], line[hang:]
+    chunks = textwrap.wrap(tail, width - hang, break_on_hyphens=False) if plain == line else _words(tail, width - hang)
+    if not chunks:
+        return [line]
+    return [head + chunks[0]] + [" " * hang + c for c in chunks[1:]]
+
+
+def _words(text: str, width: int) -> list[str]:
+    """Greedy word wrap measuring visible length (for coloured text)."""
+    out, current = [], ""
+    for word in text.split(" "):
+        if current and len(_visible(current)) + 1 + len(_visible(word)) > width:
+            out.append(current)
+            current = word
+        else:
+            current = f"{current} {word}" if current else word
+    if current:
+        out.append(current)
+    return out
+
+
+def wrap_lines(lines, width: int | None) -> list[str]:
+    return [piece for line in lines for piece in wrap_line(line, width)]
+
+
+def wrapped(text: str, stream: TextIO | None = None) -> str:
+    """``text`` (lines ending in newline) wrapped to ``stream``'s terminal width."""
+    width = output_width(stream)
+    if width is None:
+        return text
+    lines = text.split("\n")
+    return "\n".join(wrap_lines(lines, width))

@@ -1,0 +1,118 @@
+"""``dsv4sel test PATH...``: run the expected decisions of ``kind: tests`` files.
+
+Every case's query goes through :func:`dsv4sel.select` on the rule set the
+rule options name; each unmet expectation prints as
+``file:line:col: case NAME: expected ..., got ...``. Then rule coverage: the
+rules no case reached, with ``file:line`` (the rules of the ``--rules`` packs
+when some are given, else every rule). Exit 0 all passed, 1 a case failed,
+2 unusable input (a missing path, a test file that does not match the
+schema, broken rule files).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .common import add_rules_option
+from .formats import Diagnostic, add_format_option
+
+PROG = "dsv4sel test"
+EXAMPLES = """\
+examples:
+  dsv4sel test tests/decisions
+  dsv4sel test examples/b12x-pack/tests --rules examples/b12x-pack/dsv4sel_b12x/rules --allow-impl-module dsv4sel_b12x
+  dsv4sel test tests/decisions --format github       # annotations in a GitHub workflow
+"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "test", help="check expected decisions written as `kind: tests` files",
+        description="Run each case of the test files (a select() query and the expected selection fields, "
+                    "or reject: true) against the rule set, print every failure as file:line:col, and report "
+                    "the rules no case reached. Exit 0 all pass, 1 a failure, 2 unusable input.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="test files, or directories searched for YAML files with `kind: tests`")
+    add_rules_option(p)
+    add_format_option(p)
+    p.set_defaults(run=run)
+
+
+def _scope(args) -> tuple[set[str] | None, str]:
+    """The rule files whose coverage is reported: those of the --rules packs
+    (each once, as load_rules loads them), else every rule."""
+    if not args.rules:
+        return None, "all rules"
+    from ..sources import default_packs, directory_pack, unique_packs
+
+    named = {os.path.realpath(p) for p in args.rules}
+    base = [] if args.only_rules else default_packs()
+    packs = unique_packs([*base, *(directory_pack(p) for p in args.rules)])
+    chosen = [p for p in packs if os.path.realpath(p.path) in named]
+    files = {s.display for p in chosen for s in p.sources()}
+    return files, "the rules of " + ", ".join(p.name for p in chosen)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..testcases import TestFileError, load_cases, run_tests
+    from .common import load
+    from .output import error
+
+    if args.only_rules and not args.rules:
+        return error(PROG, "--only-rules needs at least one --rules PATH")
+    try:
+        cases, files = load_cases(args.paths)
+    except TestFileError as exc:
+        if args.format in ("github", "sarif"):
+            _emit(args.format, [Diagnostic(p.code, "error", p.message, p.file, p.line, p.column)
+                                for p in exc.problems])
+        from .output import output_width, wrap_line
+
+        for p in exc.problems:
+            print("\n".join(wrap_line(f"{PROG}: error: {p} [{p.code}]", output_width(sys.stderr))), file=sys.stderr)
+        return 2
+    rules = load(args)  # a RuleError reaches cli.main: exit 2 with every problem located
+    scope, label = _scope(args)
+    report = run_tests(rules, cases, files=files, scope=scope, scope_label=label)
+    if args.format == "json":
+        print(json.dumps(report.to_dict(), indent=2))
+    elif args.format in ("github", "sarif"):
+        _emit(args.format, [Diagnostic("DSV510", "error", f"case {r.case.name}: {f.message}", r.case.file,
+                                       f.line, f.column) for r in report.failed for f in r.failures])
+    else:
+        from .output import wrapped
+
+        sys.stdout.write(wrapped(render(report)))
+    return 0 if report.ok else 1
+
+
+def _emit(fmt: str, diagnostics) -> None:
+    from .formats import github, sarif
+
+    sys.stdout.write(github(diagnostics) if fmt == "github" else sarif(diagnostics))
+
+
+def render(report) -> str:
+    lines = []
+    for result in report.failed:
+        lines += result.lines()
+    n, failed = len(report.results), len(report.failed)
+    files = len(report.files)
+    if lines:
+        lines.append("")
+    lines.append(f"{n} case{'s' if n != 1 else ''} in {files} file{'s' if files != 1 else ''}: "
+                 f"{n - failed} passed, {failed} failed")
+    scoped = report.scoped
+    reached = sum(1 for h in scoped if h.cases)
+    pct = f" ({100 * reached // len(scoped)}%)" if scoped else ""
+    lines.append(f"rule coverage: {reached} of {len(scoped)} rules reached{pct} ({report.scope})")
+    unreached = report.unreached
+    if unreached:
+        lines.append("not reached by any case:")
+        width = max(len(r.id) for r in unreached)
+        lines += [f"  {r.id.ljust(width)}  {r.location}" for r in unreached]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,73 @@
+"""How-to-fix hints that several stages attach to their messages.
+
+YAML reads unquoted ``8.0`` as a float, ``no`` as false and ``12`` as an int;
+where the rule or test schema expects a string, the message says to quote the
+value and shows it quoted as it was written in the file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _literal(source: str, line: int, column: int) -> str | None:
+    """The plain scalar written at 1-based ``line``/``column`` of ``source``."""
+    lines = source.splitlines()
+    if not 1 <= line <= len(lines):
+        return None
+    text = lines[line - 1][column - 1:]
+    end = len(text)
+    for stop in (",", "]", "}", " #"):
+        at = text.find(stop)
+        if at != -1:
+            end = min(end, at)
+    token = text[:end].strip()
+    return token or None
+
+
+def _value_at(data: Any, path: tuple) -> Any:
+    for key in path:
+        try:
+            data = data[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+def quote_hint(loaded, path: tuple) -> str:
+    """A hint for a schema error at ``path`` of ``loaded`` (a LoadedFile) when
+    the value there, or an item of the list there, is a YAML number or
+    boolean: ``; YAML reads the unquoted 8.0 as a number: quote it, "8.0"``.
+    Empty when the value is not such a scalar."""
+    value = _value_at(loaded.data, path)
+    candidates = [(path, value)]
+    if isinstance(value, list):
+        candidates = [(path + (i,), v) for i, v in enumerate(value)]
+    quoted = []
+    kinds = []
+    for item_path, item in candidates:
+        if isinstance(item, bool):
+            kinds.append("boolean")
+        elif isinstance(item, (int, float)):
+            kinds.append("number")
+        else:
+            continue
+        line, column = loaded.where(item_path)
+        literal = _literal(loaded.source, line, column) or str(item).lower()
+        quoted.append((literal, f'"{literal}"'))
+    if not quoted:
+        return ""
+    if len(quoted) == 1:
+        literal, fixed = quoted[0]
+        return f"; YAML reads the unquoted {literal} as a {kinds[0]}: quote it, {fixed}"
+    what = " or ".join(f"{k}s" for k in sorted(set(kinds), reverse=True))
+    return (f"; YAML reads unquoted " + ", ".join(q[0] for q in quoted) + f" as {what}: quote them, ["
+            + ", ".join(q[1] for q in quoted) + "]")
+
+
+def allow_impl_hint(impl: str) -> str:
+    """How to allow an impl class whose module is not on the allow-list."""
+    top = str(impl).partition(":")[0].split(".")[0] or "MODULE"
+    return (f"; to allow it, pass --allow-impl-module {top} (Python: allowed_impl_modules=({top!r},)), or "
+            f"install the pack with an entry point in group dsv4sel.rules, whose top-level package may "
+            f"name impl classes")
