@@ -440,24 +440,25 @@ class SparseMLAImpl:
             raise ValueError(f"{self.impl_name}.run() needs a plan: call plan() first")
         if plan.impl_name != self.impl_name:
             raise ValueError(f"a plan of {plan.impl_name} cannot be run by {self.impl_name}")
-        if tuple(q.shape) != (plan.batch, plan.seq_q, plan.heads, HEAD_DIM):
+        # torch.Size compares with a tuple in C: these checks cost well under a microsecond.
+        if q.shape != plan.q_shape:
+            raise ValueError(f"q must be {list(plan.q_shape)} as planned, got {tuple(q.shape)}")
+        if indices.shape != plan.indices_shape:
+            raise ValueError(f"indices must be {list(plan.indices_shape)} as planned, got {tuple(indices.shape)}")
+        if extra_indices is None:
+            if plan.extra_topk is not None or extra_kv_cache is not None:
+                raise ValueError("extra_kv_cache and extra_indices must be given exactly when the plan has extra_topk")
+        elif extra_indices.shape != plan.extra_indices_shape or extra_kv_cache is None:
+            if plan.extra_topk is None or extra_kv_cache is None:
+                raise ValueError("extra_kv_cache and extra_indices must be given exactly when the plan has extra_topk")
             raise ValueError(
-                f"q must be [{plan.batch}, {plan.seq_q}, {plan.heads}, {HEAD_DIM}] as planned, got {tuple(q.shape)}"
+                f"extra_indices must be {list(plan.extra_indices_shape)} as planned, got {tuple(extra_indices.shape)}"
             )
-        if tuple(indices.shape) != (plan.batch, plan.seq_q, plan.topk):
-            raise ValueError(f"indices must be [{plan.batch}, {plan.seq_q}, {plan.topk}] as planned, got {tuple(indices.shape)}")
-        if (extra_indices is None) != (plan.extra_topk is None) or (extra_kv_cache is None) != (extra_indices is None):
-            raise ValueError(
-                "extra_kv_cache and extra_indices must be given exactly when the plan has extra_topk"
-            )
-        if extra_indices is not None and tuple(extra_indices.shape) != (plan.batch, plan.seq_q, plan.extra_topk):
-            raise ValueError(
-                f"extra_indices must be [{plan.batch}, {plan.seq_q}, {plan.extra_topk}] as planned, "
-                f"got {tuple(extra_indices.shape)}"
-            )
-        if attn_sink is not None and tuple(attn_sink.shape) != (plan.heads,):
+        if attn_sink is not None and attn_sink.shape != plan.sink_shape:
             raise ValueError(f"attn_sink must be a [{plan.heads}] tensor, got {tuple(attn_sink.shape)}")
-        return self._run(plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)
+        if plan.library is None:
+            return self._run(plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)
+        return self._run_library(plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)
 
     # -- plan / run internals ---------------------------------------------
     def _resolve(self, device: Any) -> tuple[Any, Capability | None, str | None]:
@@ -587,6 +588,13 @@ class DecodePlan:
     block_size: int
     extra_block_size: int
     state: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # The shapes run() checks, as tuples (compared against torch.Size in C).
+        self.q_shape = (self.batch, self.seq_q, self.heads, HEAD_DIM)
+        self.indices_shape = (self.batch, self.seq_q, self.topk)
+        self.extra_indices_shape = None if self.extra_topk is None else (self.batch, self.seq_q, self.extra_topk)
+        self.sink_shape = (self.heads,)
 
 
 def _check_positive_int(name: str, value: Any) -> None:

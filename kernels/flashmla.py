@@ -59,6 +59,7 @@ https://github.com/deepseek-ai/FlashMLA or use vLLM's build (see ``docs/kernels.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.machinery
 import importlib.util
@@ -323,6 +324,12 @@ def _i32(t: Any, device: Any) -> Any:
     return t.to(device=device, dtype=torch.int32).contiguous()
 
 
+def _same_device(t: Any, device: Any) -> bool:
+    # t.is_cuda is a cheap attribute; a tensor on another GPU of the same host is caught by
+    # the kernel's own device checks.
+    return t.is_cuda if device.type == "cuda" else t.device == device
+
+
 class DeepseekV4FlashMLASparseImpl(SparseMLAImpl):
     """DeepSeek-V4 sparse decode through FlashMLA's ``flash_mla_with_kvcache``.
 
@@ -429,6 +436,8 @@ class DeepseekV4FlashMLASparseImpl(SparseMLAImpl):
         if plan.extra_topk_length is not None:
             kwargs["extra_topk_length"] = plan.extra_topk_length
         st["kwargs"] = kwargs
+        # run() calls this: the constant keywords bound once (merged in C at each call).
+        st["call"] = functools.partial(plan.library.flash_mla_with_kvcache, **kwargs)
         if h != h_pad:
             st["q_buf"] = torch.zeros((plan.batch, plan.seq_q, h_pad, 512), dtype=torch.bfloat16, device=plan.device)
             st["sink_buf"] = torch.zeros((h_pad,), dtype=torch.float32, device=plan.device)
@@ -456,8 +465,8 @@ class DeepseekV4FlashMLASparseImpl(SparseMLAImpl):
         import torch
 
         st, device, h = plan.state, plan.device, plan.heads
-        h_pad = st["h_pad"]
-        if h == h_pad:
+        padded = h != st["h_pad"]
+        if not padded:
             q_in = q if q.dtype is torch.bfloat16 and q.is_contiguous() else q.to(torch.bfloat16).contiguous()
         else:
             q_in = st["q_buf"]
@@ -465,27 +474,27 @@ class DeepseekV4FlashMLASparseImpl(SparseMLAImpl):
         pages = self._cached_view(kv_cache, self._pages)
         if pages.shape[1] != plan.block_size:
             raise ValueError(f"cache has block size {pages.shape[1]}, the plan was made for {plan.block_size}")
-        kwargs = dict(st["kwargs"])
-        kwargs["indices"] = _i32(indices, device)
-        if attn_sink is not None:
-            if h == h_pad:
-                kwargs["attn_sink"] = (
-                    attn_sink if attn_sink.dtype is torch.float32 and attn_sink.is_contiguous() and attn_sink.device == device
-                    else attn_sink.to(device=device, dtype=torch.float32).contiguous()
-                )
-            else:
+        idx = indices if indices.dtype is torch.int32 and indices.is_contiguous() and _same_device(indices, device) \
+            else _i32(indices, device)
+        sink = attn_sink
+        if sink is not None:
+            if padded:
                 sink = st["sink_buf"]
                 sink[:h].copy_(attn_sink)
-                kwargs["attn_sink"] = sink
-        if extra_kv_cache is not None:
+            elif not (sink.dtype is torch.float32 and sink.is_contiguous() and _same_device(sink, device)):
+                sink = sink.to(device=device, dtype=torch.float32).contiguous()
+        if extra_kv_cache is None:
+            out, lse = st["call"](q_in, pages, None, None, 512, st["meta"], indices=idx, attn_sink=sink)
+        else:
             extra_pages = self._cached_view(extra_kv_cache, self._pages)
             if extra_pages.shape[1] != plan.extra_block_size:
                 raise ValueError(
                     f"extra cache has block size {extra_pages.shape[1]}, the plan was made for {plan.extra_block_size}"
                 )
-            kwargs["extra_k_cache"] = extra_pages
-            kwargs["extra_indices_in_kvcache"] = _i32(extra_indices, device)
-        out, lse = plan.library.flash_mla_with_kvcache(q_in, pages, None, None, 512, st["meta"], **kwargs)
-        if h != h_pad:
+            extra_idx = extra_indices if extra_indices.dtype is torch.int32 and extra_indices.is_contiguous() \
+                and _same_device(extra_indices, device) else _i32(extra_indices, device)
+            out, lse = st["call"](q_in, pages, None, None, 512, st["meta"], indices=idx, attn_sink=sink,
+                                  extra_k_cache=extra_pages, extra_indices_in_kvcache=extra_idx)
+        if padded:
             return DecodeOutput(out[:, :, :h], lse.transpose(1, 2)[:, :, :h])
         return DecodeOutput(out, lse.transpose(1, 2))
