@@ -160,7 +160,7 @@ def main() -> None:
     parser.add_argument("--heads", default="64")
     parser.add_argument("--layers", type=int, default=4, help="distinct layers' caches, used round robin")
     parser.add_argument("--calls", type=int, default=60, help="calls per timed block (and per captured graph)")
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     device = "cuda"
