@@ -200,35 +200,59 @@ class Program:
                               messages=tuple(messages))
 
     def to_table(self) -> dict[str, Any]:
-        """Evaluate every point and return plain data (dicts, tuples, str, int)
-        that :class:`dsv4sel.ruleset.RuleSet` loads, from memory or from marshal."""
+        """The compiled form :class:`dsv4sel.ruleset.RuleSet` loads, as plain
+        data (dicts, tuples, str, int, bytes) for memory or marshal.
+
+        Built from the same exact machinery as ``dsv4sel check``: the chain
+        of tables is walked cube by cube (:class:`dsv4sel.flow.Flow`), each
+        deciding rule's win regions are split only by the inputs its texts
+        name (``{kv_cache_dtype}``...), and each region is painted into the
+        array at once (:func:`dsv4sel.artifact.paint`). The cost grows with
+        the number of regions, not of points. Raises RuleError when the space
+        is larger than the compiled form holds."""
+        from . import artifact
+        from .flow import Flow
+        from .space import Space
+
+        space = Space(self.inputs)
+        layout = artifact.Layout.for_space(space, self.backends)
+        if layout.size > artifact.MAX_INPUTS:
+            where = self.default_table
+            raise RuleError([Problem(where.file, where.line, 1, (
+                f"the decision space has {layout.points:,} points x {len(layout.backends)} backend choices "
+                f"= {layout.size:,} inputs; the compiled form holds at most {artifact.MAX_INPUTS:,}. "
+                "Declare fewer input values, or split the vocabulary into rule sets loaded separately"))])
         rule_index = {id(rule): i for i, rule in enumerate(self.rules)}
         outcomes: list[tuple] = []
         outcome_ids: dict[tuple, int] = {}
-        layout = DenseLayout.for_program(self)
-        ids = [0] * layout.size
-        for point in self.points():
-            for backend in (None, *self.backends):
-                res = self.resolve(backend, point)
-                path = tuple(rule_index[id(r)] for r in res.path)
-                if res.kind == "select":
-                    f = dict(res.fields)
-                    rewrites = tuple(sorted((k, v) for k, v in f.get("rewrites", {}).items()
-                                            if not (k == "cache_dtype" and v == point["kv_cache_dtype"])))
-                    item = ("select", res.backend, f["impl"], f["layout"], f["cache_dtype"],
-                            f["torch_dtype"], f["bytes_per_token"], f["block_size"], rewrites,
-                            res.messages, path)
-                elif res.kind == "reject":
-                    item = ("reject", res.backend, res.reason, path, res.messages)
-                else:
-                    item = ("gap", res.backend, res.table, path)
-                oid = outcome_ids.get(item)
-                if oid is None:
-                    oid = outcome_ids[item] = len(outcomes)
-                    outcomes.append(item)
-                ids[layout.index(point, backend)] = oid
-        typecode = "H" if len(outcomes) < 1 << 16 else "I"
-        table = {**layout.as_data(), "typecode": typecode, "ids": array(typecode, ids).tobytes()}
+        ids = artifact.new_array(layout, "H")
+        flow = Flow(self, space, needs=lambda rule: True)
+
+        def store(item: tuple, box, backend_index: int) -> None:
+            nonlocal ids
+            oid = outcome_ids.get(item)
+            if oid is None:
+                oid = outcome_ids[item] = len(outcomes)
+                outcomes.append(item)
+                if oid >= 1 << 16 and ids.typecode == "H":
+                    ids = artifact.array("I", ids)
+            artifact.paint(ids, layout, box, backend_index, oid)
+
+        for backend_index, backend in enumerate(layout.backends):
+            for event in flow.walk(backend):
+                if event.kind == "gap":
+                    path = tuple(rule_index[id(r)] for r in event.path)
+                    store(("gap", event.label, event.table.name, path), event.box, backend_index)
+                elif event.kind == "decide":
+                    rules = (*event.path, event.rule)
+                    labels = self._labels(backend, rules)
+                    path = tuple(rule_index[id(r)] for r in rules)
+                    for region in event.scan.regions.get(event.position, ()):
+                        for values, box in space.split_by(region, self._template_inputs(rules)):
+                            store(self._row(rules, labels, path, values), box, backend_index)
+                elif event.kind in ("dangling", "cycle"):  # pragma: no cover - the builder refuses both
+                    raise AssertionError(f"a {event.kind} use chain reached the compiled form")
+        table = {**layout.as_data(), "typecode": ids.typecode, "ids": ids.tobytes()}
         return {
             "format": COMPILED_FORMAT,
             "inputs": [(d.name, d.values, d.by, d.scoped, d.default, d.fallback, d.probe, d.aliases)
@@ -244,62 +268,52 @@ class Program:
             "descriptions": tuple(self.descriptions.get(r.ref) for r in self.rules),
         }
 
+    def _labels(self, backend: str | None, rules: tuple) -> tuple:
+        """The backend whose table each rule of a chain belongs to."""
+        labels, current = [], backend
+        for rule in rules:
+            labels.append(current)
+            if rule.outcome.kind == "use":
+                current = rule.outcome.target
+        return tuple(labels)
 
-class DenseLayout:
-    """Where each (point, backend) of the space lives in the flat outcome array.
+    @staticmethod
+    def _template_inputs(rules: tuple) -> tuple[str, ...]:
+        """The inputs a chain's rendered texts depend on: its ``{placeholders}``,
+        and ``kv_cache_dtype`` when a ``cache_dtype`` rewrite may equal it (such a
+        rewrite changes nothing and is dropped)."""
+        names: dict[str, None] = {}
+        for rule in rules:
+            outcome = rule.outcome
+            texts = [text for _, text in outcome.messages]
+            if outcome.kind == "reject":
+                texts.append(outcome.reason)
+            elif outcome.kind == "select":
+                for key, value in outcome.fields:
+                    if isinstance(value, str):
+                        texts.append(value)
+                    elif key == "rewrites" and "cache_dtype" in value:
+                        names["kv_cache_dtype"] = None
+            for text in texts:
+                names.update(dict.fromkeys(template_fields(text)))
+        names.pop("backend", None)
+        return tuple(names)
 
-    Inputs scoped by another input (capability by platform) and their parents
-    form *blocks*, one per combination that exists; every other input and the
-    backend vary uniformly inside a block, so an index is a block base plus a
-    mixed-radix offset. The evaluator stores the array as raw bytes: loading
-    it costs one marshal object instead of one tuple per point.
-    """
-
-    def __init__(self, key_inputs, block_inputs, dense_inputs, dense_values, blocks):
-        self.key_inputs = tuple(key_inputs)
-        self.block_inputs = tuple(block_inputs)
-        self.dense_inputs = tuple(dense_inputs)
-        self.dense_values = tuple(tuple(v) for v in dense_values)
-        self.blocks = dict(blocks)
-        self.block_size = 1
-        for values in self.dense_values:
-            self.block_size *= len(values)
-        self.size = self.block_size * len(self.blocks)
-        self._positions = [{v: i for i, v in enumerate(values)} for values in self.dense_values]
-
-    @classmethod
-    def for_program(cls, program: "Program") -> "DenseLayout":
-        names = list(program.inputs)
-        extras = [n for n in names if n not in BUILTIN_INPUTS]
-        key_inputs = ["model", "platform", "capability", "backend", "kv_cache_dtype", *extras]
-        scoped = {d.name for d in program.inputs.values() if d.by} | {
-            d.by for d in program.inputs.values() if d.by}
-        block_inputs = [n for n in key_inputs if n in scoped]
-        dense_inputs = [n for n in key_inputs if n not in scoped]
-        dense_values = [(None, *program.backends) if n == "backend" else program.inputs[n].values
-                        for n in dense_inputs]
-        blocks: dict[tuple, int] = {}
-        for point in program.points():
-            key = tuple(point[n] for n in block_inputs)
-            if key not in blocks:
-                blocks[key] = len(blocks)
-        layout = cls(key_inputs, block_inputs, dense_inputs, dense_values, {})
-        layout.blocks = {key: i * layout.block_size for key, i in blocks.items()}
-        layout.size = layout.block_size * len(blocks)
-        return layout
-
-    def index(self, point: dict[str, str], backend: str | None) -> int:
-        offset = self.blocks[tuple(point[n] for n in self.block_inputs)]
-        stride = self.block_size
-        for name, positions in zip(self.dense_inputs, self._positions):
-            stride //= len(positions)
-            offset += positions[backend if name == "backend" else point[name]] * stride
-        return offset
-
-    def as_data(self) -> dict[str, Any]:
-        return {"key_inputs": self.key_inputs, "block_inputs": self.block_inputs,
-                "dense_inputs": self.dense_inputs, "dense_values": self.dense_values,
-                "blocks": self.blocks}
+    def _row(self, rules: tuple, labels: tuple, path: tuple, values: dict[str, str]) -> tuple:
+        """The outcome row of a chain, rendered with ``values`` (see ``Program.resolve``)."""
+        messages: list[tuple[str, str]] = []
+        for rule, label in zip(rules, labels):
+            point = dict(values, backend=label or "")
+            messages.extend((level, render(text, point)) for level, text in rule.outcome.messages)
+        last, label = rules[-1], labels[-1]
+        point = dict(values, backend=label or "")
+        if last.outcome.kind == "reject":
+            return ("reject", label, render(last.outcome.reason, point), path, tuple(messages))
+        f = {k: render(v, point) if isinstance(v, str) else v for k, v in last.outcome.fields}
+        rewrites = tuple(sorted((k, v) for k, v in f.get("rewrites", {}).items()
+                                if not (k == "cache_dtype" and v == values.get("kv_cache_dtype"))))
+        return ("select", label, f["impl"], f["layout"], f["cache_dtype"], f["torch_dtype"],
+                f["bytes_per_token"], f["block_size"], rewrites, tuple(messages), path)
 
 
 # ---------------------------------------------------------------- templates

@@ -81,19 +81,19 @@ class Diff(Frozen):
 
 def diff(old: RuleSet, new: RuleSet) -> Diff:
     """Compare every input of ``old`` and ``new`` (the union of their spaces)."""
-    names = old._table._key_inputs
-    if names != new._table._key_inputs:
+    names = old.key_inputs
+    if names != new.key_inputs:
         # a different set of inputs (a pack added one): compare on the union, absent on one side
-        names = tuple(dict.fromkeys((*old._table._key_inputs, *new._table._key_inputs)))
+        names = tuple(dict.fromkeys((*old.key_inputs, *new.key_inputs)))
     domains: list[dict] = [{} for _ in names]
 
     def widen(rules: RuleSet, key: tuple) -> tuple:
-        values = dict(zip(rules._table._key_inputs, key))
+        values = dict(zip(rules.key_inputs, key))
         return tuple(values.get(n, "<absent>") for n in names)
 
     def narrow(rules: RuleSet, key: tuple) -> tuple:
         values = dict(zip(names, key))
-        return tuple(values.get(n) for n in rules._table._key_inputs)
+        return tuple(values.get(n) for n in rules.key_inputs)
 
     keys: dict[tuple, None] = {}
     for rules in (old, new):

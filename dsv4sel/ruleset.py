@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from .artifact import OutcomeTable
 from .errors import InvalidQuery, SelectionError
 from .values import Message, Query, RuleRef, Selection, check_impl_allowed
 
@@ -63,83 +64,6 @@ def _memo_key(platform, kv_cache_dtype, backend, capability, model, extra) -> tu
             return None
         key += tuple(sorted(items))
     return key
-
-
-def _product(numbers) -> int:
-    out = 1
-    for n in numbers:
-        out *= n
-    return out
-
-
-class OutcomeTable:
-    """Read-only mapping from a key ``(model, platform, capability, backend,
-    kv_cache_dtype, *extra inputs)`` to an outcome index, over the dense array
-    that ``Program.to_table`` stores (see ``dsv4sel.compile.DenseLayout``)."""
-
-    def __init__(self, data: dict):
-        self._key_inputs = tuple(data["key_inputs"])
-        position = {name: i for i, name in enumerate(self._key_inputs)}
-        self._block_positions = tuple(position[n] for n in data["block_inputs"])
-        self._blocks = data["blocks"]
-        self._dense_values = tuple(tuple(v) for v in data["dense_values"])
-        size = 1
-        for values in self._dense_values:
-            size *= len(values)
-        dense = []
-        stride = size
-        for name, values in zip(data["dense_inputs"], self._dense_values):
-            stride //= len(values)
-            dense.append((position[name], {v: i for i, v in enumerate(values)}, stride))
-        self._dense = tuple(dense)
-        self._dense_names = tuple(data["dense_inputs"])
-        self._block_names = tuple(data["block_inputs"])
-        self._ids = memoryview(data["ids"]).cast(data["typecode"])
-
-    def get(self, key: tuple, default=None):
-        """The outcome index of ``key``, or ``default`` when the key is outside the space."""
-        try:
-            offset = self._blocks.get(tuple(key[i] for i in self._block_positions))
-        except (IndexError, TypeError):
-            return default
-        if offset is None:
-            return default
-        for index, positions, stride in self._dense:
-            j = positions.get(key[index])
-            if j is None:
-                return default
-            offset += j * stride
-        return self._ids[offset]
-
-    def __getitem__(self, key: tuple) -> int:
-        value = self.get(key)
-        if value is None:
-            raise KeyError(key)
-        return value
-
-    def __contains__(self, key) -> bool:
-        return self.get(key) is not None
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    def keys(self):
-        import itertools
-
-        for block in self._blocks:
-            fixed = dict(zip(self._block_names, block))
-            for combo in itertools.product(*self._dense_values):
-                values = dict(fixed, **dict(zip(self._dense_names, combo)))
-                yield tuple(values[n] for n in self._key_inputs)
-
-    __iter__ = keys
-
-    def items(self):
-        for key in self.keys():
-            yield key, self[key]
-
-    def values(self):
-        return iter(self._ids)
 
 
 class Rejection:
@@ -225,9 +149,12 @@ class RuleSet:
         self._outcomes = data["outcomes"]
         for row in self._outcomes:
             self._check_row(row)
-        self._table = OutcomeTable(data["table"])
-        expected = len(self._table._blocks) * _product(len(v) for v in self._table._dense_values)
-        if len(self._table._ids) != expected or (expected and max(self._table._ids) >= len(self._outcomes)):
+        self.key_inputs: tuple[str, ...] = (
+            "model", "platform", "capability", "backend", "kv_cache_dtype", *self.extra_inputs)
+        self._table = OutcomeTable(data["table"], self.key_inputs)
+        ids = self._table.ids
+        if tuple(self._table.layout.backends) != (None, *self.backends) or (
+                len(ids) and max(ids) >= len(self._outcomes)):
             raise CorruptTable("the compiled decision array does not fit its outcomes")
         self.sources: tuple[str, ...] = tuple(data["sources"])
         descriptions = data.get("descriptions") or ()

@@ -1,0 +1,193 @@
+"""The compiled decision array: written by the compiler, read by the evaluator.
+
+One module owns the encoding in both directions, so a format change touches
+one file. The array holds one outcome index per input of the decision
+space, i.e. per (point, requested backend). Its layout follows the fused
+dimensions of :class:`dsv4sel.space.Space` (an input and the inputs scoped
+by it, such as platform and capability, form one dimension whose values are
+the combinations that exist), with the requested backend outermost:
+
+    offset = backend_index * points + sum(dim_index[d] * stride[d])
+
+The dimensions are laid out smallest first, so the largest one is
+contiguous. The compiler paints whole cubes (the regions the verifier's
+exact scan finds, see :func:`paint`) with slice assignments instead of
+deciding every point in Python; the evaluator's lookup is a few dict probes
+and one index. This module imports neither yaml nor jsonschema.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+#: The largest array the compiled form holds (inputs, i.e. points x backend
+#: choices): 2 bytes each for fewer than 65,536 distinct outcomes. Beyond it
+#: the compiler refuses with one RuleError rather than running out of memory.
+MAX_INPUTS = 1 << 26
+
+
+class Layout:
+    """Where each (point, backend) lives in the flat array.
+
+    ``dims`` lists, per dimension, the names of its inputs and its value
+    tuples (see :class:`dsv4sel.space.Dim`), in the space's order;
+    ``backends`` the backend choices (None first: the platform default);
+    ``order`` the dimensions in memory order, outermost first.
+    """
+
+    def __init__(self, dims, backends, order=None):
+        self.dims = tuple((tuple(names), tuple(tuple(v) for v in values)) for names, values in dims)
+        self.backends = tuple(backends)
+        self.order = tuple(order) if order is not None else tuple(
+            sorted(range(len(self.dims)), key=lambda d: len(self.dims[d][1])))
+        strides = [0] * len(self.dims)
+        stride = 1
+        for d in reversed(self.order):
+            strides[d] = stride
+            stride *= len(self.dims[d][1])
+        self.strides = tuple(strides)
+        self.points = stride
+        self.size = stride * len(self.backends)
+
+    @classmethod
+    def for_space(cls, space, backends) -> "Layout":
+        return cls([(d.inputs, d.values) for d in space.dims], (None, *backends))
+
+    def as_data(self) -> dict:
+        return {"dims": self.dims, "backends": self.backends, "order": self.order}
+
+    @classmethod
+    def from_data(cls, data: dict) -> "Layout":
+        return cls(data["dims"], data["backends"], data["order"])
+
+
+def _runs(bits: int):
+    """(start, length) of each run of consecutive set bits, lowest first."""
+    start = 0
+    while bits:
+        skip = (bits & -bits).bit_length() - 1
+        bits >>= skip
+        start += skip
+        length = (~bits & (bits + 1)).bit_length() - 1  # trailing ones
+        yield start, length
+        bits >>= length
+        start += length
+
+
+def paint(ids: array, layout: Layout, box, backend_index: int, value: int) -> None:
+    """Set every input of ``box`` (a cube of the space, one bit mask per
+    dimension) requested with backend ``backend_index`` to ``value``.
+
+    Dimensions that the cube covers whole, innermost first, join into one
+    contiguous block, so a rule that ignores most inputs costs a handful of
+    slice assignments, not one per point."""
+    order, strides = layout.order, layout.strides
+    k = len(order) - 1
+    while k >= 0 and box[order[k]] == (1 << len(layout.dims[order[k]][1])) - 1:
+        k -= 1
+    base0 = backend_index * layout.points
+    if k < 0:
+        ids[base0:base0 + layout.points] = array(ids.typecode, [value]) * layout.points
+        return
+    inner = strides[order[k]]
+    runs = [(start * inner, length * inner) for start, length in _runs(box[order[k]])]
+    fills: dict[int, array] = {}
+    for length in {n for _, n in runs}:
+        fills[length] = array(ids.typecode, [value]) * length
+
+    def walk(j: int, base: int) -> None:
+        if j == k:
+            for start, length in runs:
+                ids[base + start:base + start + length] = fills[length]
+            return
+        d = order[j]
+        stride, bits, i = strides[d], box[d], 0
+        while bits:
+            if bits & 1:
+                walk(j + 1, base + i * stride)
+            bits >>= 1
+            i += 1
+
+    walk(0, base0)
+
+
+def new_array(layout: Layout, typecode: str = "I") -> array:
+    return array(typecode, bytes(layout.size * array(typecode).itemsize))
+
+
+def narrowed(ids: array, outcomes: int) -> array:
+    """``ids`` in 2-byte entries when the outcome indices fit."""
+    return array("H", ids) if outcomes < 1 << 16 and ids.typecode != "H" else ids
+
+
+class OutcomeTable:
+    """Read-only mapping from a key ``(*key_inputs)`` to an outcome index, over
+    the array :func:`paint` filled. ``key_inputs`` names each key position
+    (``backend`` among them); ``data`` is :meth:`Layout.as_data` plus
+    ``typecode`` and ``ids`` (raw bytes)."""
+
+    def __init__(self, data: dict, key_inputs):
+        self.layout = layout = Layout.from_data(data)
+        self.key_inputs = tuple(key_inputs)
+        position = {name: i for i, name in enumerate(self.key_inputs)}
+        self._backend_at = position["backend"]
+        self._backends = {b: i * layout.points for i, b in enumerate(layout.backends)}
+        lookups = []
+        for (names, values), stride in zip(layout.dims, layout.strides):
+            if len(names) == 1:
+                index = {v[0]: i * stride for i, v in enumerate(values)}
+                lookups.append((position[names[0]], None, index))
+            else:
+                index = {v: i * stride for i, v in enumerate(values)}
+                lookups.append((None, tuple(position[n] for n in names), index))
+        self._lookups = tuple(lookups)
+        self.ids = memoryview(data["ids"]).cast(data["typecode"])
+        if len(self.ids) != layout.size:
+            raise ValueError(f"the decision array holds {len(self.ids)} entries, its layout {layout.size}")
+
+    def get(self, key: tuple, default=None):
+        """The outcome index of ``key``, or ``default`` when the key is outside the space."""
+        try:
+            offset = self._backends.get(key[self._backend_at])
+            if offset is None:
+                return default
+            for at, fused, index in self._lookups:
+                step = index.get(key[at] if fused is None else tuple(key[i] for i in fused))
+                if step is None:
+                    return default
+                offset += step
+        except (IndexError, TypeError):
+            return default
+        return self.ids[offset]
+
+    def __getitem__(self, key: tuple) -> int:
+        value = self.get(key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __contains__(self, key) -> bool:
+        return self.get(key) is not None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def keys(self):
+        """Every key, backend outermost, then the dimensions in the space's order."""
+        import itertools
+
+        layout = self.layout
+        where = {n: (d, k) for d, (names, _) in enumerate(layout.dims) for k, n in enumerate(names)}
+        slots = [("backend", None) if n == "backend" else where[n] for n in self.key_inputs]
+        for backend in layout.backends:
+            for combo in itertools.product(*(values for _, values in layout.dims)):
+                yield tuple(backend if d == "backend" else combo[d][k] for d, k in slots)
+
+    __iter__ = keys
+
+    def items(self):
+        for key in self.keys():
+            yield key, self[key]
+
+    def values(self):
+        return iter(self.ids)
