@@ -48,7 +48,11 @@ and fills it by one call on a dummy batch of the planned shapes (all indices
 call of a ``sched_meta`` and has no separate planning entry point.
 :meth:`~DeepseekV4FlashMLASparseImpl.run` then only calls the kernel with the
 planned ``sched_meta``, so it launches no planning kernel and allocates
-nothing but the output: safe to capture in a CUDA graph.
+nothing but the output: safe to capture in a CUDA graph. Where the build's
+interface module exposes its kernel op (``flash_mla_cuda.sparse_decode_fwd``,
+as vLLM's and FlashMLA's do) and the op accepts the planned schedule on the
+dummy batch, ``run`` calls the op directly: the interface's per-call Python
+checks are the plan's, done once.
 :meth:`~DeepseekV4FlashMLASparseImpl.replan` recomputes the schedule for new
 lengths and copies it into the planned tensors, so a captured graph stays valid.
 ``forward_decode`` is plan + run (a fresh schedule every call).
@@ -442,6 +446,38 @@ class DeepseekV4FlashMLASparseImpl(SparseMLAImpl):
             st["q_buf"] = torch.zeros((plan.batch, plan.seq_q, h_pad, 512), dtype=torch.bfloat16, device=plan.device)
             st["sink_buf"] = torch.zeros((h_pad,), dtype=torch.float32, device=plan.device)
         st["meta"] = self._schedule(plan)
+        st["op"] = self._direct_op(plan)
+
+    def _direct_op(self, plan: DecodePlan) -> Any:
+        """The interface's own kernel op, when the build exposes it and it takes the planned schedule.
+
+        ``flash_mla_with_kvcache`` checks its arguments against ``sched_meta`` in Python and then
+        calls ``flash_mla_cuda.sparse_decode_fwd``; once a plan has checked the shapes, ``run``
+        calls that op itself, which saves the interface's host time. Probed on the plan's dummy
+        batch (vLLM's and FlashMLA's op takes q, kv, indices, topk_length, attn_sink,
+        tile_scheduler_metadata, num_splits, extra_kv, extra_indices, extra_topk_length, d_v,
+        sm_scale, out, enable_batch_invariant); None (run calls the interface) when absent or different.
+        """
+        import torch
+
+        st = plan.state
+        meta, dummy = st["meta"], st["dummy"]
+        op = getattr(getattr(plan.library, "flash_mla_cuda", None), "sparse_decode_fwd", None)
+        tsm, splits = getattr(meta, "tile_scheduler_metadata", None), getattr(meta, "num_splits", None)
+        if op is None or not isinstance(tsm, torch.Tensor) or not isinstance(splits, torch.Tensor):
+            return None
+        try:
+            got = op(dummy["q"], dummy["k_cache"], dummy["indices"], plan.topk_length, None, tsm, splits,
+                     dummy.get("extra_k_cache"), dummy.get("extra_indices_in_kvcache"), plan.extra_topk_length,
+                     512, float(plan.softmax_scale), None, False)
+            out, lse = got[0], got[1]
+            b, s, h_pad = plan.batch, plan.seq_q, st["h_pad"]
+            same_schedule = isinstance(got[2], torch.Tensor) and got[2].data_ptr() == tsm.data_ptr()
+            if tuple(out.shape) != (b, s, h_pad, 512) or tuple(lse.shape) != (b, h_pad, s) or not same_schedule:
+                return None
+        except Exception:
+            return None
+        return op
 
     def _replan_library(self, plan: DecodePlan) -> None:
         """New lengths: a new schedule, copied into the planned tensors (a captured graph keeps reading them)."""
@@ -483,9 +519,8 @@ class DeepseekV4FlashMLASparseImpl(SparseMLAImpl):
                 sink[:h].copy_(attn_sink)
             elif not (sink.dtype is torch.float32 and sink.is_contiguous() and _same_device(sink, device)):
                 sink = sink.to(device=device, dtype=torch.float32).contiguous()
-        if extra_kv_cache is None:
-            out, lse = st["call"](q_in, pages, None, None, 512, st["meta"], indices=idx, attn_sink=sink)
-        else:
+        extra_pages = extra_idx = None
+        if extra_kv_cache is not None:
             extra_pages = self._cached_view(extra_kv_cache, self._pages)
             if extra_pages.shape[1] != plan.extra_block_size:
                 raise ValueError(
@@ -493,6 +528,14 @@ class DeepseekV4FlashMLASparseImpl(SparseMLAImpl):
                 )
             extra_idx = extra_indices if extra_indices.dtype is torch.int32 and extra_indices.is_contiguous() \
                 and _same_device(extra_indices, device) else _i32(extra_indices, device)
+        op = st["op"]
+        if op is not None:  # the interface's kernel op with the planned schedule (see _direct_op)
+            meta = st["meta"]
+            out, lse = op(q_in, pages, idx, plan.topk_length, sink, meta.tile_scheduler_metadata, meta.num_splits,
+                          extra_pages, extra_idx, plan.extra_topk_length, 512, plan.softmax_scale, None, False)[:2]
+        elif extra_pages is None:
+            out, lse = st["call"](q_in, pages, None, None, 512, st["meta"], indices=idx, attn_sink=sink)
+        else:
             out, lse = st["call"](q_in, pages, None, None, 512, st["meta"], indices=idx, attn_sink=sink,
                                   extra_k_cache=extra_pages, extra_indices_in_kvcache=extra_idx)
         if padded:

@@ -57,5 +57,6 @@ cd "$ROOT/benchmarks/kernels"
 echo "== bench_flashmla_plan_run"
 timeout 240 $PY bench_flashmla_plan_run.py --batch ${BENCH_BATCH:-64} --heads ${BENCH_HEADS:-64} \
     --json "$OUT/flashmla.json" 2>&1 | tee "$OUT/flashmla.txt"
+[ -z "${SKIP_CODECS:-}" ] || exit 0
 echo "== bench_codecs"
 timeout 300 $PY bench_codecs.py ${CODEC_ARGS:-} --json "$OUT/codecs.json" 2>&1 | tee "$OUT/codecs.txt"

@@ -505,6 +505,79 @@ def test_flashmla_run_checks_the_plan(fake_flash_mla, gen) -> None:
         impl.plan(batch=b, heads=heads, topk=12, softmax_scale=SCALE)
 
 
+def _fake_sparse_decode_fwd(q, kv, indices, topk_length, attn_sink, tile_scheduler_metadata, num_splits, extra_kv,
+                            extra_indices, extra_topk_length, d_v, sm_scale, out=None, enable_batch_invariant=False):
+    """flash_mla_cuda.sparse_decode_fwd, the op under the interface: plans when given no schedule,
+    else must be handed the schedule of these very lengths (fails on a stale one)."""
+    _fake_sparse_decode_fwd.calls.append(dict(locals()))
+    extra_topk = None if extra_indices is None else extra_indices.shape[-1]
+    schedule = _fake_schedule(q.shape[0], indices.shape[-1], extra_topk, topk_length, extra_topk_length)
+    if tile_scheduler_metadata is None:
+        tile_scheduler_metadata, num_splits = schedule, torch.arange(q.shape[0] + 1, dtype=torch.int32)
+    else:
+        assert torch.equal(tile_scheduler_metadata, schedule), "stale schedule"
+    assert d_v == 512 and out is None and enable_batch_invariant is False
+    o, lse = _fake_decode(q, kv, extra_k_cache=extra_kv, extra_indices_in_kvcache=extra_indices, indices=indices,
+                          attn_sink=attn_sink, topk_length=topk_length, extra_topk_length=extra_topk_length,
+                          softmax_scale=sm_scale)
+    return o, lse, tile_scheduler_metadata, num_splits
+
+
+def _fake_decode(q, k_cache, extra_k_cache=None, extra_indices_in_kvcache=None, indices=None, attn_sink=None,
+                 topk_length=None, extra_topk_length=None, softmax_scale=None):
+    layout = get_layout("fp8_ds_mla")
+    kwargs = {}
+    if extra_k_cache is not None:
+        kwargs = dict(extra_cache=pages_from_view(extra_k_cache, layout.page_bytes(extra_k_cache.shape[1])),
+                      extra_indices=extra_indices_in_kvcache, extra_topk_length=extra_topk_length)
+    out, lse = sparse_mla_decode(q, pages_from_view(k_cache, layout.page_bytes(k_cache.shape[1])), layout, indices,
+                                 softmax_scale, attn_sink, topk_length, **kwargs)
+    return out.to(torch.bfloat16), lse.transpose(1, 2).contiguous()
+
+
+
+@pytest.mark.parametrize("heads", [64, 20])
+def test_flashmla_run_calls_the_interfaces_kernel_op_with_the_planned_schedule(fake_flash_mla, gen, heads) -> None:
+    _fake_sparse_decode_fwd.calls = []
+    fake_flash_mla.flash_mla_cuda = SimpleNamespace(sparse_decode_fwd=_fake_sparse_decode_fwd)
+    b, s = 3, 1
+    layers = _layers(gen, 2, b, s, heads)
+    lengths = [torch.tensor([12, 5, 0]), torch.tensor([20, 7, 13])]
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 16, platform="cuda", capability=(9, 0))
+    plan = impl.plan(batch=b, heads=heads, topk=12, extra_topk=20, softmax_scale=SCALE,
+                     topk_length=lengths[0], extra_topk_length=lengths[1], device="cpu")
+    assert plan.state["op"] is _fake_sparse_decode_fwd
+    for layer in layers:
+        got = impl.run(**layer)
+        out, lse = _reference(layer, *lengths)
+        torch.testing.assert_close(got.out.float(), out, atol=1e-2, rtol=1e-2)
+        torch.testing.assert_close(got.lse, lse)
+    probe, *runs = _fake_sparse_decode_fwd.calls
+    assert len(runs) == 2 and len(_fake_flash_mla_call.calls) == 1, "only the plan's dummy call goes through the interface"
+    meta = plan.state["meta"]
+    assert all(r["tile_scheduler_metadata"] is meta.tile_scheduler_metadata for r in [probe, *runs])
+    assert all(r["topk_length"] is plan.topk_length and r["sm_scale"] == SCALE for r in runs)
+    new = [torch.tensor([1, 12, 12]), torch.tensor([0, 20, 3])]
+    impl.replan(plan, topk_length=new[0], extra_topk_length=new[1])
+    got = impl.run(**layers[0])  # the op fails on a stale schedule
+    out, lse = _reference(layers[0], *new)
+    torch.testing.assert_close(got.out.float(), out, atol=1e-2, rtol=1e-2)
+
+
+def test_flashmla_run_keeps_the_interface_when_the_op_differs(fake_flash_mla, gen) -> None:
+    def other_op(q, kv, indices, topk_length, attn_sink, tile_scheduler_metadata, num_splits, extra_kv):
+        raise AssertionError("must not be called with this arity")
+
+    fake_flash_mla.flash_mla_cuda = SimpleNamespace(sparse_decode_fwd=other_op)
+    (layer,) = _layers(gen, 1, 2, 1, 64)
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 16, platform="cuda", capability=(9, 0))
+    impl.plan(batch=2, heads=64, topk=12, extra_topk=20, softmax_scale=SCALE, device="cpu")
+    assert impl._current_plan.state["op"] is None
+    got = impl.run(**layer)
+    assert len(_fake_flash_mla_call.calls) == 2  # the dummy call, then run through the interface
+    torch.testing.assert_close(got.out.float(), _reference(layer, None, None)[0], atol=1e-2, rtol=1e-2)
+
+
 def test_plan_without_the_library_raises_or_plans_the_reference(no_libraries, gen) -> None:
     (layer,) = _layers(gen, 1, 2, 1, 8)
     strict = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 16, platform="cuda", capability=(9, 0))
