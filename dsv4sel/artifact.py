@@ -120,6 +120,38 @@ def narrowed(ids: array, outcomes: int) -> array:
     return array("H", ids) if outcomes < 1 << 16 and ids.typecode != "H" else ids
 
 
+def all_below(ids: memoryview, limit: int) -> bool:
+    """Whether every entry of ``ids`` is below ``limit`` (a cache entry is
+    untrusted: an index past the outcomes must be found before any lookup).
+
+    ``max()`` costs ~20 ns an entry (0.6 s at 30 million); for 2-byte entries
+    the test runs on the bytes instead (translate and big-int AND run in C):
+    an entry ``hi * 256 + lo`` is below ``limit`` when ``hi`` is below the last
+    allowed high byte, or equal to it with ``lo`` not above the last low."""
+    if limit <= 0:
+        return len(ids) == 0
+    if ids.format != "H" or limit > 1 << 16:
+        return max(ids, default=0) < limit
+    raw = ids.cast("B").tobytes()
+    if ids_little_endian() is False:  # pragma: no cover - no big-endian CI machine
+        return max(ids, default=0) < limit
+    top_high, top_low = divmod(limit - 1, 256)
+    highs, lows = raw[1::2], raw[0::2]
+    above = bytes(1 if b > top_high else 0 for b in range(256))
+    if 1 in highs.translate(above):
+        return False
+    at_top = bytes(1 if b == top_high else 0 for b in range(256))
+    low_above = bytes(1 if b > top_low else 0 for b in range(256))
+    return not (int.from_bytes(highs.translate(at_top), "little")
+                & int.from_bytes(lows.translate(low_above), "little"))
+
+
+def ids_little_endian() -> bool:
+    import sys
+
+    return sys.byteorder == "little"
+
+
 class OutcomeTable:
     """Read-only mapping from a key ``(*key_inputs)`` to an outcome index, over
     the array :func:`paint` filled. ``key_inputs`` names each key position

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from .artifact import OutcomeTable
+from .artifact import OutcomeTable, all_below
 from .errors import InvalidQuery, SelectionError
 from .values import Message, Query, RuleRef, Selection, check_impl_allowed
 
@@ -152,9 +152,8 @@ class RuleSet:
         self.key_inputs: tuple[str, ...] = (
             "model", "platform", "capability", "backend", "kv_cache_dtype", *self.extra_inputs)
         self._table = OutcomeTable(data["table"], self.key_inputs)
-        ids = self._table.ids
-        if tuple(self._table.layout.backends) != (None, *self.backends) or (
-                len(ids) and max(ids) >= len(self._outcomes)):
+        if tuple(self._table.layout.backends) != (None, *self.backends) or not all_below(
+                self._table.ids, len(self._outcomes)):
             raise CorruptTable("the compiled decision array does not fit its outcomes")
         self.sources: tuple[str, ...] = tuple(data["sources"])
         descriptions = data.get("descriptions") or ()
