@@ -16,7 +16,7 @@ jsonschema: compiled rules are cached by content hash (see :mod:`dsv4sel.cache`)
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: E402
 
 from .errors import ImplLoadError, InvalidQuery, Problem, RuleError, SelectionError  # noqa: E402
 from .ruleset import RuleSet  # noqa: E402
@@ -53,8 +53,7 @@ if TYPE_CHECKING:  # typing costs ~5 ms of cold start; annotations are postponed
         name: str
 
 
-#: Impl classes are imported only from these module prefixes (and their submodules).
-DEFAULT_ALLOWED_IMPL_MODULES: tuple[str, ...] = ("dsv4sel.kernels",)
+from .values import DEFAULT_ALLOWED_IMPL_MODULES  # noqa: E402  (re-exported: the public name)
 
 _default: RuleSet | None = None
 
@@ -77,7 +76,7 @@ def load_rules(paths=None, *, allowed_impl_modules=None, use_cache: bool = True)
     and the compiler; a cache hit imports neither yaml nor jsonschema, and a
     damaged cache entry is rebuilt, never trusted.
     """
-    from . import cache, sources as _sources
+    from . import sources as _sources
 
     if paths is None:
         packs = _sources.default_packs()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import difflib
 import string
-from array import array
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 

@@ -20,37 +20,6 @@ FAMILY = ".x"
 BACKEND = "backend"
 
 
-def merge(items: Iterable[tuple[Box, frozenset]]) -> list[tuple[Box, frozenset]]:
-    """Merge ``(cube, payload)`` pairs; merged cubes carry the union of the
-    payloads (e.g. the rules that routed inputs into a gap). The union of the
-    result equals the union of the input; disjoint input stays disjoint.
-    Sorted by each cube's first point, so the output is deterministic."""
-    current: dict[Box, frozenset] = {}
-    for box, payload in items:
-        if all(box):
-            current[box] = current.get(box, frozenset()) | payload
-    if not current:
-        return []
-    ndims = len(next(iter(current)))
-    changed = True
-    while changed and len(current) > 1:
-        changed = False
-        for d in range(ndims):
-            groups: dict[tuple, list] = {}
-            for box, payload in current.items():
-                key = box[:d] + box[d + 1:]
-                slot = groups.get(key)
-                if slot is None:
-                    groups[key] = [box[d], payload]
-                else:
-                    slot[0] |= box[d]
-                    slot[1] = slot[1] | payload
-            if len(groups) < len(current):
-                changed = True
-                current = {key[:d] + (bits,) + key[d:]: payload for key, (bits, payload) in groups.items()}
-    return sorted(current.items(), key=lambda item: tuple((b & -b).bit_length() for b in item[0]))
-
-
 def _compact(chosen: Sequence[str], domain: Sequence[str]) -> list[str]:
     """``chosen`` (in domain order) with whole families written ``P.x``."""
     members: dict[str, list[str]] = {}

@@ -10,7 +10,8 @@ grouped into compact cubes, e.g. ``platform=cuda capability=12.x``.
 
 from __future__ import annotations
 
-from .cubes import describe, merge
+from .cubes import describe
+from .space import merge
 from .record import Frozen
 from .ruleset import RuleSet
 

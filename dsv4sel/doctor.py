@@ -79,7 +79,7 @@ class Report(Frozen):
     def as_dict(self) -> dict[str, Any]:
         import platform as pyplatform
 
-        from . import __version__
+        from ._version import __version__
 
         def rule(ref):
             return None if ref is None else {"id": ref.id, "location": ref.location}

@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from .cubes import merge
 from .scan import Scan, TableIndex, scan
-from .space import Box, Space
+from .space import Box, Space, merge
 
 
 @dataclass(frozen=True)

@@ -1,44 +1,19 @@
-"""Detect this machine's platform and device capability (imports torch lazily)."""
+"""Detect this machine's platform and device capability (imports torch lazily).
+
+:func:`probe_torch` is the kernels' (``dsv4sel.kernels.platform``): the kernels never
+import the core, so the core takes the probe from them."""
 
 from __future__ import annotations
 
 import os
 
 from .errors import InvalidQuery
+# the one place that asks torch lives with the kernels, which need it without the core
+from .kernels.platform import probe_torch
 
 PLATFORM_ENV = "DSV4SEL_PLATFORM"
 CAPABILITY_ENV = "DSV4SEL_CAPABILITY"
 PLATFORMS = ("cuda", "rocm", "xpu", "cpu")
-
-
-def probe_torch() -> tuple[tuple[str, str | None] | None, str]:
-    """What torch sees on device 0: ``((platform, capability), "")``, or
-    ``(None, why not)`` when torch is missing or sees no accelerator. Never raises.
-
-    ``torch.version.hip`` means rocm (capability = the gfx arch, e.g.
-    ``"gfx942:sramecc+:xnack-"``); CUDA available means cuda (``"major.minor"``);
-    an available XPU means xpu (no capability). This is the one place that asks
-    torch; the kernels' dispatch uses it too.
-    """
-    try:
-        import torch
-    except ImportError:
-        return None, "torch is not importable"
-    try:
-        if getattr(torch.version, "hip", None):
-            arch = None
-            if torch.cuda.is_available():
-                arch = getattr(torch.cuda.get_device_properties(0), "gcnArchName", None)
-            return ("rocm", arch), ""
-        if torch.cuda.is_available():
-            major, minor = torch.cuda.get_device_capability(0)
-            return ("cuda", f"{major}.{minor}"), ""
-        xpu = getattr(torch, "xpu", None)
-        if xpu is not None and xpu.is_available():
-            return ("xpu", None), ""
-    except RuntimeError as exc:  # a broken driver
-        return None, f"torch could not query the device ({exc})"
-    return None, "torch sees no GPU"
 
 
 def detect() -> tuple[str, str | None]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-from . import __version__
+from ._version import __version__
 from .record import Frozen
 from .text import escape
 

@@ -18,7 +18,7 @@ points and restricts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Iterable, Iterator, Mapping
 
 Box = tuple  # tuple[int, ...]: one value bitset per Dim (a cube of points)
 
@@ -252,3 +252,34 @@ class Space:
         for i in iter_bits(cube[di]):
             seen.setdefault(d.values[i][k], None)
         return tuple(seen)
+
+
+def merge(items: Iterable[tuple[Box, frozenset]]) -> list[tuple[Box, frozenset]]:
+    """Merge ``(cube, payload)`` pairs; merged cubes carry the union of the
+    payloads (e.g. the rules that routed inputs into a gap). The union of the
+    result equals the union of the input; disjoint input stays disjoint.
+    Sorted by each cube's first point, so the output is deterministic."""
+    current: dict[Box, frozenset] = {}
+    for box, payload in items:
+        if all(box):
+            current[box] = current.get(box, frozenset()) | payload
+    if not current:
+        return []
+    ndims = len(next(iter(current)))
+    changed = True
+    while changed and len(current) > 1:
+        changed = False
+        for d in range(ndims):
+            groups: dict[tuple, list] = {}
+            for box, payload in current.items():
+                key = box[:d] + box[d + 1:]
+                slot = groups.get(key)
+                if slot is None:
+                    groups[key] = [box[d], payload]
+                else:
+                    slot[0] |= box[d]
+                    slot[1] = slot[1] | payload
+            if len(groups) < len(current):
+                changed = True
+                current = {key[:d] + (bits,) + key[d:]: payload for key, (bits, payload) in groups.items()}
+    return sorted(current.items(), key=lambda item: tuple((b & -b).bit_length() for b in item[0]))

@@ -79,6 +79,10 @@ class Query(Frozen):
         return " ".join(parts)
 
 
+#: Impl classes are imported only from these module prefixes (and their submodules).
+DEFAULT_ALLOWED_IMPL_MODULES: tuple[str, ...] = ("dsv4sel.kernels",)
+
+
 def check_impl_allowed(impl: str, allowed: tuple[str, ...]) -> tuple[str, str]:
     """Split ``"module:Class"`` after checking that the module is one of ``allowed``
     or inside one of them; raises :class:`ImplLoadError` otherwise."""
@@ -104,7 +108,7 @@ class Selection(Frozen):
 
     __slots__ = ("backend", "impl", "layout", "cache_dtype", "torch_dtype_name", "bytes_per_token",
                  "block_size", "rewrites", "messages", "rule", "path", "query", "allowed_impl_modules")
-    _defaults = {"allowed_impl_modules": ("dsv4sel.kernels",)}
+    _defaults = {"allowed_impl_modules": DEFAULT_ALLOWED_IMPL_MODULES}
     backend: str
     impl: str
     layout: str

@@ -53,14 +53,14 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from .cubes import CubeWriter, merge
+from .cubes import CubeWriter
 from .errors import Problem, RuleError
 from .findings import (ERROR, WARNING, BackendCoverage, Counts, Coverage, Finding, Report,
                        RuleCoverage, VerifyError)
 from .flow import Flow
 from .outcomes import SELECTION_FIELDS, FieldChecker, needs_regions, placeholders, render_fields
 from .scan import intersect_masks
-from .space import Space, first_bits, iter_bits
+from .space import Space, first_bits, iter_bits, merge
 
 KV = "kv_cache_dtype"
 #: Overlapping pairs reported one by one per rule; the rest are named in one more finding.
@@ -146,7 +146,7 @@ def _problem(problem: Problem, kind: str) -> Finding:
 
 def verify(rules=None, *, allowed_impl_modules=None) -> Report:
     """Verify rule files (or a RuleSet or Program); see the module docstring."""
-    from . import DEFAULT_ALLOWED_IMPL_MODULES
+    from .values import DEFAULT_ALLOWED_IMPL_MODULES
     from .compile import Program
     from .ruleset import RuleSet
 

@@ -532,7 +532,7 @@ class SparseMLAImpl:
         raise NotImplementedError
 
     def _forward_reference(self, inputs: DecodeInputs) -> DecodeOutput:
-        from .reference import sparse_mla_decode
+        from .decode import sparse_mla_decode
 
         out, lse = sparse_mla_decode(
             inputs.q, inputs.kv_cache, self.layout, inputs.indices, inputs.softmax_scale,

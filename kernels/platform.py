@@ -81,14 +81,42 @@ def _torch_or_none() -> Any:
     return torch
 
 
+def probe_torch() -> tuple[tuple[str, str | None] | None, str]:
+    """What torch sees on device 0: ``((platform, capability), "")``, or
+    ``(None, why not)`` when torch is missing or sees no accelerator. Never raises.
+
+    ``torch.version.hip`` means rocm (capability = the gfx arch, e.g.
+    ``"gfx942:sramecc+:xnack-"``); CUDA available means cuda (``"major.minor"``);
+    an available XPU means xpu (no capability). This is the one place that asks
+    torch: the kernels' dispatch and the core's ``dsv4sel.platform.detect`` use it.
+    """
+    try:
+        import torch
+    except ImportError:
+        return None, "torch is not importable"
+    try:
+        if getattr(torch.version, "hip", None):
+            arch = None
+            if torch.cuda.is_available():
+                arch = getattr(torch.cuda.get_device_properties(0), "gcnArchName", None)
+            return ("rocm", arch), ""
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability(0)
+            return ("cuda", f"{major}.{minor}"), ""
+        xpu = getattr(torch, "xpu", None)
+        if xpu is not None and xpu.is_available():
+            return ("xpu", None), ""
+    except RuntimeError as exc:  # a broken driver
+        return None, f"torch could not query the device ({exc})"
+    return None, "torch sees no GPU"
+
+
 def detect_platform() -> tuple[str, Capability | None]:
     """The platform and capability of this machine's first accelerator.
 
     ``("cpu", None)`` when torch is missing or sees no accelerator. Never raises.
-    Asks torch through :func:`dsv4sel.platform.probe_torch`, the core's probe.
+    Asks torch through :func:`probe_torch`.
     """
-    from dsv4sel.platform import probe_torch
-
     found, _ = probe_torch()
     if found is None:
         return ("cpu", None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import __version__
+from .._version import __version__
 from ..errors import RuleError, SelectionError
 from . import check, completion, diff, doctor, explain, schema, table, test
 from .streams import silence_stdout
@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .examples import attach
 
     attach(parser, sub)
+    # commands that need the whole parser (completion) get it as data, not by importing this module
+    parser.set_defaults(parser=parser)
     return parser
 
 

@@ -37,7 +37,7 @@ def rule_paths(args: argparse.Namespace) -> list | None:
 
 
 def allowed_modules(args: argparse.Namespace) -> tuple[str, ...] | None:
-    from .. import DEFAULT_ALLOWED_IMPL_MODULES
+    from ..values import DEFAULT_ALLOWED_IMPL_MODULES
 
     extra = getattr(args, "allow_impl_module", None)
     return (*DEFAULT_ALLOWED_IMPL_MODULES, *extra) if extra else None

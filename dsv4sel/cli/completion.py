@@ -36,7 +36,5 @@ def run(args: argparse.Namespace) -> int:
         print("dsv4sel completion: error: shell completion needs shtab, which is not installed: "
               "pip install 'dsv4sel[completion]' (or pip install shtab)", file=sys.stderr)
         return 2
-    from . import build_parser
-
-    sys.stdout.write(shtab.complete(build_parser(), shell=args.shell))
+    sys.stdout.write(shtab.complete(args.parser, shell=args.shell))
     return 0

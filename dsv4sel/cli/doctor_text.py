@@ -15,7 +15,7 @@ def render(report, style: Style) -> list[str]:
     """One string per line; colour only when ``style`` is enabled."""
     import platform as pyplatform
 
-    from .. import __version__
+    from .._version import __version__
 
     m, query = report.machine, report.query
     if m.platform is None:

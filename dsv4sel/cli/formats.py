@@ -61,7 +61,7 @@ def sarif(diagnostics) -> str:
     diagnostic with its code as ``ruleId`` and a physical location."""
     import json
 
-    from .. import __version__
+    from .._version import __version__
     from ..codes import CODES, title
 
     diagnostics = list(diagnostics)

@@ -1,0 +1,135 @@
+"""The torch reference sparse MLA decode: the math, with no impl class.
+
+:mod:`dsv4sel.kernels.reference` wraps it as an impl, and every impl's
+``fallback="reference"`` path (in :mod:`dsv4sel.kernels.base`) calls it; it
+lives here so that neither of those two modules imports the other.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .layouts import HEAD_DIM, KVCacheLayout, resolve_layout
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = ["sparse_mla_decode"]
+
+
+def _gather(
+    cache: "torch.Tensor",
+    layout: KVCacheLayout,
+    indices: "torch.Tensor",
+    topk_length: "torch.Tensor | None",
+) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """Dequantized rows ``[b, s, k, 512]`` (float32, zero where skipped) and the valid mask."""
+    import torch
+
+    b, s, k = indices.shape
+    valid = indices >= 0
+    if topk_length is not None:
+        cols = torch.arange(k, device=indices.device).view(1, 1, k)
+        valid = valid & (cols < topk_length.to(indices.device).view(b, 1, 1))
+    # Skipped entries read slot 0 and are zeroed: the cache may hold NaN bytes
+    # there, and 0 * NaN would poison the weighted sum.
+    slots = torch.where(valid, indices, torch.zeros_like(indices)).reshape(-1).long()
+    rows = layout.read(cache, slots).float().view(b, s, k, HEAD_DIM)
+    return rows.masked_fill_(~valid.unsqueeze(-1), 0.0), valid
+
+
+def _check_args(q: Any, indices: Any, attn_sink: Any, topk_length: Any, name: str = "indices") -> None:
+    import torch
+
+    if not isinstance(q, torch.Tensor) or q.dim() != 4 or q.shape[-1] != HEAD_DIM or not q.is_floating_point():
+        raise ValueError(f"q must be a floating [b, s_q, h, {HEAD_DIM}] tensor, got {getattr(q, 'shape', q)!r}")
+    b, s = q.shape[:2]
+    if (
+        not isinstance(indices, torch.Tensor)
+        or indices.dim() != 3
+        or tuple(indices.shape[:2]) != (b, s)
+        or indices.is_floating_point()
+    ):
+        raise ValueError(f"{name} must be an integer [{b}, {s}, topk] tensor, got {getattr(indices, 'shape', indices)!r}")
+    if topk_length is not None and (
+        not isinstance(topk_length, torch.Tensor) or tuple(topk_length.shape) != (b,) or topk_length.is_floating_point()
+    ):
+        raise ValueError(f"topk lengths must be an integer [{b}] tensor")
+    if attn_sink is not None and (not isinstance(attn_sink, torch.Tensor) or tuple(attn_sink.shape) != (q.shape[2],)):
+        raise ValueError(f"attn_sink must be a [{q.shape[2]}] tensor")
+
+
+def sparse_mla_decode(
+    q: "torch.Tensor",
+    cache: "torch.Tensor",
+    layout: "KVCacheLayout | str",
+    indices: "torch.Tensor",
+    softmax_scale: float,
+    attn_sink: "torch.Tensor | None" = None,
+    topk_length: "torch.Tensor | None" = None,
+    *,
+    extra_cache: "torch.Tensor | None" = None,
+    extra_indices: "torch.Tensor | None" = None,
+    extra_topk_length: "torch.Tensor | None" = None,
+) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """Sparse MLA decode in float32; returns ``(out, lse)``.
+
+    Args:
+        q: ``[b, s_q, h, 512]``, any float dtype (upcast to float32).
+        cache: a cache made by ``layout.allocate`` (any device).
+        layout: a layout object or name (``fp8_ds_mla``, ``bf16_row``, ``fp8_e4m3_row``).
+        indices: integer ``[b, s_q, topk]`` cache slots; negative = skip.
+        softmax_scale: multiplies ``q . kv`` before the softmax.
+        attn_sink: optional ``[h]`` per-head sink logits (see module docstring).
+        topk_length: optional integer ``[b]``: only the first ``topk_length[b]``
+            columns of ``indices`` count.
+        extra_cache, extra_indices, extra_topk_length: a second token set in a
+            second cache of the same layout (DeepSeek-V4 attends to the
+            sliding-window cache and the compressed cache at once), combined
+            into the same softmax.
+
+    Returns:
+        ``out`` float32 ``[b, s_q, h, 512]`` and ``lse`` float32 ``[b, s_q, h]``
+        (natural log, without the sink; ``+inf`` where no token was selected).
+    """
+    import torch
+
+    lay = resolve_layout(layout)
+    _check_args(q, indices, attn_sink, topk_length)
+    if (extra_cache is None) != (extra_indices is None):
+        raise ValueError("extra_cache and extra_indices must be given together")
+    if extra_topk_length is not None and extra_indices is None:
+        raise ValueError("extra_topk_length needs extra_indices")
+
+    kv, valid = _gather(cache, lay, indices.to(q.device), topk_length)
+    if extra_indices is not None:
+        _check_args(q, extra_indices, None, extra_topk_length, "extra_indices")
+        kv2, valid2 = _gather(extra_cache, lay, extra_indices.to(q.device), extra_topk_length)
+        kv, valid = torch.cat([kv, kv2], dim=2), torch.cat([valid, valid2], dim=2)
+
+    qf = q.float()
+    # [b, s, h, d] x [b, s, k, d] -> [b, s, h, k]
+    logits = torch.matmul(qf, kv.transpose(-1, -2)) * float(softmax_scale)
+    logits.masked_fill_(~valid.unsqueeze(2), float("-inf"))
+    if logits.shape[-1] == 0:
+        row_max = torch.full(logits.shape[:-1], float("-inf"), device=q.device)
+    else:
+        row_max = logits.amax(dim=-1)
+    # Subtract a finite max so exp never overflows; rows with no token use 0.
+    shift = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    weights = torch.exp(logits - shift.unsqueeze(-1))  # skipped tokens: exp(-inf) = 0
+    denom = weights.sum(dim=-1)  # [b, s, h]
+    numer = torch.matmul(weights, kv)  # [b, s, h, d]
+
+    total = denom
+    if attn_sink is not None:
+        # exp(sink - shift) may overflow to inf: then out -> 0, the correct limit.
+        total = denom + torch.exp(attn_sink.to(q.device).float().view(1, 1, -1) - shift)
+    has_tokens = denom > 0
+    out = torch.where(
+        has_tokens.unsqueeze(-1),
+        numer / torch.where(has_tokens, total, torch.ones_like(total)).unsqueeze(-1),
+        torch.zeros_like(numer),
+    )
+    lse = torch.where(has_tokens, shift + torch.log(denom), torch.full_like(denom, float("inf")))
+    return out, lse
