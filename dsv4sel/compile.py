@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import string
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Iterator
 
 from .errors import Problem, RuleError
@@ -91,28 +92,61 @@ class Rule:
         return None
 
 
+class HitPolicy(str, Enum):
+    """A table's DMN hit policy, with what it means for evaluation and for
+    ``dsv4sel check``. A ``str`` enum: it compares equal to its YAML spelling."""
+
+    #: at most one rule may match any input; an overlap is an error
+    UNIQUE = "unique"
+    #: rules are tried in file order and the first match wins
+    FIRST = "first"
+
+    def decide(self, rules, point: dict[str, str]):
+        """The rule that decides ``point``. Under ``unique`` an overlap is a
+        finding of ``check``; evaluation then takes the first matching rule,
+        so that it stays deterministic either way."""
+        for rule in rules:
+            if rule.matches(point):
+                return rule
+        return None
+
+    @property
+    def overlap_is_error(self) -> bool:
+        """Whether two rules matching one input is a finding (under ``first`` it is how the table works)."""
+        return self is HitPolicy.UNIQUE
+
+    @property
+    def can_shadow(self) -> bool:
+        """Whether an earlier rule can take every input of a later one."""
+        return self is HitPolicy.FIRST
+
+    @property
+    def redundancy_is_error(self) -> bool:
+        """Whether two overlapping rules with the same outcome are an error
+        (``unique``) or only worth a warning (``first``)."""
+        return self is HitPolicy.UNIQUE
+
+
 @dataclass
 class Table:
     """A decision table: the default-backend decision or the table of some backends."""
 
     name: str
     backends: tuple[str, ...]
-    hit_policy: str
+    hit_policy: HitPolicy
     file: str
     line: int
     rules: list[Rule] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.hit_policy = HitPolicy(self.hit_policy)  # the YAML spelling is accepted too
 
     def matching(self, point: dict[str, str]) -> list[Rule]:
         return [rule for rule in self.rules if rule.matches(point)]
 
     def decide(self, point: dict[str, str]) -> Rule | None:
-        """The rule that decides ``point`` under this table's hit policy. Under
-        ``unique`` an overlap is a verification finding; evaluation then takes
-        the first matching rule so that it stays deterministic."""
-        for rule in self.rules:
-            if rule.matches(point):
-                return rule
-        return None
+        """The rule that decides ``point`` under this table's hit policy."""
+        return self.hit_policy.decide(self.rules, point)
 
 
 @dataclass(frozen=True)

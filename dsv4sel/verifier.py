@@ -266,11 +266,11 @@ class _Verifier:
                 continue
             later = masks[r] >> (r + 1) << (r + 1)
             identical = later & same[keys[r]]
-            if table.hit_policy == "unique":
+            if table.hit_policy.overlap_is_error:
                 self._pair_findings(table, r, later & ~identical, "overlap", requests)
             # under first, overlaps are how the table works; only identical outcomes are suspect
             self._pair_findings(table, r, identical, "redundant", requests)
-            if table.hit_policy == "first" and not full.won[r]:
+            if table.hit_policy.can_shadow and not full.won[r]:
                 self._shadow_finding(table, r, masks[r] & ((1 << r) - 1), requests)
 
     def _why_empty(self, box) -> str:
@@ -293,7 +293,7 @@ class _Verifier:
             return
         index = self.flow.indexes[table.name]
         a = table.rules[r]
-        severity = WARNING if kind == "redundant" and table.hit_policy == "first" else ERROR
+        severity = WARNING if kind == "redundant" and not table.hit_policy.redundancy_is_error else ERROR
         budget = self._details.get(table.name, PAIR_DETAILS)
         detailed = min(PAIRS_PER_RULE, budget)
         chosen = first_bits(partners, detailed + MORE_NAMED)
