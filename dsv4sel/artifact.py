@@ -137,9 +137,14 @@ def all_below(ids: memoryview, limit: int) -> bool:
         return max(ids, default=0) < limit
     top_high, top_low = divmod(limit - 1, 256)
     highs, lows = raw[1::2], raw[0::2]
+    if top_high == 0:  # fewer than 256 outcomes, the usual case: every high byte is 0
+        return highs.count(0) == len(highs) and (top_low == 255 or 1 not in lows.translate(
+            bytes(1 if b > top_low else 0 for b in range(256))))
     above = bytes(1 if b > top_high else 0 for b in range(256))
     if 1 in highs.translate(above):
         return False
+    if top_low == 255:
+        return True
     at_top = bytes(1 if b == top_high else 0 for b in range(256))
     low_above = bytes(1 if b > top_low else 0 for b in range(256))
     return not (int.from_bytes(highs.translate(at_top), "little")

@@ -59,10 +59,11 @@ def _memo_key(platform, kv_cache_dtype, backend, capability, model, extra) -> tu
         capability = ("tuple", *capability)
     key = (platform, kv_cache_dtype, backend, capability, model)
     if extra:
-        items = tuple(extra.items())
-        if not all(type(k) is str and type(v) is str for k, v in items):
-            return None
-        key += tuple(sorted(items))
+        items = sorted(extra.items())  # keyword arguments: the names are str
+        for _name, value in items:
+            if value.__class__ is not str:
+                return None
+        key += tuple(items)
     return key
 
 
