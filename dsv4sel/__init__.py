@@ -148,12 +148,12 @@ def select(*, platform: str, kv_cache_dtype: str = "auto", backend: str | _Named
         rules = _default or default_rules()
     if not inputs and (backend is None or backend.__class__ is str):
         # the hot path: one dict probe of the memo, no normalization. The memo
-        # holds exact-type keys only (see ruleset._memo_key), so a raw value
+        # holds exact-type keys only (see _memo_key in dsv4sel/ruleset.py), so a raw value
         # that merely compares equal to one, such as (9.0, 0), misses it; an
         # enum backend is read by name, and a str enum equals its value, so
         # enums take the slow path.
         try:
-            hit = rules._memo[platform, kv_cache_dtype, backend, capability, model]
+            hit = rules.memo[platform, kv_cache_dtype, backend, capability, model]
         except (KeyError, TypeError):
             pass
         else:

@@ -19,11 +19,51 @@ and one index. This module imports neither yaml nor jsonschema.
 from __future__ import annotations
 
 from array import array
+from operator import itemgetter
 
 #: The largest array the compiled form holds (inputs, i.e. points x backend
 #: choices): 2 bytes each for fewer than 65,536 distinct outcomes. Beyond it
 #: the compiler refuses with one RuleError rather than running out of memory.
 MAX_INPUTS = 1 << 26
+
+
+def _row_type(name: str, fields: str, doc: str) -> type:
+    """A tuple type whose items are also read by name, like a namedtuple. Built
+    by hand because ``typing`` and ``collections.namedtuple`` would cost the
+    cold start a few milliseconds; the rows stay plain tuples for marshal."""
+    names = tuple(fields.split())
+    namespace = {"__slots__": (), "__doc__": doc, "_fields": names,
+                 "__repr__": lambda self: f"{name}({', '.join(f'{n}={v!r}' for n, v in zip(names, self))})"}
+    namespace.update({field: property(itemgetter(i)) for i, field in enumerate(names)})
+    return type(name, (tuple,), namespace)
+
+
+SelectRow = _row_type("SelectRow", "kind backend impl layout cache_dtype torch_dtype bytes_per_token block_size "
+                      "rewrites messages path", """A compiled outcome: ``backend`` serves, with these
+    fields. ``rewrites`` are ``(field, value)`` pairs; ``messages`` ``(level, text)`` pairs, every
+    rule's on the path in order; ``path`` the indices of the rules consulted (the deciding rule last).""")
+RejectRow = _row_type("RejectRow", "kind backend reason path messages",
+                      "A compiled outcome: the deciding rule rejects, for ``reason``.")
+GapRow = _row_type("GapRow", "kind backend table path",
+                   "A compiled outcome: no rule of ``table`` decides (``dsv4sel check`` lists these).")
+GapRow.messages = property(lambda self: ())
+
+#: Any compiled outcome (a type for annotations); ``row.kind`` is "select", "reject" or "gap".
+Row = tuple
+_ROWS = {"select": SelectRow, "reject": RejectRow, "gap": GapRow}
+
+
+def stored(row: tuple) -> tuple:
+    """``row`` as marshal stores it (a plain tuple)."""
+    return tuple(row)
+
+
+def loaded(data: tuple) -> tuple:
+    """A stored row as its type; raises on a row of an unknown kind or the wrong length."""
+    kind = _ROWS[data[0]]
+    if len(data) != len(kind._fields):
+        raise ValueError(f"a {data[0]} row has {len(data)} fields, not {len(kind._fields)}")
+    return kind(data)
 
 
 class Layout:

@@ -275,7 +275,7 @@ class Program:
             for event in flow.walk(backend):
                 if event.kind == "gap":
                     path = tuple(rule_index[id(r)] for r in event.path)
-                    store(("gap", event.label, event.table.name, path), event.box, backend_index)
+                    store(artifact.GapRow(("gap", event.label, event.table.name, path)), event.box, backend_index)
                 elif event.kind == "decide":
                     rules = (*event.path, event.rule)
                     labels = self._labels(backend, rules)
@@ -292,9 +292,9 @@ class Program:
                        for d in self.inputs.values()],
             "backends": self.backends,
             "selectable": tuple(b for b in self.backends
-                                if any(o[0] == "select" and o[1] == b for o in outcomes)),
+                                if any(o.kind == "select" and o.backend == b for o in outcomes)),
             "rules": [(r.ref.id, r.ref.file, r.ref.line, r.ref.pack, r.table) for r in self.rules],
-            "outcomes": outcomes,
+            "outcomes": [artifact.stored(o) for o in outcomes],
             "table": table,
             "allowed": self.allowed_impl_modules,
             "sources": self.sources,
@@ -340,13 +340,15 @@ class Program:
             messages.extend((level, render(text, point)) for level, text in rule.outcome.messages)
         last, label = rules[-1], labels[-1]
         point = dict(values, backend=label or "")
+        from .artifact import RejectRow, SelectRow
+
         if last.outcome.kind == "reject":
-            return ("reject", label, render(last.outcome.reason, point), path, tuple(messages))
+            return RejectRow(("reject", label, render(last.outcome.reason, point), path, tuple(messages)))
         f = {k: render(v, point) if isinstance(v, str) else v for k, v in last.outcome.fields}
         rewrites = tuple(sorted((k, v) for k, v in f.get("rewrites", {}).items()
                                 if not (k == "cache_dtype" and v == values.get("kv_cache_dtype"))))
-        return ("select", label, f["impl"], f["layout"], f["cache_dtype"], f["torch_dtype"],
-                f["bytes_per_token"], f["block_size"], rewrites, tuple(messages), path)
+        return SelectRow(("select", label, f["impl"], f["layout"], f["cache_dtype"], f["torch_dtype"],
+                          f["bytes_per_token"], f["block_size"], rewrites, tuple(messages), path))
 
 
 # ---------------------------------------------------------------- templates

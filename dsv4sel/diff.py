@@ -21,19 +21,16 @@ ABSENT = ("absent",)
 def _summary(rules: RuleSet, key: tuple) -> tuple[tuple, tuple]:
     """(what is compared, what groups changes): rejections whose reason text
     differs only by the query's values (templates) group by the deciding rule."""
-    index = rules._table.get(key)
-    if index is None:
+    row = rules.row(key)
+    if row is None:
         return ABSENT, ABSENT
-    row = rules._outcomes[index]
-    if row[0] == "select":
-        _, backend, impl, layout, cache_dtype, torch_dtype, bpt, block, rewrites, messages, _ = row
-        summary = ("select", backend, impl, layout, cache_dtype, torch_dtype, bpt, block, tuple(rewrites),
-                   tuple(tuple(m) for m in messages))
+    if row.kind == "select":
+        summary = ("select", row.backend, row.impl, row.layout, row.cache_dtype, row.torch_dtype,
+                   row.bytes_per_token, row.block_size, tuple(row.rewrites), tuple(tuple(m) for m in row.messages))
         return summary, summary
-    rule = rules.rule(row[3][-1]).id if row[3] else ""
-    if row[0] == "reject":
-        return ("reject", row[1], row[2]), ("reject", row[1], rule)
-    return ("gap", row[1], row[2]), ("gap", row[1], rule)
+    rule = rules.rule(row.path[-1]).id if row.path else ""
+    detail = row.reason if row.kind == "reject" else row.table
+    return (row.kind, row.backend, detail), (row.kind, row.backend, rule)
 
 
 def describe_outcome(summary: tuple) -> str:
@@ -98,7 +95,7 @@ def diff(old: RuleSet, new: RuleSet) -> Diff:
 
     keys: dict[tuple, None] = {}
     for rules in (old, new):
-        for key in rules._table.keys():
+        for key in rules.keys():
             wide = widen(rules, key)
             keys.setdefault(wide, None)
             for domain, value in zip(domains, wide):

@@ -214,15 +214,15 @@ def impl_checks(rules: RuleSet, platform: str | None = None, capability: str | N
 
     users: dict[str, list[str]] = {}
     impl_of: dict[int, str] = {}
-    for index, row in enumerate(rules._outcomes):
-        if row[0] == "select":
-            impl_of[index] = row[2]
-            names = users.setdefault(row[2], [])
-            if row[1] not in names:
-                names.append(row[1])
+    for index, row in enumerate(rules.rows):
+        if row.kind == "select":
+            impl_of[index] = row.impl
+            names = users.setdefault(row.impl, [])
+            if row.backend not in names:
+                names.append(row.backend)
     # one point per impl, to build a Selection through the evaluator; stop once all are found
     first: dict[str, tuple] = {}
-    for key, index in rules._table.items():
+    for key, index in rules.items():
         impl = impl_of.get(index)
         if impl is not None and impl not in first:
             first[impl] = key

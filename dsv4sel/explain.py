@@ -287,10 +287,9 @@ def explain_query(rules: RuleSet, query: Query, notes: tuple[Message, ...] = ())
     else:
         selection, refusal = None, _refusal(rules, query, decided)
         rewrites = ()
-        # outcome() keeps the messages of the rules before a rejection only in
-        # the row (e.g. the default rule's "capability unknown" warning)
-        messages = notes + (tuple(Message(text, level) for level, text in row[4])
-                            if row[0] == "reject" else ())
+        # the rejection keeps the messages of the rules before it (e.g. the
+        # default rule's "capability unknown" warning), normalization's first
+        messages = decided.messages
         alternatives = nearest_alternatives(rules, query)
     # the chosen (or rejecting) backend and the requested one are the subject, not a "why not"
     excluded = {decided.backend, query.backend}
@@ -338,12 +337,12 @@ def _path(rules: RuleSet, row: tuple) -> tuple[PathStep, ...]:
             # the next rule's table is the backend this step handed over to
             action = "default" if table == probe.DEFAULT_TABLE else "use"
             steps.append(PathStep(rules.rule(index), table, action, tables[n + 1], rules.description(index)))
-        elif row[0] == "gap":
+        elif row.kind == "gap":
             # the last consulted rule handed over to a table in which nothing matched
             action = "default" if table == probe.DEFAULT_TABLE else "use"
-            steps.append(PathStep(rules.rule(index), table, action, row[2], rules.description(index)))
+            steps.append(PathStep(rules.rule(index), table, action, row.table, rules.description(index)))
         else:
-            steps.append(PathStep(rules.rule(index), table, row[0], None, rules.description(index)))
+            steps.append(PathStep(rules.rule(index), table, row.kind, None, rules.description(index)))
     return tuple(steps)
 
 
@@ -391,7 +390,7 @@ def nearest_alternatives(rules: RuleSet, query: Query, limit: int = 4) -> tuple[
             if not changes:
                 continue
             row = probe.at(rules, query, backend, kv)
-            if row[0] == "select":  # any backend: a hand-over (use:) is a fine alternative too
+            if row.kind == "select":  # any backend: a hand-over (use:) is a fine alternative too
                 found.append((len(changes), brank, krank, backend, kv, changes, row))
     found.sort(key=lambda f: f[:3])
     picked: list[list] = []  # [backend, kv, changes, also, row]

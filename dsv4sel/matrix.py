@@ -16,6 +16,7 @@ rule set; ``docs/backends.md`` is checked against them in CI.
 from __future__ import annotations
 
 from . import probe
+from .artifact import Row
 from .record import Frozen
 from .ruleset import RuleSet
 from .values import Query, RuleRef
@@ -171,9 +172,9 @@ def capability_label(caps: tuple[str, ...], declared: tuple[str, ...]) -> str:
     return ", ".join(parts)
 
 
-def _warnings(row: tuple) -> tuple[str, ...]:
-    if row[0] == "select":
-        return tuple(text for level, text in row[9] if level == "warning")
+def _warnings(row: Row) -> tuple[str, ...]:
+    if row.kind == "select":
+        return tuple(text for level, text in row.messages if level == "warning")
     return ()
 
 
@@ -195,7 +196,8 @@ def _groups(rules: RuleSet, query: Query, backend: str) -> tuple:
         default_row = probe.at(rules, query, None, kv)
         is_default = probe.serves(default_row, backend) and probe.same_result(default_row, row)
         warnings = _warnings(row) + (_warnings(default_row) if is_default else ())
-        groups.setdefault((row[3], row[5], row[6], row[7], row[2]), []).append((kv, row[4], is_default, warnings))
+        key = (row.layout, row.torch_dtype, row.bytes_per_token, row.block_size, row.impl)
+        groups.setdefault(key, []).append((kv, row.cache_dtype, is_default, warnings))
     return tuple((key, tuple(items)) for key, items in groups.items())
 
 

@@ -6,12 +6,9 @@ serve a platform at all, which kv dtypes a backend accepts on one
 capability. They answer them here, from the compiled rows alone, so none of
 them needs yaml, jsonschema or torch.
 
-A compiled outcome row is one of (see ``Program.to_table``)::
-
-    ("select", backend, impl, layout, cache_dtype, torch_dtype, bytes_per_token,
-     block_size, rewrites, messages, path)
-    ("reject", backend, reason, path, messages)
-    ("gap", backend, table, path)
+A compiled outcome row is a :class:`~dsv4sel.artifact.SelectRow`,
+``RejectRow`` or ``GapRow`` (fields by name; ``row.kind`` tells which), read
+through the rule set's public API (``rows``, ``index``, ``row``, ``items``).
 
 Speed matters: ``dsv4sel explain`` runs a few thousand lookups per process
 within a cold-start budget. Keys are therefore built as plain tuples in the
@@ -23,6 +20,7 @@ from __future__ import annotations
 
 import weakref
 
+from .artifact import Row
 from .ruleset import RuleSet
 from .values import Query
 
@@ -49,8 +47,7 @@ def _serving(rules: RuleSet, backend: str | None) -> frozenset[int]:
     memo = _memo(rules)
     ids = memo.get(backend)
     if ids is None:
-        ids = memo[backend] = frozenset(i for i, row in enumerate(rules._outcomes)
-                                        if row[0] == "select" and (backend is None or row[1] == backend))
+        ids = memo[backend] = frozenset(i for i, row in enumerate(rules.rows) if serves(row, backend))
     return ids
 
 
@@ -67,28 +64,28 @@ def index_at(rules: RuleSet, query: Query, backend=KEEP, kv_cache_dtype: str | N
            query.kv_cache_dtype if kv_cache_dtype is None else kv_cache_dtype,
            *_values(query.extra if extra is None else extra))
     # normalize() admits only declared values, so every such point is in the table
-    return rules._table[key]
+    return rules.index(key)
 
 
 def at(rules: RuleSet, query: Query, backend=KEEP, kv_cache_dtype: str | None = None,
-       capability: str | None = None, extra: tuple | None = None, model: str | None = None) -> tuple:
+       capability: str | None = None, extra: tuple | None = None, model: str | None = None) -> Row:
     """The compiled outcome row for ``query`` with some inputs replaced.
 
     ``backend`` None asks the platform default (no ``--attention-backend``);
     the other replacements default to the query's own values.
     """
-    return rules._outcomes[index_at(rules, query, backend, kv_cache_dtype, capability, extra, model)]
+    return rules.rows[index_at(rules, query, backend, kv_cache_dtype, capability, extra, model)]
 
 
-def path_of(row: tuple) -> tuple[int, ...]:
+def path_of(row: Row) -> tuple[int, ...]:
     """Rule indices consulted for ``row``, the default-decision rule first."""
-    return row[10] if row[0] == "select" else row[3]
+    return row.path
 
 
-def serves(row: tuple, backend: str | None) -> bool:
+def serves(row: Row, backend: str | None) -> bool:
     """True when ``row`` selects ``backend`` itself (not another backend reached
     through a ``use:`` rule); for ``backend`` None, when it selects anything."""
-    return row[0] == "select" and (backend is None or row[1] == backend)
+    return row.kind == "select" and (backend is None or row.backend == backend)
 
 
 def extra_combos(rules: RuleSet) -> list[tuple[tuple[str, str], ...]]:
@@ -113,7 +110,7 @@ def accepted_kv(rules: RuleSet, query: Query, backend: str | None, capability: s
     ids = _serving(rules, backend)
     head = (query.model, query.platform, query.capability if capability is None else capability, backend)
     tail = _values(query.extra if extra is None else extra)
-    get = rules._table.get
+    get = rules.index
     return tuple(kv for kv in rules.values("kv_cache_dtype") if get((*head, kv, *tail)) in ids)
 
 
@@ -137,7 +134,7 @@ def serves_somewhere(rules: RuleSet, query: Query, backend: str | None, capabili
 
 def _scan(rules: RuleSet, backend: str | None, model: str, platform: str, caps, combos) -> bool:
     ids = _serving(rules, backend)
-    get = rules._table.get
+    get = rules.index
     kvs = rules.values("kv_cache_dtype")
     for cap in caps:
         head = (model, platform, cap, backend)
@@ -156,9 +153,10 @@ def platform_backends(rules: RuleSet, query: Query) -> tuple[str, ...]:
     return tuple(b for b in rules.selectable_backends if serves_somewhere(rules, query, b))
 
 
-def same_result(a: tuple, b: tuple) -> bool:
+def same_result(a: Row, b: Row) -> bool:
     """Two select rows store the same cache the same way: backend, impl,
     layout, torch dtype, bytes per token and block size. The cache dtype
     string is left out on purpose: ``auto`` and ``bfloat16`` on a bf16-row
     backend keep different strings for the same bytes."""
-    return a[0] == b[0] == "select" and a[1:4] == b[1:4] and a[5:8] == b[5:8]
+    fields = ("backend", "impl", "layout", "torch_dtype", "bytes_per_token", "block_size")
+    return a.kind == b.kind == "select" and all(getattr(a, f) == getattr(b, f) for f in fields)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from .artifact import OutcomeTable, all_below
+from .artifact import OutcomeTable, Row, all_below, loaded
 from .errors import InvalidQuery, SelectionError
 from .values import Message, Query, RuleRef, Selection, check_impl_allowed
 
@@ -117,13 +117,14 @@ class RuleSet:
         if allowed_impl_modules is None:
             allowed_impl_modules = tuple(data["allowed"])
         self.allowed_impl_modules: tuple[str, ...] = tuple(allowed_impl_modules)
-        impls = {row[2] for row in self._outcomes if row[0] == "select"} | set(self.probes.values())
+        impls = {row.impl for row in self.rows if row.kind == "select"} | set(self.probes.values())
         for impl in impls:
             try:
                 check_impl_allowed(impl, self.allowed_impl_modules)
             except Exception as exc:
                 raise CorruptTable(f"compiled rules name an impl outside the allowed modules: {exc}") from None
-        self._memo: dict[tuple, Selection | Rejection] = {}
+        #: raw query -> Selection or Rejection; :func:`dsv4sel.select` probes it first (its hot path)
+        self.memo: dict[tuple, Selection | Rejection] = {}
 
     def _load(self, data: dict[str, Any]) -> None:
         if data.get("format") != COMPILED_FORMAT:
@@ -147,14 +148,15 @@ class RuleSet:
             if not (type(rid) is str and type(file) is str and type(line) is int and type(table) is str):
                 raise CorruptTable("a compiled rule row is malformed")
         self._rules: dict[int, RuleRef] = {}
-        self._outcomes = data["outcomes"]
-        for row in self._outcomes:
+        for row in data["outcomes"]:
             self._check_row(row)
+        #: every distinct outcome of the space, typed (:mod:`dsv4sel.artifact`); :meth:`index` points into it
+        self.rows: tuple[Row, ...] = tuple(loaded(row) for row in data["outcomes"])
         self.key_inputs: tuple[str, ...] = (
             "model", "platform", "capability", "backend", "kv_cache_dtype", *self.extra_inputs)
         self._table = OutcomeTable(data["table"], self.key_inputs)
         if tuple(self._table.layout.backends) != (None, *self.backends) or not all_below(
-                self._table.ids, len(self._outcomes)):
+                self._table.ids, len(self.rows)):
             raise CorruptTable("the compiled decision array does not fit its outcomes")
         self.sources: tuple[str, ...] = tuple(data["sources"])
         descriptions = data.get("descriptions") or ()
@@ -342,43 +344,52 @@ class RuleSet:
         index = self._table.get(self.key(query))
         if index is None:  # pragma: no cover - normalize() admits only declared points
             return Rejection(self, query, "the query is outside the decision space", None, ())
-        row = self._outcomes[index]
-        kind = row[0]
-        if kind == "select":
-            (_, backend, impl, layout, cache_dtype, torch_dtype, bpt, block, rewrites,
-             messages, path) = row
-            refs = tuple(self.rule(i) for i in path)
+        row = self.rows[index]
+        refs = tuple(self.rule(i) for i in row.path)
+        messages = notes + tuple(Message(text, level) for level, text in row.messages)
+        if row.kind == "select":
             return Selection(
-                backend=backend, impl=impl, layout=layout, cache_dtype=cache_dtype,
-                torch_dtype_name=torch_dtype, bytes_per_token=bpt, block_size=block,
-                rewrites=MappingProxyType(dict(rewrites)),
-                messages=notes + tuple(Message(text, level) for level, text in messages),
-                rule=refs[-1], path=refs, query=query,
+                backend=row.backend, impl=row.impl, layout=row.layout, cache_dtype=row.cache_dtype,
+                torch_dtype_name=row.torch_dtype, bytes_per_token=row.bytes_per_token,
+                block_size=row.block_size, rewrites=MappingProxyType(dict(row.rewrites)),
+                messages=messages, rule=refs[-1], path=refs, query=query,
                 allowed_impl_modules=self.allowed_impl_modules)
-        if kind == "reject":
-            _, backend, reason, path, _messages = row
-            refs = tuple(self.rule(i) for i in path)
-            return Rejection(self, query, reason, refs[-1], refs, backend=backend)
-        _, backend, table, path = row
-        refs = tuple(self.rule(i) for i in path)
-        where = "the default-backend decision" if table == "<default>" else f"the table of {table}"
+        if row.kind == "reject":
+            return Rejection(self, query, row.reason, refs[-1], refs, messages, backend=row.backend)
+        where = "the default-backend decision" if row.table == "<default>" else f"the table of {row.table}"
         return Rejection(self, query, f"no rule in {where} decides this input (a gap in the rules; "
-                         "`dsv4sel check` lists all gaps)", refs[-1] if refs else None, refs, gap=True,
-                         backend=backend)
+                         "`dsv4sel check` lists all gaps)", refs[-1] if refs else None, refs, messages,
+                         gap=True, backend=row.backend)
+
+    # ------------------------------------------------------- the read API
+    def index(self, key: tuple) -> int | None:
+        """The index into :attr:`rows` of the outcome at ``key`` (a tuple in
+        :attr:`key_inputs` order, backend None for the platform default), or
+        None outside the space. Tools that ask many points compare indices."""
+        return self._table.get(key)
+
+    def row(self, key: tuple) -> Row | None:
+        """The compiled outcome at ``key`` (see :meth:`index`)."""
+        index = self._table.get(key)
+        return None if index is None else self.rows[index]
+
+    def items(self):
+        """Every ``(key, index)`` of the space (backend outermost)."""
+        return self._table.items()
 
     def select(self, platform, kv_cache_dtype="auto", backend=None, capability=None,
                model="deepseek_v4", extra=None) -> Selection:
         """Like :func:`dsv4sel.select` on this rule set."""
         memo_key = _memo_key(platform, kv_cache_dtype, backend, capability, model, extra)
-        hit = self._memo.get(memo_key) if memo_key is not None else None
+        hit = self.memo.get(memo_key) if memo_key is not None else None
         if hit is None:
             query, notes = self.normalize(platform=platform, kv_cache_dtype=kv_cache_dtype, backend=backend,
                                           capability=capability, model=model, extra=extra)
             hit = self.outcome(query, notes)
             if memo_key is not None:
-                if len(self._memo) >= _MEMO_LIMIT:
-                    self._memo.clear()
-                self._memo[memo_key] = hit
+                if len(self.memo) >= _MEMO_LIMIT:
+                    self.memo.clear()
+                self.memo[memo_key] = hit
         if hit.__class__ is Selection:
             return hit
         raise hit.error()
@@ -395,14 +406,14 @@ class RuleSet:
         kvs = self.values("kv_cache_dtype")
         head = (query.model, query.platform, query.capability)
         tail = tuple(v for _, v in query.extra)
-        table, outcomes = self._table, self._outcomes
+        table, rows = self._table, self.rows
         for bi, backend in enumerate(backends):
             for ki, kv in enumerate(kvs):
                 changes = (backend != query.backend) + (kv != query.kv_cache_dtype)
                 if changes == 0:
                     continue
                 index = table.get((*head, backend, kv, *tail))
-                if index is not None and outcomes[index][0] == "select":
+                if index is not None and rows[index].kind == "select":
                     found.append((changes, bi, ki, backend, kv))
         found.sort()
         out = []

@@ -99,10 +99,10 @@ def test_every_row_is_what_select_says_and_every_selection_has_a_row(matrix, rul
                 combos = [query.extra] if row["condition"] else None
                 covered.add((row["model"], row["platform"], cap, row["backend"], kv, tuple(combos or ())))
     # completeness: every explicit selection of a backend by itself appears in some row
-    for key, index in rules._table.items():
+    for key, index in rules.items():
         model, platform, cap, backend, kv, *extra = key
-        out = rules._outcomes[index]
-        if backend is None or out[0] != "select" or out[1] != backend:
+        out = rules.rows[index]
+        if backend is None or out.kind != "select" or out.backend != backend:
             continue
         extra_t = tuple(zip(rules.extra_inputs, extra))
         assert ((model, platform, cap, backend, kv, ()) in covered

@@ -142,3 +142,14 @@ def test_the_serving_path_imports_no_compiler_at_module_level(short):
     module = "dsv4sel" if short == "__init__" else f"dsv4sel.{short}"
     found = imports(module, MODULES[module], module_level_only=True)
     assert not [m for m in found if m in COMPILE_ONLY or m.split(".")[0] in COMPILE_ONLY]
+
+
+def test_no_module_reads_a_private_attribute_of_the_rule_set():
+    # RuleSet's read API (rows, index, row, items, keys, key_inputs, memo) is what tools use
+    import re
+
+    private = re.compile(r"\b(?:rules|ruleset|old|new)\._[a-z]\w*")
+    found = [(str(path.relative_to(ROOT)), match.group())
+             for name, path in MODULES.items() if name != "dsv4sel.ruleset"
+             for match in private.finditer(path.read_text())]
+    assert found == []

@@ -70,11 +70,11 @@ def test_a_v40_query_never_resolves_a_v41_backend(backend):
 
 def test_no_selection_anywhere_crosses_models():
     rules = dsv4sel.default_rules()
-    for key, index in rules._table.items():
-        row = rules._outcomes[index]
-        if row[0] != "select":
+    for key, index in rules.items():
+        row = rules.rows[index]
+        if row.kind != "select":
             continue
-        model, impl = key[0], row[2]
+        model, impl = key[0], row.impl
         if model == "deepseek_v4_1":
             assert impl.startswith("dsv4sel.kernels.v41:"), (key, impl)
         else:

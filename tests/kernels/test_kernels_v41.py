@@ -511,10 +511,11 @@ def _shipped_selections():
     """One Selection per distinct (impl, layout, torch dtype, bytes, block size) the shipped rules select."""
     rules = dsv4sel.default_rules()
     first = {}
-    for key, index in rules._table.items():
-        row = rules._outcomes[index]
-        if row[0] == "select":
-            first.setdefault(row[2:5] + row[5:8], key)
+    for key, index in rules.items():
+        row = rules.rows[index]
+        if row.kind == "select":
+            first.setdefault((row.impl, row.layout, row.cache_dtype, row.torch_dtype, row.bytes_per_token,
+                              row.block_size), key)
     out = []
     for key in first.values():
         model, platform, capability, backend, kv, *extra = key
