@@ -16,7 +16,7 @@ rule set; ``docs/backends.md`` is checked against them in CI.
 from __future__ import annotations
 
 from . import probe
-from .artifact import Row
+from .artifact import Row as OutcomeRow
 from .record import Frozen
 from .ruleset import RuleSet
 from .values import Query, RuleRef
@@ -172,7 +172,7 @@ def capability_label(caps: tuple[str, ...], declared: tuple[str, ...]) -> str:
     return ", ".join(parts)
 
 
-def _warnings(row: Row) -> tuple[str, ...]:
+def _warnings(row: OutcomeRow) -> tuple[str, ...]:
     if row.kind == "select":
         return tuple(text for level, text in row.messages if level == "warning")
     return ()
