@@ -53,6 +53,15 @@ Row = tuple
 _ROWS = {"select": SelectRow, "reject": RejectRow, "gap": GapRow}
 
 
+def same_result(a: Row, b: Row) -> bool:
+    """Two select rows store the same cache the same way: backend, impl,
+    layout, torch dtype, bytes per token and block size. The cache dtype
+    string is left out on purpose: ``auto`` and ``bfloat16`` on a bf16-row
+    backend keep different strings for the same bytes."""
+    fields = ("backend", "impl", "layout", "torch_dtype", "bytes_per_token", "block_size")
+    return a.kind == b.kind == "select" and all(getattr(a, f) == getattr(b, f) for f in fields)
+
+
 def stored(row: tuple) -> tuple:
     """``row`` as marshal stores it (a plain tuple)."""
     return tuple(row)

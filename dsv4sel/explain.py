@@ -12,7 +12,9 @@ bare Selection (or an exception) it returns an :class:`Explanation`:
 * **why not** every other backend of the platform: the first reason each would
   not serve this query, or what it would select if only it were asked for;
 * on a rejection, the **nearest working alternatives**: the smallest change of
-  backend and/or kv dtype that selects, one entry per distinct result.
+  backend and/or kv dtype that selects, one entry per distinct result
+  (:mod:`dsv4sel.alternatives`: the same list, in the same order, that
+  ``SelectionError.suggestions`` names).
 
 Everything is read from the compiled table (:mod:`dsv4sel.probe`), so explaining
 imports neither yaml, jsonschema nor torch. The CLI (``dsv4sel explain``) is
@@ -22,6 +24,7 @@ only a renderer of this value; :meth:`Explanation.as_dict` is its ``--json``.
 from __future__ import annotations
 
 from . import probe
+from .alternatives import Alternative
 from .record import Frozen
 from .ruleset import Rejection, RuleSet
 from .values import Message, Query, RuleRef, Selection
@@ -124,33 +127,6 @@ class WhyNot(Frozen):
     rule: RuleRef | None
     accepts: tuple[str, ...]
     selection: Selection | None
-
-
-class Alternative(Frozen):
-    """A nearby query that selects: ``backend`` (None = no backend, the platform
-    default) and ``kv_cache_dtype``. ``changes`` names what differs from the
-    query (``backend``, ``kv_cache_dtype``); ``also`` lists further kv dtypes
-    that, with the same change, select the same cache; ``selection`` is the
-    result for ``kv_cache_dtype``."""
-
-    __slots__ = ("backend", "kv_cache_dtype", "changes", "also", "selection")
-
-    backend: str | None
-    kv_cache_dtype: str
-    changes: tuple[str, ...]
-    also: tuple[str, ...]
-    selection: Selection
-
-    @property
-    def flags(self) -> str:
-        """The change as vLLM flags, e.g. ``--kv-cache-dtype auto``."""
-        parts = []
-        if "backend" in self.changes:
-            parts.append(f"--attention-backend {self.backend}" if self.backend
-                         else "no --attention-backend")
-        if "kv_cache_dtype" in self.changes:
-            parts.append(f"--kv-cache-dtype {self.kv_cache_dtype}")
-        return " ".join(parts)
 
 
 class Explanation(Frozen):
@@ -290,7 +266,7 @@ def explain_query(rules: RuleSet, query: Query, notes: tuple[Message, ...] = ())
         # the rejection keeps the messages of the rules before it (e.g. the
         # default rule's "capability unknown" warning), normalization's first
         messages = decided.messages
-        alternatives = nearest_alternatives(rules, query)
+        alternatives = rules.alternatives(query)
     # the chosen (or rejecting) backend and the requested one are the subject, not a "why not"
     excluded = {decided.backend, query.backend}
     why_not = tuple(_why_not(rules, query, b, path)
@@ -365,47 +341,3 @@ def _why_not(rules: RuleSet, query: Query, backend: str, path: tuple[PathStep, .
     if outcome.gap:
         return WhyNot(backend, "undecided", None, outcome.reason, outcome.rule, accepts)
     return WhyNot(backend, "rejects", _blocked_by(rules, query, backend), outcome.reason, outcome.rule, accepts)
-
-
-def nearest_alternatives(rules: RuleSet, query: Query, limit: int = 4) -> tuple[Alternative, ...]:
-    """The smallest changes of (backend, kv dtype) that select, keeping the
-    platform, capability, model and other inputs.
-
-    Order: one change before two; the query's own backend, then no backend
-    (the platform default), then the others in rule-file order; kv dtypes in
-    vocabulary order. An alternative that stores the same cache as an earlier
-    one is dropped, or folded into its ``also`` when it is the same kind of
-    change, so every entry gives the operator a different result. At most
-    ``limit`` entries; empty when nothing on this platform and capability works.
-    """
-    backends = [query.backend] if query.backend is not None else []
-    backends += [None] + [b for b in rules.selectable_backends if b != query.backend]
-    kvs = rules.values("kv_cache_dtype")
-    found = []
-    for brank, backend in enumerate(backends):
-        for krank, kv in enumerate(kvs):
-            changes = tuple(name for name, differs in (("backend", backend != query.backend),
-                                                       ("kv_cache_dtype", kv != query.kv_cache_dtype))
-                            if differs)
-            if not changes:
-                continue
-            row = probe.at(rules, query, backend, kv)
-            if row.kind == "select":  # any backend: a hand-over (use:) is a fine alternative too
-                found.append((len(changes), brank, krank, backend, kv, changes, row))
-    found.sort(key=lambda f: f[:3])
-    picked: list[list] = []  # [backend, kv, changes, also, row]
-    for _, _, _, backend, kv, changes, row in found:
-        twin = next((p for p in picked if probe.same_result(p[4], row)), None)
-        if twin is not None:
-            if twin[0] == backend and twin[2] == changes:
-                twin[3].append(kv)
-            continue
-        if len(picked) < limit:
-            picked.append([backend, kv, changes, [], row])
-    out = []
-    for backend, kv, changes, also, _ in picked:
-        alt = Query(query.model, query.platform, query.capability, backend, kv, query.extra)
-        selection = rules.outcome(alt)
-        assert isinstance(selection, Selection)  # picked from select rows only
-        out.append(Alternative(backend, kv, changes, tuple(also), selection))
-    return tuple(out)

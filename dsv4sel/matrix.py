@@ -16,7 +16,7 @@ rule set; ``docs/backends.md`` is checked against them in CI.
 from __future__ import annotations
 
 from . import probe
-from .artifact import Row as OutcomeRow
+from .artifact import Row as OutcomeRow, same_result
 from .record import Frozen
 from .ruleset import RuleSet
 from .values import Query, RuleRef
@@ -194,7 +194,7 @@ def _groups(rules: RuleSet, query: Query, backend: str) -> tuple:
         if not probe.serves(row, backend):
             continue
         default_row = probe.at(rules, query, None, kv)
-        is_default = probe.serves(default_row, backend) and probe.same_result(default_row, row)
+        is_default = probe.serves(default_row, backend) and same_result(default_row, row)
         warnings = _warnings(row) + (_warnings(default_row) if is_default else ())
         key = (row.layout, row.torch_dtype, row.bytes_per_token, row.block_size, row.impl)
         groups.setdefault(key, []).append((kv, row.cache_dtype, is_default, warnings))

@@ -151,12 +151,3 @@ def platform_backends(rules: RuleSet, query: Query) -> tuple[str, ...]:
     rule-file order. A backend that only hands over to another one there
     (FLASHMLA_SPARSE_DSV4 on ROCm) is not one of the platform's backends."""
     return tuple(b for b in rules.selectable_backends if serves_somewhere(rules, query, b))
-
-
-def same_result(a: Row, b: Row) -> bool:
-    """Two select rows store the same cache the same way: backend, impl,
-    layout, torch dtype, bytes per token and block size. The cache dtype
-    string is left out on purpose: ``auto`` and ``bfloat16`` on a bf16-row
-    backend keep different strings for the same bytes."""
-    fields = ("backend", "impl", "layout", "torch_dtype", "bytes_per_token", "block_size")
-    return a.kind == b.kind == "select" and all(getattr(a, f) == getattr(b, f) for f in fields)

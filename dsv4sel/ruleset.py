@@ -395,54 +395,14 @@ class RuleSet:
         raise hit.error()
 
     # ----------------------------------------------------------- alternatives
-    def alternatives(self, query: Query, limit: int = 4) -> list[tuple[str | None, str, Selection]]:
-        """The nearest changes of (backend, kv dtype) that select, keeping the
-        platform, capability and model: one change before two, the platform
-        default before explicit backends, vocabulary order otherwise. One
-        alternative per backend, and none that repeats an earlier one's
-        result (naming the default backend explicitly adds nothing)."""
-        found: list[tuple[int, int, int, str | None, str]] = []
-        backends = (None, *self.backends)
-        kvs = self.values("kv_cache_dtype")
-        head = (query.model, query.platform, query.capability)
-        tail = tuple(v for _, v in query.extra)
-        table, rows = self._table, self.rows
-        for bi, backend in enumerate(backends):
-            for ki, kv in enumerate(kvs):
-                changes = (backend != query.backend) + (kv != query.kv_cache_dtype)
-                if changes == 0:
-                    continue
-                index = table.get((*head, backend, kv, *tail))
-                if index is not None and rows[index].kind == "select":
-                    found.append((changes, bi, ki, backend, kv))
-        found.sort()
-        out = []
-        seen_backends: set = set()
-        seen_results: set = set()
-        for _changes, _, _, backend, kv in found:
-            if backend in seen_backends:
-                continue
-            alt = Query(query.model, query.platform, query.capability, backend, kv, query.extra)
-            selection = self.outcome(alt)
-            result = (selection.backend, selection.layout, selection.cache_dtype, kv)
-            if result in seen_results:
-                continue
-            seen_backends.add(backend)
-            seen_results.add(result)
-            out.append((backend, kv, selection))
-            if len(out) >= limit:
-                break
-        return out
+    def alternatives(self, query: Query, limit: int = 4) -> tuple:
+        """The nearest changes of (backend, kv dtype) that select, as
+        :class:`dsv4sel.alternatives.Alternative` values, smallest change
+        first (the order and why: :mod:`dsv4sel.alternatives`)."""
+        from .alternatives import nearest  # only rejections pay for it
+
+        return nearest(self, query, limit)
 
     def suggestions(self, query: Query) -> tuple[str, ...]:
         """Engine flags for :meth:`alternatives`, e.g. ``--kv-cache-dtype fp8``."""
-        out = []
-        for backend, kv, selection in self.alternatives(query):
-            parts = []
-            if backend != query.backend:
-                parts.append(f"--attention-backend {backend}" if backend
-                             else f"no --attention-backend (picks {selection.backend})")
-            if kv != query.kv_cache_dtype:
-                parts.append(f"--kv-cache-dtype {kv}")
-            out.append(" ".join(parts))
-        return tuple(out)
+        return tuple(alt.suggestion for alt in self.alternatives(query))

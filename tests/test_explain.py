@@ -103,6 +103,19 @@ def test_rejection_has_reason_blocked_by_and_nearest_alternatives(rules):
     assert not any(a.backend == "FLASHMLA_SPARSE_DSV4" for a in ex.alternatives)
 
 
+def test_the_error_suggests_what_explain_lists_keeping_the_asked_backend_first(rules):
+    query = dict(platform="cuda", capability="10.0", backend="FLASHINFER_MLA_SPARSE_DSV4",
+                 kv_cache_dtype="fp8_ds_mla")
+    ex = explain(rules, **query)
+    with pytest.raises(dsv4sel.SelectionError) as info:
+        rules.select(**query)
+    assert info.value.suggestions == tuple(a.suggestion for a in ex.alternatives)
+    # keeping the backend the operator named is the smaller change: its kv dtypes come first
+    assert info.value.suggestions == ("--kv-cache-dtype auto", "--kv-cache-dtype fp8",
+                                      "no --attention-backend (picks FLASHMLA_SPARSE_DSV4)")
+    assert [a.flags for a in ex.alternatives][-1] == "no --attention-backend"  # explain names it in a column
+
+
 def test_rejection_keeps_the_messages_of_the_rules_before_it(rules):
     ex = explain(rules, platform="cuda", capability=None, kv_cache_dtype="bfloat16")
     assert not ex.ok

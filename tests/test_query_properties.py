@@ -48,7 +48,9 @@ def test_every_suggestion_of_a_rejection_selects(platform, data, backend, kv):
         dsv4sel.select(platform=platform, capability=capability, backend=backend, kv_cache_dtype=kv)
     except SelectionError as exc:
         query = exc.query
-        for alt_backend, alt_kv, selection in RULES.alternatives(query):
-            sel = dsv4sel.select(platform=platform, capability=capability, backend=alt_backend,
-                                 kv_cache_dtype=alt_kv)
-            assert sel == selection
+        alternatives = RULES.alternatives(query)
+        assert exc.suggestions == tuple(alt.suggestion for alt in alternatives)
+        for alt in alternatives:
+            sel = dsv4sel.select(platform=platform, capability=capability, backend=alt.backend,
+                                 kv_cache_dtype=alt.kv_cache_dtype)
+            assert sel == alt.selection
