@@ -15,7 +15,6 @@ all of them.
 
 from __future__ import annotations
 
-import difflib
 import string
 from dataclasses import dataclass, field
 from enum import Enum
@@ -24,6 +23,7 @@ from typing import Any, Iterator
 from .errors import Problem, RuleError
 from .load import LoadedFile
 from .ruleset import COMPILED_FORMAT
+from .suggest import did_you_mean
 from .values import RuleRef
 
 DEFAULT_TABLE = "<default>"
@@ -376,11 +376,6 @@ def render(text: str, values: dict[str, str]) -> str:
 
 # ------------------------------------------------------------------ builder
 
-def nearest(word: str, candidates) -> str:
-    close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
 class _Builder:
     def __init__(self, files: list[LoadedFile], allowed: tuple[str, ...], packs: dict[str, str]):
         self.files = files
@@ -473,7 +468,7 @@ class _Builder:
                 for p in unknown:
                     pf, ppath = slot["at"].get(("parent", p), (f, path + ("values", p)))
                     self.error(pf, ppath, f"{p!r} is not a value of {by!r}"
-                               + nearest(p, merged[by]["values"]), key=True)
+                               + did_you_mean(p, merged[by]["values"]), key=True)
                 scoped = tuple((p, tuple(slot["scoped"].get(p, ()))) for p in merged[by]["values"])
                 if ordered.index(by) > ordered.index(name):
                     self.error(f, path + ("by",), f"{name!r} must be declared after {by!r}")
@@ -482,12 +477,12 @@ class _Builder:
                 if value is not None and value not in slot["values"]:
                     af, apath = slot["at"][attr]
                     self.error(af, apath, f"{attr} {value!r} is not one of the values of {name!r}"
-                               + nearest(value, slot["values"]))
+                               + did_you_mean(value, slot["values"]))
             for alias, value in slot["aliases"].items():
                 if value not in slot["values"]:
                     af, apath = slot["at"]["aliases", alias]
                     self.error(af, apath, f"alias {alias!r} names {value!r}, which is not one of the "
-                               f"values of {name!r}" + nearest(value, slot["values"]))
+                               f"values of {name!r}" + did_you_mean(value, slot["values"]))
             if name not in BUILTIN_INPUTS and slot["default"] is None:
                 self.error(f, path, f"input {name!r} needs a `default:` so that callers who do not "
                            "pass it still get a decision", key=True)
@@ -518,7 +513,7 @@ class _Builder:
                 chosen |= family
             else:
                 self.error(f, item_path, f"{item!r} is not a declared value of {decl.name!r}"
-                           + nearest(item, decl.values))
+                           + did_you_mean(item, decl.values))
         if negate:
             return frozenset(v for v in decl.values if v not in chosen)
         return frozenset(chosen)
@@ -541,7 +536,7 @@ class _Builder:
         for name in names:
             if name not in allowed:
                 self.error(f, path, f"unknown placeholder {{{name}}}; available: "
-                           + ", ".join(sorted(allowed)) + nearest(name, allowed))
+                           + ", ".join(sorted(allowed)) + did_you_mean(name, allowed))
 
     def messages(self, f: LoadedFile, path: tuple, items: list) -> tuple[tuple[str, str], ...]:
         out = []
@@ -651,7 +646,7 @@ class _Builder:
                         if not self.inputs:
                             continue  # no vocabulary at all: reported once
                         self.error(f, path + ("when", name), f"unknown input {name!r}; declared: "
-                                   + ", ".join(self.inputs) + nearest(name, self.inputs), key=True)
+                                   + ", ".join(self.inputs) + did_you_mean(name, self.inputs), key=True)
                         continue
                     conditions.append((name, self.expand(f, path + ("when", name), self.inputs[name], condition)))
                 order = {n: k for k, n in enumerate(self.inputs)}
@@ -689,7 +684,7 @@ class _Builder:
                 self.error(f, ("rules", rule.index, "use") if rule.table != DEFAULT_TABLE else
                            ("rules", _file_index(f, rule.ref.id), "use"),
                            f"`use: {target}` names a backend without a table"
-                           + nearest(target, tables))
+                           + did_you_mean(target, tables))
         program = Program(self.inputs, default_table, tables, tuple(backend_order), all_rules,
                           self.allowed, tuple(f.file for f in self.files), self.descriptions)
         self._check_cycles(program)

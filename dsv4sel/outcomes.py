@@ -19,7 +19,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Mapping
 
-from .compile import nearest, render, template_fields
+from .compile import render, template_fields
+from .suggest import did_you_mean
 
 SELECTION_FIELDS = ("impl", "layout", "cache_dtype", "torch_dtype", "bytes_per_token", "block_size")
 LAYOUTS_MODULE = "dsv4sel.kernels.layouts"
@@ -112,7 +113,7 @@ class FieldChecker:
             return f"impl {impl!r}: cannot import {module_name}: {type(exc).__name__}: {exc}"
         if not hasattr(module, attr):
             names = [n for n in dir(module) if not n.startswith("_")]
-            return f"impl {impl!r}: {module_name} has no attribute {attr!r}" + nearest(attr, names)
+            return f"impl {impl!r}: {module_name} has no attribute {attr!r}" + did_you_mean(attr, names)
         cls = getattr(module, attr)
         if not isinstance(cls, type):
             return f"impl {impl!r}: {module_name}.{attr} is not a class"
@@ -149,7 +150,7 @@ class FieldChecker:
         layout = layouts.get(name)
         if layout is None:
             out.append(("layout", f"layout {name!r} is not defined by {LAYOUTS_MODULE} (defined: "
-                        + ", ".join(sorted(layouts)) + ")" + nearest(name, layouts)))
+                        + ", ".join(sorted(layouts)) + ")" + did_you_mean(name, layouts)))
             return out
         if fields["torch_dtype"] != layout.torch_dtype_name:
             out.append(("consistency", f"torch_dtype {fields['torch_dtype']!r} disagrees with layout "

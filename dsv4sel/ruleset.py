@@ -31,12 +31,6 @@ if TYPE_CHECKING:  # importing typing costs ~5 ms; with postponed annotations it
     from typing import Any, Mapping
 
 
-def _nearest(word: str, candidates, n: int = 1) -> list[str]:
-    import difflib  # only on the error path
-
-    return difflib.get_close_matches(str(word), [str(c) for c in candidates], n=n, cutoff=0.6)
-
-
 def _memo_key(platform, kv_cache_dtype, backend, capability, model, extra) -> tuple | None:
     """The memo key of a raw query, or None when it must not be memoized.
 
@@ -227,7 +221,9 @@ class RuleSet:
 
     # --------------------------------------------------------- normalization
     def _invalid(self, what: str, value: Any, valid, hint: str = "", flag: str = "") -> InvalidQuery:
-        near = _nearest(value, valid) if isinstance(value, str) else []
+        from .suggest import close_matches  # the error path only: the cold start does not load it
+
+        near = close_matches(value, valid) if isinstance(value, str) else []
         text = f"unknown {what} {value!r}"
         text += f"; did you mean {near[0]!r}?" if near else "."
         text += f" Valid {what} values: {', '.join(valid)}" + hint
@@ -262,7 +258,9 @@ class RuleSet:
                 hint = (" (or no backend for the platform default)"
                         + (f"; {len(others)} other vLLM backends are known but not DeepSeek-V4 ones "
                            "(`dsv4sel table` lists what each backend serves)" if others else ""))
-                near = _nearest(name, self.backends)
+                from .suggest import close_matches
+
+                near = close_matches(name, self.backends)
                 text = f"unknown attention backend {name!r}"
                 text += f"; did you mean {near[0]!r}?" if near else "."
                 raise InvalidQuery(text + " DeepSeek-V4 backends: " + ", ".join(self.selectable_backends)
@@ -297,6 +295,7 @@ class RuleSet:
         if capability.__class__ is str and capability in valid:
             return capability  # already canonical: spares the cold start the spelling parser
         from .capability import SPELLINGS, canonical, match_alias, name_tokens
+        from .suggest import close_matches
         from .text import escape
 
         text = canonical(capability)
@@ -319,7 +318,7 @@ class RuleSet:
                 f"decide without it, or declare it in a rule pack", [v for v in valid if v == "unknown"])
         names = [a for a, v in self._alias_names("capability") if v in valid]
         by_lower = {c.lower(): c for c in (*valid, *names)}
-        near = [by_lower[n] for n in _nearest(str(capability).strip().lower(), by_lower, n=3)]
+        near = [by_lower[n] for n in close_matches(str(capability).strip().lower(), by_lower, n=3)]
         if isinstance(capability, str) and "," in capability and canonical(f"({capability})") in valid:
             near.insert(0, canonical(f"({capability})"))  # "9,0": the parentheses or the dot were meant
         hint = f"; did you mean {' or '.join(repr(n) for n in dict.fromkeys(near))}?" if near else "."

@@ -70,9 +70,9 @@ def _describe(error) -> tuple[tuple, str, bool]:
         allowed = set(error.schema.get("properties", {}))
         extra = sorted(k for k in error.instance if k not in allowed)
         if extra:
-            import difflib
+            from .suggest import close_matches
 
-            close = difflib.get_close_matches(str(extra[0]), sorted(allowed), n=1, cutoff=0.6)
+            close = close_matches(extra[0], sorted(allowed))
             hint = (f"; did you mean {close[0]!r}? Allowed" if close else "; allowed") + (
                 f": {', '.join(sorted(allowed))}" if allowed else ": none")
             return path + (extra[0],), f"{label}: unknown field {extra[0]!r}{hint}", True

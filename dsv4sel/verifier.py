@@ -509,10 +509,10 @@ class _Verifier:
         target = rewrites["cache_dtype"]
         declared = self.program.inputs[KV].values
         if target not in declared:
-            from .compile import nearest
+            from .suggest import did_you_mean
 
             report("fixpoint", f"rule {rule.ref.id} rewrites cache_dtype to {target!r}, which is not a "
-                   f"declared {KV} value, so the result cannot be selected again" + nearest(target, declared),
+                   f"declared {KV} value, so the result cannot be selected again" + did_you_mean(target, declared),
                    rule, start, sub, space.size(sub))
             return
         moved = [v for v in space.project(sub, KV) if v != target]

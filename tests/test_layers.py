@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Bottom first. A module may import its own layer and the layers below it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation: values, errors, text, the compiled format, the space algebra", (
-        "_version", "record", "text", "capability", "codes", "hints", "errors", "values", "artifact",
+        "_version", "record", "text", "suggest", "capability", "codes", "hints", "errors", "values", "artifact",
         "space", "scan", "flow")),
     ("engine: sources, load, validate, compile, cache, evaluate; machine detection", (
         "sources", "cache", "load", "validate", "compile", "build", "ruleset", "alternatives", "platform")),
@@ -36,7 +36,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 #: What the serving path (``import dsv4sel`` + ``select()``) may not import at module level.
 SERVING = ("__init__", "ruleset", "artifact", "values", "errors", "record", "cache", "sources", "capability",
-           "text", "_version", "codes")
+           "text", "_version", "codes", "suggest")
 COMPILE_ONLY = ("yaml", "jsonschema", "torch", "dsv4sel.load", "dsv4sel.validate", "dsv4sel.compile",
                 "dsv4sel.build", "dsv4sel.verifier")
 
