@@ -80,7 +80,7 @@ _PHRASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("DSV204", ("is a required property",)),
     ("DSV501", ("not a test file", "a `kind: tests` file among the rule files")),
     ("DSV502", ("no test files",)),
-    ("DSV310", ("not in an allowed module", "outside the allowed modules")),
+    ("DSV310", ("outside the allowed modules",)),
     ("DSV311", ("names a backend without a table",)),
     ("DSV312", ("chain loops", "loops back")),
     ("DSV313", ("is a copy of",)),

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Iterator
 
-from .errors import Problem, RuleError
+from .errors import ImplLoadError, Problem, RuleError
 from .load import LoadedFile
 from .ruleset import COMPILED_FORMAT
 from .suggest import did_you_mean
-from .values import RuleRef
+from .values import RuleRef, check_impl_allowed
 
 DEFAULT_TABLE = "<default>"
 BUILTIN_INPUTS = ("model", "platform", "capability", "kv_cache_dtype")
@@ -519,12 +519,10 @@ class _Builder:
         return frozenset(chosen)
 
     def check_impl(self, f: LoadedFile, path: tuple, impl: str) -> None:
-        module = impl.partition(":")[0]
-        if not any(module == p or module.startswith(p + ".") for p in self.allowed):
-            from .hints import allow_impl_hint
-
-            self.error(f, path, f"impl {impl!r} is not in an allowed module ({', '.join(self.allowed)}); "
-                       "impl classes are imported only from the allow-list" + allow_impl_hint(impl))
+        try:
+            check_impl_allowed(impl, self.allowed)
+        except ImplLoadError as exc:
+            self.error(f, path, str(exc))
 
     def check_template(self, f: LoadedFile, path: tuple, text: str) -> None:
         try:

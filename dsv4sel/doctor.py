@@ -24,7 +24,7 @@ import warnings
 
 from .record import Frozen
 from .ruleset import Rejection, RuleSet
-from .values import Query, Selection
+from .values import Query, Selection, load_impl_class
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -159,23 +159,6 @@ def _selections(rules: RuleSet, query: Query) -> tuple:
                  for kv in kvs)
 
 
-def _load_class(impl: str, allowed: tuple[str, ...]) -> type:
-    """Import ``module:Class`` if the module is on the allow-list; raises
-    ImplLoadError otherwise or when it cannot be imported."""
-    import importlib
-
-    from .errors import ImplLoadError
-    from .values import check_impl_allowed
-
-    module_name, attr = check_impl_allowed(impl, allowed)
-    try:
-        return getattr(importlib.import_module(module_name), attr)
-    except ImportError as exc:
-        raise ImplLoadError(f"cannot import {module_name}: {exc}") from exc
-    except AttributeError:
-        raise ImplLoadError(f"{module_name} has no class {attr!r}") from None
-
-
 def _ask(cls: type, platform: str | None, capability: str | None) -> tuple[bool, str]:
     """``cls.is_available(platform, capability)``, never raising."""
     is_available = getattr(cls, "is_available", None)
@@ -198,7 +181,7 @@ def probe_inputs(rules: RuleSet, platform: str | None = None,
     for name, impl in rules.probes.items():
         values = rules.values(name)
         try:
-            ok, reason = _ask(_load_class(impl, rules.allowed_impl_modules), platform, capability)
+            ok, reason = _ask(load_impl_class(impl, rules.allowed_impl_modules), platform, capability)
         except ImplLoadError as exc:
             ok, reason = False, f"cannot load: {exc}"
         out.append(InputProbe(name, impl, values[-1] if ok else values[0], reason))

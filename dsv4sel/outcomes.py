@@ -20,7 +20,9 @@ import importlib
 from typing import Any, Mapping
 
 from .compile import render, template_fields
+from .errors import ImplLoadError
 from .suggest import did_you_mean
+from .values import load_impl_class
 
 SELECTION_FIELDS = ("impl", "layout", "cache_dtype", "torch_dtype", "bytes_per_token", "block_size")
 LAYOUTS_MODULE = "dsv4sel.kernels.layouts"
@@ -99,25 +101,10 @@ class FieldChecker:
         return problem
 
     def _impl_problem(self, impl: Any) -> str | None:
-        if not isinstance(impl, str) or ":" not in impl:
-            return f"impl {impl!r} must look like 'package.module:Class'"
-        module_name, _, attr = impl.partition(":")
-        if not any(module_name == p or module_name.startswith(p + ".") for p in self.allowed):
-            from .hints import allow_impl_hint
-
-            return (f"impl {impl!r} is outside the allowed modules ({', '.join(self.allowed)}); "
-                    "only those are ever imported" + allow_impl_hint(impl))
         try:
-            module = importlib.import_module(module_name)
-        except Exception as exc:  # ImportError, or the module itself failing: both unresolvable
-            return f"impl {impl!r}: cannot import {module_name}: {type(exc).__name__}: {exc}"
-        if not hasattr(module, attr):
-            names = [n for n in dir(module) if not n.startswith("_")]
-            return f"impl {impl!r}: {module_name} has no attribute {attr!r}" + did_you_mean(attr, names)
-        cls = getattr(module, attr)
-        if not isinstance(cls, type):
-            return f"impl {impl!r}: {module_name}.{attr} is not a class"
-        self._classes[impl] = cls
+            self._classes[impl] = load_impl_class(impl, self.allowed)
+        except ImplLoadError as exc:
+            return str(exc)
         return None
 
     def _layout_unread(self, impl: str, layout: str) -> str | None:

@@ -85,13 +85,48 @@ DEFAULT_ALLOWED_IMPL_MODULES: tuple[str, ...] = ("dsv4sel.kernels",)
 
 def check_impl_allowed(impl: str, allowed: tuple[str, ...]) -> tuple[str, str]:
     """Split ``"module:Class"`` after checking that the module is one of ``allowed``
-    or inside one of them; raises :class:`ImplLoadError` otherwise."""
-    module, _, attr = impl.partition(":")
+    or inside one of them (``dsv4sel.kernelsevil`` is not inside
+    ``dsv4sel.kernels``); raises :class:`ImplLoadError` otherwise.
+
+    The one allow-list check: the compiler (for each rule's ``impl:``), the
+    rule set (for each compiled impl), the checker and :func:`load_impl_class`
+    all call it, so a module is allowed by the same test everywhere."""
+    module, sep, attr = impl.partition(":") if isinstance(impl, str) else ("", "", "")
+    if not sep or not module or not attr:
+        raise ImplLoadError(f"impl {impl!r} must look like 'package.module:Class'")
     if not any(module == p or module.startswith(p + ".") for p in allowed):
-        raise ImplLoadError(
-            f"impl {impl!r} is outside the allowed modules {', '.join(allowed)}"
-        )
+        from .hints import allow_impl_hint  # the error path only
+
+        raise ImplLoadError(f"impl {impl!r} is outside the allowed modules ({', '.join(allowed)}); only "
+                            "those are ever imported" + allow_impl_hint(impl))
     return module, attr
+
+
+def load_impl_class(impl: str, allowed: tuple[str, ...]) -> type:
+    """The class ``"module:Class"`` names, imported only when
+    :func:`check_impl_allowed` admits its module. The one impl loader
+    (:meth:`Selection.load_impl`, ``dsv4sel check``, ``dsv4sel doctor``).
+
+    Raises :class:`ImplLoadError` (an ImportError) for a module outside
+    ``allowed``, one that fails to import for any reason (a broken module is
+    as unusable as a missing one), a missing name, or a name that is not a
+    class."""
+    import importlib
+
+    module_name, attr = check_impl_allowed(impl, allowed)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ImplLoadError(f"impl {impl!r}: cannot import {module_name}: {type(exc).__name__}: {exc}") from exc
+    cls = getattr(module, attr, None)
+    if cls is None:
+        from .suggest import did_you_mean
+
+        names = [n for n in dir(module) if not n.startswith("_")]
+        raise ImplLoadError(f"impl {impl!r}: {module_name} has no class {attr!r}" + did_you_mean(attr, names))
+    if not isinstance(cls, type):
+        raise ImplLoadError(f"impl {impl!r}: {module_name}.{attr} is not a class")
+    return cls
 
 
 class Selection(Frozen):
@@ -146,17 +181,7 @@ class Selection(Frozen):
     def load_impl(self) -> type:
         """Import and return the impl class. Only modules on the rule set's
         allow-list are imported; anything else raises :class:`ImplLoadError`."""
-        import importlib
-
-        module_name, attr = check_impl_allowed(self.impl, self.allowed_impl_modules)
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ImplLoadError(f"cannot import {module_name} for impl {self.impl}: {exc}") from exc
-        try:
-            return getattr(module, attr)
-        except AttributeError:
-            raise ImplLoadError(f"{module_name} has no class {attr!r} (impl {self.impl})") from None
+        return load_impl_class(self.impl, self.allowed_impl_modules)
 
     def apply(self, cache_config: Any) -> dict[str, Any]:
         """Apply :attr:`rewrites` to ``cache_config`` (duck-typed) all or nothing.

@@ -90,7 +90,7 @@ def test_override_is_refused_outside_the_default_decision(tmp_path):
 
 
 def test_a_directory_pack_cannot_import_its_impl_without_an_explicit_allowance():
-    with pytest.raises(RuleError, match="'dsv4sel_b12x.impl:B12XMLASparseImpl' is not in an allowed module"):
+    with pytest.raises(RuleError, match="'dsv4sel_b12x.impl:B12XMLASparseImpl' is outside the allowed modules"):
         dsv4sel.load_rules([*default_packs(), EXAMPLE_RULES])
 
 

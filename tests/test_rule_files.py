@@ -116,7 +116,7 @@ def test_unknown_inputs_and_families_are_errors(write_rules):
 def test_impl_classes_outside_the_allow_list_are_refused(write_rules):
     bad = BACKEND.replace("dsv4sel.kernels.flashmla:DeepseekV4FlashMLASparseImpl", "os:system")
     found, _ = problems(write_rules, **{"b.yaml": bad})
-    assert any(p.startswith("rules/b.yaml:5:") and "'os:system' is not in an allowed module" in p
+    assert any(p.startswith("rules/b.yaml:5:") and "'os:system' is outside the allowed modules" in p
                for p in found), found
 
 
