@@ -22,6 +22,7 @@ from typing import Any, Iterator
 
 from .errors import ImplLoadError, Problem, RuleError
 from .load import LoadedFile
+from . import families
 from .ruleset import COMPILED_FORMAT
 from .suggest import did_you_mean
 from .values import RuleRef, check_impl_allowed
@@ -29,7 +30,6 @@ from .values import RuleRef, check_impl_allowed
 DEFAULT_TABLE = "<default>"
 BUILTIN_INPUTS = ("model", "platform", "capability", "kv_cache_dtype")
 REQUIRED_SELECT_FIELDS = ("impl", "layout", "cache_dtype", "torch_dtype", "bytes_per_token", "block_size")
-FAMILY_SUFFIX = ".x"
 
 
 @dataclass(frozen=True)
@@ -505,9 +505,8 @@ class _Builder:
                 condition if not negate else condition["not"], list) else ())
             if item in decl.values:
                 chosen.add(item)
-            elif item.endswith(FAMILY_SUFFIX) and len(item) > len(FAMILY_SUFFIX):
-                prefix = item[: -len(FAMILY_SUFFIX)] + "."
-                family = {v for v in decl.values if v.startswith(prefix)}
+            elif families.is_family(item):
+                family = set(families.members(item, decl.values))
                 if not family:
                     self.error(f, item_path, f"family {item!r} matches no declared value of {decl.name!r}")
                 chosen |= family

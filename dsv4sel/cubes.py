@@ -13,32 +13,11 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
+from .families import compact
 from .findings import Cube, Input
 from .space import Box, Space, iter_bits
 
-FAMILY = ".x"
 BACKEND = "backend"
-
-
-def _compact(chosen: Sequence[str], domain: Sequence[str]) -> list[str]:
-    """``chosen`` (in domain order) with whole families written ``P.x``."""
-    members: dict[str, list[str]] = {}
-    for v in domain:
-        if "." in v:
-            members.setdefault(v.split(".", 1)[0], []).append(v)
-    picked = set(chosen)
-    out: list[str] = []
-    done: set[str] = set()
-    for v in chosen:
-        prefix = v.split(".", 1)[0] if "." in v else None
-        family = members.get(prefix) if prefix is not None else None
-        if family and len(family) > 1 and picked.issuperset(family):
-            if prefix not in done:
-                done.add(prefix)
-                out.append(prefix + FAMILY)
-        else:
-            out.append(v)
-    return out
 
 
 def describe(values: Sequence[str | None], domain: Sequence[str | None]) -> str:
@@ -47,9 +26,9 @@ def describe(values: Sequence[str | None], domain: Sequence[str | None]) -> str:
     full = ["<none>" if v is None else v for v in domain]
     if set(shown) >= set(full):
         return "*"
-    plain = _compact(shown, full)
+    plain = compact(shown, full)
     rest = [v for v in full if v not in set(shown)]
-    negated = _compact(rest, full)
+    negated = compact(rest, full)
     if len(negated) < len(plain) and len(negated) <= 3:
         return "not(" + ",".join(negated) + ")"
     return ",".join(plain)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from . import probe
 from .artifact import Row as OutcomeRow, same_result
+from .families import compact
 from .record import Frozen
 from .ruleset import RuleSet
 from .values import Query, RuleRef
@@ -146,30 +147,13 @@ def _md(text: str) -> str:
 
 # ------------------------------------------------------------------ building
 
-def _family(value: str) -> str:
-    """``10.3`` -> ``10.x``; arch names and ``unknown`` are their own family."""
-    major, dot, _ = value.partition(".")
-    return f"{major}.x" if dot and major.isdigit() else value
-
-
 def capability_label(caps: tuple[str, ...], declared: tuple[str, ...]) -> str:
     """Compress ``caps`` (a subset of the platform's ``declared`` values):
     ``any`` when it is all of them, a family ``9.x`` when it holds every
     declared member of the family, else the values themselves."""
     if set(caps) == set(declared):
         return "any"
-    parts: list[str] = []
-    for value in declared:
-        if value not in caps:
-            continue
-        family = _family(value)
-        members = [v for v in declared if _family(v) == family]
-        if family != value and all(m in caps for m in members):
-            if family not in parts:
-                parts.append(family)
-        else:
-            parts.append(value)
-    return ", ".join(parts)
+    return ", ".join(compact([v for v in declared if v in caps], declared, min_members=1))
 
 
 def _warnings(row: OutcomeRow) -> tuple[str, ...]:
