@@ -116,21 +116,11 @@ class UnknownPlatform(ValueError):
     rules' vocabulary."""
 
 
-def _torch() -> tuple[Any, str | None]:
-    try:
-        import torch
-    except ImportError:
-        return None, "torch not installed"
-    except Exception as exc:  # a broken install must not stop the doctor
-        return None, f"torch failed to import ({type(exc).__name__}: {exc})"
-    return torch, None
-
-
 def _machine(platform: str | None, capability: str | None) -> Machine:
     from .errors import InvalidQuery
-    from .platform import PLATFORM_ENV, detect
+    from .platform import PLATFORM_ENV, detect, import_torch, probe_torch
 
-    torch, torch_problem = _torch()
+    torch, torch_problem = import_torch()
     version = getattr(torch, "__version__", None) if torch is not None else None
     if platform:
         return Machine(platform, capability, "--platform", version, torch_problem, None)
@@ -140,11 +130,7 @@ def _machine(platform: str | None, capability: str | None) -> Machine:
         return Machine(None, None, "", version, torch_problem, exc.reason)
     env = os.environ.get(PLATFORM_ENV, "").strip().lower()
     # detect() falls back to the environment only when torch sees no device
-    try:
-        gpu = torch is not None and bool(getattr(torch.version, "hip", None) or torch.cuda.is_available()
-                                         or (getattr(torch, "xpu", None) is not None and torch.xpu.is_available()))
-    except RuntimeError:
-        gpu = False
+    gpu = probe_torch()[0] is not None
     source = PLATFORM_ENV if env == found and not gpu else "torch"
     if capability is not None:
         found_capability, source = capability, source + ", --capability"

@@ -1,15 +1,16 @@
 """Detect this machine's platform and device capability (imports torch lazily).
 
-:func:`probe_torch` is the kernels' (``dsv4sel.kernels.platform``): the kernels never
-import the core, so the core takes the probe from them."""
+:func:`probe_torch` and :func:`import_torch` are the kernels' (``dsv4sel.kernels.platform``):
+the kernels never import the core, so the core takes the probes from them."""
 
 from __future__ import annotations
 
 import os
 
 from .errors import InvalidQuery
-# the one place that asks torch lives with the kernels, which need it without the core
-from .kernels.platform import probe_torch
+# the one place that asks torch lives with the kernels, which need it without the core;
+# import_torch (is torch importable, which version) is re-exported for the doctor
+from .kernels.platform import import_torch, probe_torch
 
 PLATFORM_ENV = "DSV4SEL_PLATFORM"
 CAPABILITY_ENV = "DSV4SEL_CAPABILITY"

@@ -54,6 +54,7 @@ import os
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from .errors import UnknownLayoutError, UnsupportedLayoutError
+from .platform import require_torch
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -91,12 +92,6 @@ UE8M0_BIAS = 127
 
 _TOKEN_DATA_BYTES = NOPE_DIM + 2 * ROPE_DIM  # 576: fp8 NoPE + bf16 RoPE
 _SCALE_BYTES = NUM_TILES + 1  # 7 exponents + 1 pad byte
-
-
-def _torch() -> Any:
-    import torch
-
-    return torch
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -154,7 +149,7 @@ class KVCacheLayout:
     # -- tensors: torch, imported lazily ---------------------------------
     def torch_dtype(self) -> "torch.dtype":
         """The cache tensor's torch dtype."""
-        return getattr(_torch(), self.torch_dtype_name)
+        return getattr(require_torch(), self.torch_dtype_name)
 
     def allocate(self, num_blocks: int, block_size: int, device: Any = "cpu") -> "torch.Tensor":
         """A zeroed cache whose storage is ``num_blocks`` pages back to back."""
@@ -193,7 +188,7 @@ class KVCacheLayout:
             )
 
     def _check_slots(self, slots: "torch.Tensor", capacity: int, n: int | None, device: Any, check: bool = True) -> None:
-        torch = _torch()
+        torch = require_torch()
         if not isinstance(slots, torch.Tensor) or slots.dtype not in (torch.int64, torch.int32):
             raise ValueError("slots must be an int64 (or int32) tensor")
         if slots.dim() != 1 or (n is not None and slots.numel() != n):
@@ -223,7 +218,7 @@ class KVCacheLayout:
         return None
 
     def _check_kv(self, kv: "torch.Tensor", device: Any) -> None:
-        torch = _torch()
+        torch = require_torch()
         if not isinstance(kv, torch.Tensor) or kv.dim() != 2 or kv.shape[1] != HEAD_DIM:
             shape = tuple(kv.shape) if hasattr(kv, "shape") else type(kv).__name__
             raise ValueError(f"kv must be a [n, {HEAD_DIM}] tensor, got {shape}")
@@ -247,7 +242,7 @@ def _fused_unavailable(device: Any) -> "str | None":
         return f"${TORCH_CODECS_ENV} is set"
     key = (device.type, device.index)
     if key not in _fused_checked:
-        torch = _torch()
+        torch = require_torch()
         why = None
         if getattr(torch.version, "hip", None):
             why = "the fused codecs target NVIDIA GPUs (ROCm fp8 is another format on gfx942)"
@@ -265,13 +260,13 @@ def _fused_unavailable(device: Any) -> "str | None":
 
 
 def _kernel_dtype_ok(kv: "torch.Tensor") -> bool:
-    torch = _torch()
+    torch = require_torch()
     return kv.dtype in (torch.bfloat16, torch.float16, torch.float32)
 
 
 def _last_writers(slots: "torch.Tensor", capacity: int) -> "torch.Tensor":
     """Indices of the rows to store: valid slot, and the last row naming it."""
-    torch = _torch()
+    torch = require_torch()
     key = torch.where((slots >= 0) & (slots < capacity), slots, torch.full_like(slots, -1))
     order = torch.argsort(key, stable=True)  # equal slots keep their order: the last is the winner
     sorted_key = key[order]
@@ -287,7 +282,7 @@ def _div(x: "torch.Tensor", divisor: float) -> "torch.Tensor":
     by its reciprocal, which can round differently; a same-device tensor divisor
     keeps the true quotient the layout is defined by (and the Triton kernels compute).
     """
-    torch = _torch()
+    torch = require_torch()
     return torch.div(x, torch.tensor(divisor, dtype=x.dtype, device=x.device))
 
 
@@ -304,7 +299,7 @@ class _BytePagesLayout(KVCacheLayout):
         return self.bytes_per_token
 
     def allocate(self, num_blocks: int, block_size: int, device: Any = "cpu") -> "torch.Tensor":
-        torch = _torch()
+        torch = require_torch()
         self.cache_bytes(num_blocks, block_size)  # validates both
         return torch.zeros((num_blocks, self.page_bytes(block_size)), dtype=torch.uint8, device=device)
 
@@ -366,7 +361,7 @@ class Fp8DsMlaLayout(_BytePagesLayout):
 
     def write(self, cache: "torch.Tensor", kv: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
               unique: bool = False, backend: str = "auto") -> None:
-        torch = _torch()
+        torch = require_torch()
         block_size = self.block_size_of(cache)
         self._check_kv(kv, cache.device)
         n = kv.shape[0]
@@ -401,7 +396,7 @@ class Fp8DsMlaLayout(_BytePagesLayout):
 
     def read(self, cache: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
              backend: str = "auto") -> "torch.Tensor":
-        torch = _torch()
+        torch = require_torch()
         block_size = self.block_size_of(cache)
         capacity = cache.shape[0] * block_size
         self._check_slots(slots, capacity, None, cache.device, check)
@@ -429,7 +424,7 @@ class _RowLayout(KVCacheLayout):
     """A plain row per token: cache ``[num_blocks, block_size, 512]``."""
 
     def allocate(self, num_blocks: int, block_size: int, device: Any = "cpu") -> "torch.Tensor":
-        torch = _torch()
+        torch = require_torch()
         self.cache_bytes(num_blocks, block_size)
         return torch.zeros((num_blocks, block_size, HEAD_DIM), dtype=self.torch_dtype(), device=device)
 
@@ -448,7 +443,7 @@ class _RowLayout(KVCacheLayout):
         return cache
 
     def _rows(self, cache: "torch.Tensor") -> "torch.Tensor":
-        torch = _torch()
+        torch = require_torch()
         block_size = self.block_size_of(cache)
         # Byte rows: index_put on float8 tensors is not implemented on every device.
         return cache.view(torch.uint8).view(cache.shape[0] * block_size, -1)
@@ -465,7 +460,7 @@ class _RowLayout(KVCacheLayout):
 
     def write(self, cache: "torch.Tensor", kv: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
               unique: bool = False, backend: str = "auto") -> None:
-        torch = _torch()
+        torch = require_torch()
         rows = self._rows(cache)
         self._check_kv(kv, cache.device)
         capacity = rows.shape[0]
@@ -481,7 +476,7 @@ class _RowLayout(KVCacheLayout):
 
     def read(self, cache: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
              backend: str = "auto") -> "torch.Tensor":
-        torch = _torch()
+        torch = require_torch()
         rows = self._rows(cache)
         capacity = rows.shape[0]
         self._check_slots(slots, capacity, None, cache.device, check)
@@ -504,10 +499,10 @@ class Bf16RowLayout(_RowLayout):
     alignment: int = HEAD_DIM
 
     def _encode(self, kv: "torch.Tensor") -> "torch.Tensor":
-        return kv.to(_torch().bfloat16)
+        return kv.to(require_torch().bfloat16)
 
     def _decode(self, raw: "torch.Tensor") -> "torch.Tensor":
-        return raw.view(_torch().bfloat16)
+        return raw.view(require_torch().bfloat16)
 
 
 @dataclass(frozen=True)
@@ -536,12 +531,12 @@ class Fp8E4m3RowLayout(_RowLayout):
         return float(self.scale)
 
     def _encode(self, kv: "torch.Tensor") -> "torch.Tensor":
-        torch = _torch()
+        torch = require_torch()
         # Saturate instead of relying on the cast's overflow behaviour (NaN on some builds).
         return _div(kv.float(), self.scale).clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
 
     def _decode(self, raw: "torch.Tensor") -> "torch.Tensor":
-        torch = _torch()
+        torch = require_torch()
         return (raw.view(torch.float8_e4m3fn).float() * self.scale).to(torch.bfloat16)
 
 

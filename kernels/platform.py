@@ -22,6 +22,9 @@ __all__ = [
     "format_capability",
     "detect_platform",
     "device_target",
+    "import_torch",
+    "probe_torch",
+    "require_torch",
 ]
 
 PLATFORMS: frozenset[str] = frozenset({"cuda", "rocm", "xpu", "cpu"})
@@ -73,11 +76,28 @@ def format_capability(cap: Capability | None) -> str:
     return "unknown" if cap is None else f"{cap[0]}.{cap[1]}"
 
 
-def _torch_or_none() -> Any:
+def import_torch() -> tuple[Any, str | None]:
+    """``(torch, None)``, or ``(None, why not)`` when torch cannot be imported:
+    "torch not installed", or the error of a broken install. Never raises.
+
+    The one answer to "is torch importable, and which version"
+    (``torch.__version__``): :func:`probe_torch`, :func:`device_target` and
+    ``dsv4sel doctor`` ask it here."""
     try:
         import torch
-    except Exception:
-        return None
+    except ImportError:
+        return None, "torch not installed"
+    except Exception as exc:  # a broken install must not stop a probe
+        return None, f"torch failed to import ({type(exc).__name__}: {exc})"
+    return torch, None
+
+
+def require_torch() -> Any:
+    """torch, for code that cannot run without it (the layouts' codecs);
+    raises ImportError saying why when :func:`import_torch` finds none."""
+    torch, problem = import_torch()
+    if torch is None:
+        raise ImportError(f"{problem}: this needs torch (pip install torch)")
     return torch
 
 
@@ -90,10 +110,9 @@ def probe_torch() -> tuple[tuple[str, str | None] | None, str]:
     an available XPU means xpu (no capability). This is the one place that asks
     torch: the kernels' dispatch and the core's ``dsv4sel.platform.detect`` use it.
     """
-    try:
-        import torch
-    except ImportError:
-        return None, "torch is not importable"
+    torch, problem = import_torch()
+    if torch is None:
+        return None, problem
     try:
         if getattr(torch.version, "hip", None):
             arch = None
@@ -133,7 +152,7 @@ def device_target(device: Any) -> tuple[str, Capability | None]:
     ROCm devices show up in torch as ``cuda``; torch.version.hip tells them apart.
     Never raises; an unknown device type is reported as its type string.
     """
-    torch = _torch_or_none()
+    torch, _ = import_torch()
     if torch is None:
         return ("cpu", None)
     try:
