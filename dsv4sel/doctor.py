@@ -20,7 +20,6 @@ report.
 from __future__ import annotations
 
 import os
-import warnings
 
 from .record import Frozen
 from .ruleset import Rejection, RuleSet
@@ -220,27 +219,25 @@ def build_report(rules: RuleSet, platform: str | None = None, capability: str | 
     the rules' vocabulary; a detected one that is becomes ``machine.problem``."""
     from .errors import InvalidQuery
 
-    with warnings.catch_warnings():
-        # a CPU-only torch without numpy warns on import; irrelevant to the report
-        warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-        machine = _machine(platform, capability)
-        asked = platform is not None
-        # the kernels parse capabilities; "unknown" is the rules' word for None
-        target = (machine.platform if asked else None,
-                  machine.capability if asked and machine.capability != "unknown" else None)
-        probes = probe_inputs(rules, *target)
-        extra = {p.name: p.value for p in probes}
-        extra.update(inputs or {})
-        query, notes = None, ()
-        if machine.platform is not None:
-            try:
-                query, notes = rules.normalize(platform=machine.platform, capability=machine.capability,
-                                               model=model or rules.default_of("model"), extra=extra)
-            except InvalidQuery as exc:
-                if asked or model or inputs:
-                    raise UnknownPlatform(exc.reason) from None
-                machine = machine.replace(platform=None, problem=f"detected {machine.platform} "
-                                          f"{machine.capability}, which the rules do not know: {exc.reason}")
-        selections = _selections(rules, query) if query is not None else ()
-        impls = impl_checks(rules, *target)
+    # _machine imports torch first, through kernels.platform.import_torch, which keeps its NumPy warning quiet
+    machine = _machine(platform, capability)
+    asked = platform is not None
+    # the kernels parse capabilities; "unknown" is the rules' word for None
+    target = (machine.platform if asked else None,
+              machine.capability if asked and machine.capability != "unknown" else None)
+    probes = probe_inputs(rules, *target)
+    extra = {p.name: p.value for p in probes}
+    extra.update(inputs or {})
+    query, notes = None, ()
+    if machine.platform is not None:
+        try:
+            query, notes = rules.normalize(platform=machine.platform, capability=machine.capability,
+                                           model=model or rules.default_of("model"), extra=extra)
+        except InvalidQuery as exc:
+            if asked or model or inputs:
+                raise UnknownPlatform(exc.reason) from None
+            machine = machine.replace(platform=None, problem=f"detected {machine.platform} "
+                                      f"{machine.capability}, which the rules do not know: {exc.reason}")
+    selections = _selections(rules, query) if query is not None else ()
+    impls = impl_checks(rules, *target)
     return Report(machine, query, tuple(notes), selections, impls, probes, rules.digest, rules.sources)

@@ -82,9 +82,15 @@ def import_torch() -> tuple[Any, str | None]:
 
     The one answer to "is torch importable, and which version"
     (``torch.__version__``): :func:`probe_torch`, :func:`device_target` and
-    ``dsv4sel doctor`` ask it here."""
+    ``dsv4sel doctor`` ask it here. A CPU-only torch without NumPy warns
+    "Failed to initialize NumPy" on import; a probe's caller cannot act on
+    that, so the warning is silenced here, once, for every command."""
+    import warnings
+
     try:
-        import torch
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+            import torch
     except ImportError:
         return None, "torch not installed"
     except Exception as exc:  # a broken install must not stop a probe

@@ -15,10 +15,10 @@ import sys
 from .._version import __version__
 from ..errors import RuleError, SelectionError
 from . import check, completion, diff, doctor, explain, schema, table, test
+from .exits import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE  # noqa: F401  (public here too)
 from .streams import silence_stdout
 
 COMMANDS = (explain, check, test, table, doctor, diff, schema, completion)
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 DEBUG_ENV = "DSV4SEL_DEBUG"
 # errno values of a sink that cannot take the output: ENOSPC, EIO, EPIPE, EBADF, EDQUOT
 _WRITE_ERRORS = {28, 5, 32, 9, 122}

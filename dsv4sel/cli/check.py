@@ -19,9 +19,10 @@ import os
 import sys
 
 from .common import add_rules_option, allowed_modules, rule_paths
+from .exits import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from .formats import Diagnostic, add_format_option
+from .output import Style, align
 
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, EXIT_INTERNAL = 0, 1, 2, 3
 EXAMPLES = """\
 examples:
   dsv4sel check                                      # the shipped rules and installed packs
@@ -71,7 +72,7 @@ def _positional_packs(paths: list[str]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     if args.only_rules and not (args.rules or args.paths):
         print("dsv4sel check: --only-rules needs at least one --rules PATH", file=sys.stderr)
-        return EXIT_UNUSABLE
+        return EXIT_USAGE
     from ..findings import VerifyError
     from ..sources import default_packs
     from ..verifier import verify
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         report = verify(paths, allowed_impl_modules=allowed_modules(args))
     except VerifyError as exc:
         print(f"dsv4sel check: {exc}", file=sys.stderr)
-        return EXIT_UNUSABLE
+        return EXIT_USAGE
     if args.format == "json":
         print(json.dumps(report.to_dict(), indent=2))
     elif args.format in ("github", "sarif"):
@@ -98,17 +99,12 @@ def run(args: argparse.Namespace) -> int:
         from .output import wrapped
 
         sys.stdout.write(wrapped(render(report)))
-    return EXIT_CLEAN if report.ok else EXIT_FINDINGS
+    return EXIT_OK if report.ok else EXIT_FINDINGS
 
 
 def _table(rows: list[tuple], right: set[int]) -> list[str]:
-    """Rows aligned in columns; columns in ``right`` (numbers) right-aligned."""
-    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
-    out = []
-    for row in rows:
-        cells = [str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
-        out.append("  " + "  ".join(cells).rstrip())
-    return out
+    """Rows aligned in columns; columns in ``right`` (numbers) right-aligned; never coloured."""
+    return align([[str(c) for c in row] for row in rows], Style(False), right=right)
 
 
 def render(report) -> str:

@@ -56,24 +56,20 @@ def run(args: argparse.Namespace) -> int:
     rules = load(args)  # a RuleError reaches cli.main: exit 2 with file:line:column
     platform, capability, detected = args.platform, args.capability, False
     if args.detect:
-        import warnings
-
         from ..doctor import probe_inputs
         from ..platform import detect
 
-        with warnings.catch_warnings():
-            # a CPU-only torch without numpy warns on import; not the user's concern here
-            warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-            try:
-                found_platform, found_capability = detect()
-            except InvalidQuery as exc:
-                if not platform:  # an explicit --platform still gets the probed inputs
-                    return error(PROG, f"--detect: {exc.reason} (here: --platform P [--capability C])")
-                found_platform = found_capability = None
-            detected = found_platform is not None and not args.platform
-            platform = platform or found_platform
-            capability = capability if capability is not None else found_capability
-            probed = probe_inputs(rules, platform, None if capability in (None, "unknown") else capability)
+        # detect() imports torch through kernels.platform.import_torch, which keeps torch's NumPy warning quiet
+        try:
+            found_platform, found_capability = detect()
+        except InvalidQuery as exc:
+            if not platform:  # an explicit --platform still gets the probed inputs
+                return error(PROG, f"--detect: {exc.reason} (here: --platform P [--capability C])")
+            found_platform = found_capability = None
+        detected = found_platform is not None and not args.platform
+        platform = platform or found_platform
+        capability = capability if capability is not None else found_capability
+        probed = probe_inputs(rules, platform, None if capability in (None, "unknown") else capability)
         inputs = {**{p.name: p.value for p in probed}, **inputs}
     if not platform:
         return error(PROG, "--platform is required (one of " + ", ".join(rules.values("platform"))

@@ -1,4 +1,4 @@
-"""Terminal output shared by explain, table and doctor: colour and alignment.
+"""Terminal output shared by the commands: colour and alignment.
 
 Colour is used only when the stream is a terminal, ``NO_COLOR`` is unset or
 empty (https://no-color.org) and ``TERM`` is not ``dumb``; piped output is
@@ -13,7 +13,7 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms of cold start; annotations are postponed
-    from typing import Callable, Sequence, TextIO, Union
+    from typing import Callable, Collection, Sequence, TextIO, Union
 
     #: A table cell: plain text, or (text, colour names...) painted after alignment.
     Cell = Union[str, tuple]
@@ -52,9 +52,12 @@ def style_for(stream: TextIO | None = None) -> Style:
     return Style(colour_wanted(stream if stream is not None else sys.stdout))
 
 
-def align(rows: Sequence[Sequence[Cell]], style: Style, indent: int = 2, gap: int = 2) -> list[str]:
-    """Lay ``rows`` out in left-aligned columns; the last column is not padded
-    (no trailing blanks). Rows may be shorter than others."""
+def align(rows: Sequence[Sequence[Cell]], style: Style, indent: int = 2, gap: int = 2,
+          right: Collection[int] = ()) -> list[str]:
+    """Lay ``rows`` out in columns, left-aligned except the column numbers in
+    ``right`` (figures); the last column is not padded (no trailing blanks).
+    Rows may be shorter than others. A cell is a string or ``(text, colour...)``.
+    The one aligner of every command's text output."""
     plain = [[c if isinstance(c, str) else c[0] for c in row] for row in rows]
     ncols = max((len(r) for r in plain), default=0)
     widths = [max((len(r[i]) for r in plain if len(r) > i), default=0) for i in range(ncols)]
@@ -62,9 +65,11 @@ def align(rows: Sequence[Sequence[Cell]], style: Style, indent: int = 2, gap: in
     for row, texts in zip(rows, plain):
         parts = []
         for i, (cell, text) in enumerate(zip(row, texts)):
-            pad = "" if i == len(row) - 1 else " " * (widths[i] - len(text) + gap)
+            fill = " " * (widths[i] - len(text))
+            lead, trail = (fill, "") if i in right else ("", fill)
+            pad = "" if i == len(row) - 1 else trail + " " * gap
             painted = text if isinstance(cell, str) else style.paint(text, *cell[1:])
-            parts.append(painted + pad)
+            parts.append(lead + painted + pad)
         lines.append((" " * indent + "".join(parts)).rstrip())
     return lines
 
