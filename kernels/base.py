@@ -39,11 +39,12 @@ from __future__ import annotations
 import importlib
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, NamedTuple
 
+from .decode import is_int_tensor, check_decode_args
 from .errors import KernelUnavailableError, UnknownLayoutError, UnsupportedLayoutError
 from .layouts import HEAD_DIM, Fp8E4m3RowLayout, KVCacheLayout, get_layout
-from .platform import PLATFORMS, Capability, detect_platform, device_target, parse_capability
+from .platform import PLATFORMS, Capability, detect_platform, device_target, format_capability, parse_capability
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -97,45 +98,25 @@ class DecodeInputs:
         return int(self.q.shape[2])
 
 
-def _is_int_tensor(t: Any, torch: Any) -> bool:
-    return isinstance(t, torch.Tensor) and not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool
-
-
 def _validate(inputs: DecodeInputs) -> None:
-    """Shape and dtype checks that need no device sync."""
-    import torch
+    """Shape and dtype checks that need no device sync (:func:`~dsv4sel.kernels.decode.check_decode_args`)."""
+    check_decode_args(inputs.q, inputs.indices, inputs.softmax_scale, inputs.attn_sink, inputs.topk_length,
+                      inputs.extra_kv_cache, inputs.extra_indices, inputs.extra_topk_length, inputs.seq_lens,
+                      extra_cache_name="extra_kv_cache")
 
-    q = inputs.q
-    if not isinstance(q, torch.Tensor) or q.dim() != 4 or q.shape[-1] != HEAD_DIM or not q.is_floating_point():
-        raise ValueError(f"q must be a floating [b, s_q, h, {HEAD_DIM}] tensor, got {getattr(q, 'shape', q)!r}")
-    b, s, h = q.shape[:3]
-    for name in ("indices", "extra_indices"):
-        t = getattr(inputs, name)
-        if t is None:
-            continue
-        if not _is_int_tensor(t, torch) or t.dim() != 3 or tuple(t.shape[:2]) != (b, s):
-            raise ValueError(f"{name} must be an integer [{b}, {s}, topk] tensor, got {getattr(t, 'shape', t)!r}")
-    for name in ("topk_length", "extra_topk_length", "seq_lens"):
-        t = getattr(inputs, name)
-        if t is not None and (not _is_int_tensor(t, torch) or tuple(t.shape) != (b,)):
-            raise ValueError(f"{name} must be an integer [{b}] tensor, got {getattr(t, 'shape', t)!r}")
-    sink = inputs.attn_sink
-    if sink is not None and (not isinstance(sink, torch.Tensor) or tuple(sink.shape) != (h,)):
-        raise ValueError(f"attn_sink must be a [{h}] tensor, got {getattr(sink, 'shape', sink)!r}")
-    if (inputs.extra_kv_cache is None) != (inputs.extra_indices is None):
-        raise ValueError("extra_kv_cache and extra_indices must be given together")
-    if inputs.extra_topk_length is not None and inputs.extra_indices is None:
-        raise ValueError("extra_topk_length needs extra_indices")
-    if isinstance(inputs.softmax_scale, bool) or not isinstance(inputs.softmax_scale, (int, float)):
-        raise ValueError(f"softmax_scale must be a float, got {inputs.softmax_scale!r}")
+
+#: How the "cannot run here" reasons name each platform's hardware and its capability.
+_PLATFORM_HARDWARE = {"cuda": "NVIDIA GPUs", "rocm": "AMD GPUs", "xpu": "Intel GPUs"}
+_CAPABILITY_WORDS = {"cuda": "CUDA compute capability", "rocm": "ROCm GPU architecture"}
 
 
 class SparseMLAImpl:
     """Base class: availability, construction, cache helpers, and dispatch.
 
-    Subclasses set the class attributes and implement ``_target_reason``,
-    ``_import_library``, ``_library_missing_reason`` (+ optionally
-    ``_entry_point_reason``), ``_plan_library`` (optional) and ``_run_library``.
+    Subclasses set the class attributes (``targets`` says where the kernel
+    runs, read by :meth:`_target_reason`) and implement ``_import_library``,
+    ``_library_missing_reason`` (+ optionally ``_entry_point_reason``),
+    ``_plan_library`` (optional) and ``_run_library``.
     """
 
     impl_name: ClassVar[str] = "SparseMLAImpl"
@@ -143,6 +124,16 @@ class SparseMLAImpl:
     library_name: ClassVar[str] = ""
     #: Layout names the impl can read on at least one GPU generation.
     supported_layouts: ClassVar[frozenset[str]] = frozenset()
+    #: Where the kernel runs: platform -> the GPU generations it is built for,
+    #: each a major (``9`` is every SM9x) or an exact ``(major, minor)``
+    #: (``(9, 4)`` is gfx942). None: every platform and capability torch runs on.
+    targets: ClassVar[Mapping[str, frozenset] | None] = None
+    #: The kernel as the "cannot run here" reasons name it, e.g. "FlashMLA sparse decode".
+    kernel_label: ClassVar[str] = ""
+    #: What the kernel needs, completing "<kernel_label> ...", e.g. "is built for SM90 and SM100".
+    built_for: ClassVar[str] = ""
+    #: Added after "this GPU is X.Y" on a GPU it is not built for, e.g. " (on SM90 use FlashMLA)".
+    other_gpu_hint: ClassVar[str] = ""
 
     def __init__(
         self,
@@ -197,8 +188,19 @@ class SparseMLAImpl:
     # -- availability ----------------------------------------------------
     @classmethod
     def _target_reason(cls, platform: str, capability: Capability | None) -> str | None:
-        """Why the impl cannot run on this target, or None if it can."""
-        raise NotImplementedError
+        """Why the impl cannot run on this target, or None if it can: read from
+        :attr:`targets` (a subclass may override it for a rule no table says)."""
+        if cls.targets is None:
+            return None
+        if platform not in cls.targets:
+            where = ", ".join(f"{_PLATFORM_HARDWARE.get(p, p)} (platform {p})" for p in cls.targets)
+            return f"{cls.kernel_label} runs on {where}, not {platform}"
+        if capability is None:
+            return f"no {_CAPABILITY_WORDS.get(platform, platform + ' capability')} known; {cls.kernel_label} {cls.built_for}"
+        generations = cls.targets[platform]
+        if capability[0] not in generations and tuple(capability) not in generations:
+            return f"{cls.kernel_label} {cls.built_for}; this GPU is {format_capability(capability)}{cls.other_gpu_hint}"
+        return None
 
     @classmethod
     def _import_library(cls) -> Any:
@@ -376,7 +378,7 @@ class SparseMLAImpl:
         import torch
 
         for name, t in (("topk_length", topk_length), ("extra_topk_length", extra_topk_length), ("seq_lens", seq_lens)):
-            if t is not None and (not _is_int_tensor(t, torch) or tuple(t.shape) != (batch,)):
+            if t is not None and (not is_int_tensor(t, torch) or tuple(t.shape) != (batch,)):
                 raise ValueError(f"{name} must be an integer [{batch}] tensor, got {getattr(t, 'shape', t)!r}")
         if extra_block_size is not None:
             _check_positive_int("extra_block_size", extra_block_size)

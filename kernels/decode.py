@@ -38,25 +38,39 @@ def _gather(
     return rows.masked_fill_(~valid.unsqueeze(-1), 0.0), valid
 
 
-def _check_args(q: Any, indices: Any, attn_sink: Any, topk_length: Any, name: str = "indices") -> None:
+def is_int_tensor(t: Any, torch: Any) -> bool:
+    return isinstance(t, torch.Tensor) and not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool
+
+
+def check_decode_args(q: Any, indices: Any, softmax_scale: Any, attn_sink: Any = None, topk_length: Any = None,
+                      extra_cache: Any = None, extra_indices: Any = None, extra_topk_length: Any = None,
+                      seq_lens: Any = None, *, extra_cache_name: str = "extra_cache") -> None:
+    """The shape and dtype checks of one decode call, none of which needs a
+    device sync; raises ValueError naming the argument. The one validation of
+    decode inputs: :func:`sparse_mla_decode` and every impl's
+    ``forward_decode`` / ``run`` (:mod:`dsv4sel.kernels.base`, which spells
+    the second cache ``extra_kv_cache``) call it."""
     import torch
 
     if not isinstance(q, torch.Tensor) or q.dim() != 4 or q.shape[-1] != HEAD_DIM or not q.is_floating_point():
         raise ValueError(f"q must be a floating [b, s_q, h, {HEAD_DIM}] tensor, got {getattr(q, 'shape', q)!r}")
-    b, s = q.shape[:2]
-    if (
-        not isinstance(indices, torch.Tensor)
-        or indices.dim() != 3
-        or tuple(indices.shape[:2]) != (b, s)
-        or indices.is_floating_point()
-    ):
-        raise ValueError(f"{name} must be an integer [{b}, {s}, topk] tensor, got {getattr(indices, 'shape', indices)!r}")
-    if topk_length is not None and (
-        not isinstance(topk_length, torch.Tensor) or tuple(topk_length.shape) != (b,) or topk_length.is_floating_point()
-    ):
-        raise ValueError(f"topk lengths must be an integer [{b}] tensor")
-    if attn_sink is not None and (not isinstance(attn_sink, torch.Tensor) or tuple(attn_sink.shape) != (q.shape[2],)):
-        raise ValueError(f"attn_sink must be a [{q.shape[2]}] tensor")
+    b, s, h = q.shape[:3]
+    for name, t in (("indices", indices), ("extra_indices", extra_indices)):
+        if t is None and name == "extra_indices":
+            continue
+        if not is_int_tensor(t, torch) or t.dim() != 3 or tuple(t.shape[:2]) != (b, s):
+            raise ValueError(f"{name} must be an integer [{b}, {s}, topk] tensor, got {getattr(t, 'shape', t)!r}")
+    for name, t in (("topk_length", topk_length), ("extra_topk_length", extra_topk_length), ("seq_lens", seq_lens)):
+        if t is not None and (not is_int_tensor(t, torch) or tuple(t.shape) != (b,)):
+            raise ValueError(f"{name} must be an integer [{b}] tensor, got {getattr(t, 'shape', t)!r}")
+    if attn_sink is not None and (not isinstance(attn_sink, torch.Tensor) or tuple(attn_sink.shape) != (h,)):
+        raise ValueError(f"attn_sink must be a [{h}] tensor, got {getattr(attn_sink, 'shape', attn_sink)!r}")
+    if (extra_cache is None) != (extra_indices is None):
+        raise ValueError(f"{extra_cache_name} and extra_indices must be given together")
+    if extra_topk_length is not None and extra_indices is None:
+        raise ValueError("extra_topk_length needs extra_indices")
+    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
+        raise ValueError(f"softmax_scale must be a float, got {softmax_scale!r}")
 
 
 def sparse_mla_decode(
@@ -95,15 +109,11 @@ def sparse_mla_decode(
     import torch
 
     lay = resolve_layout(layout)
-    _check_args(q, indices, attn_sink, topk_length)
-    if (extra_cache is None) != (extra_indices is None):
-        raise ValueError("extra_cache and extra_indices must be given together")
-    if extra_topk_length is not None and extra_indices is None:
-        raise ValueError("extra_topk_length needs extra_indices")
+    check_decode_args(q, indices, softmax_scale, attn_sink, topk_length, extra_cache, extra_indices,
+                      extra_topk_length)
 
     kv, valid = _gather(cache, lay, indices.to(q.device), topk_length)
     if extra_indices is not None:
-        _check_args(q, extra_indices, None, extra_topk_length, "extra_indices")
         kv2, valid2 = _gather(extra_cache, lay, extra_indices.to(q.device), extra_topk_length)
         kv, valid = torch.cat([kv, kv2], dim=2), torch.cat([valid, valid2], dim=2)
 

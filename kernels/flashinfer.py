@@ -29,7 +29,7 @@ There is no SM90 path: on an H200 use FlashMLA.
 
 :class:`dsv4sel.kernels.v41.DeepseekV41FlashInferMLASparseImpl` reuses this
 class for DeepSeek-V4.1 through the class attributes (``layouts_by_major``,
-``backend_name``, ``model_label``) and ``_packed_format_kwargs``.
+``kernel_label``, ``targets``) and ``_packed_format_kwargs``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from typing import Any, ClassVar, Mapping
 from .base import DecodeOutput, DecodePlan, SparseMLAImpl, import_attr_module, padded_heads
 from .errors import UnsupportedLayoutError
 from .layouts import FP8_E4M3_MAX, Fp8E4m3RowLayout
-from .platform import Capability, format_capability
 
 __all__ = ["DeepseekV4FlashInferMLASparseImpl", "FLASHINFER_INSTALL_HINT", "SWA_COLUMNS"]
 
@@ -62,12 +61,13 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
 
     impl_name: ClassVar[str] = "DeepseekV4FlashInferMLASparseImpl"
     library_name: ClassVar[str] = "flashinfer"
-    #: The backend name in messages, and the model the decode serves.
-    backend_name: ClassVar[str] = "FLASHINFER_MLA_SPARSE_DSV4"
-    model_label: ClassVar[str] = "DeepSeek-V4"
     #: Layouts by GPU major (10: TRTLLM-gen plain rows, 12: packed pages).
     layouts_by_major: ClassVar[Mapping[int, frozenset[str]]] = LAYOUTS_BY_MAJOR
     supported_layouts: ClassVar[frozenset[str]] = frozenset().union(*LAYOUTS_BY_MAJOR.values())
+    targets: ClassVar[Mapping[str, frozenset]] = {"cuda": frozenset(LAYOUTS_BY_MAJOR)}
+    kernel_label: ClassVar[str] = "FlashInfer DeepSeek-V4 sparse decode"
+    built_for: ClassVar[str] = "requires SM10x (TRTLLM-gen) or SM12x (packed sparse)"
+    other_gpu_hint: ClassVar[str] = " (on SM90 use FlashMLA)"
 
     def __init__(
         self,
@@ -93,20 +93,6 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
         self.q_scale = float(q_scale)
         self.workspace_bytes = int(workspace_bytes)
         self._workspaces: dict[Any, Any] = {}
-
-    @classmethod
-    def _target_reason(cls, platform: str, capability: Capability | None) -> str | None:
-        what = f"FlashInfer {cls.model_label} sparse decode"
-        if platform != "cuda":
-            return f"{what} runs on NVIDIA GPUs (platform cuda), not {platform}"
-        if capability is None:
-            return f"no CUDA compute capability known; {what} needs SM10x or SM12x"
-        if capability[0] not in cls.layouts_by_major:
-            return (
-                f"{cls.backend_name} requires SM10x (TRTLLM-gen) or SM12x (packed sparse); "
-                f"this GPU is {format_capability(capability)} (on SM90 use FlashMLA)"
-            )
-        return None
 
     @classmethod
     def _import_library(cls) -> Any:

@@ -72,10 +72,9 @@ import os
 import sys
 import threading
 import types
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Mapping, NamedTuple
 
 from .base import DecodeOutput, DecodePlan, SparseMLAImpl, padded_heads
-from .platform import Capability, format_capability
 
 __all__ = [
     "DeepseekV4FlashMLASparseImpl",
@@ -343,20 +342,9 @@ class DeepseekV4FlashMLASparseImpl(SparseMLAImpl):
     impl_name: ClassVar[str] = "DeepseekV4FlashMLASparseImpl"
     library_name: ClassVar[str] = "flash_mla"
     supported_layouts: ClassVar[frozenset[str]] = frozenset({"fp8_ds_mla"})
-    supported_majors: ClassVar[frozenset[int]] = frozenset({9, 10})
-
-    @classmethod
-    def _target_reason(cls, platform: str, capability: Capability | None) -> str | None:
-        if platform != "cuda":
-            return f"FlashMLA sparse decode runs on NVIDIA GPUs (platform cuda), not {platform}"
-        if capability is None:
-            return "no CUDA compute capability known; FlashMLA sparse decode needs SM90 or SM100"
-        if capability[0] not in cls.supported_majors:
-            return (
-                f"FlashMLA sparse FP8 decode is built for SM90 and the SM100 family; "
-                f"this GPU is {format_capability(capability)}"
-            )
-        return None
+    targets: ClassVar[Mapping[str, frozenset]] = {"cuda": frozenset({9, 10})}
+    kernel_label: ClassVar[str] = "FlashMLA sparse FP8 decode"
+    built_for: ClassVar[str] = "is built for SM90 and the SM100 family"
 
     @classmethod
     def _import_library(cls) -> Any:

@@ -45,10 +45,6 @@ class DeepseekV4ReferenceSparseImpl(SparseMLAImpl):
     supported_layouts: ClassVar[frozenset[str]] = frozenset({"fp8_ds_mla", "bf16_row", "fp8_e4m3_row"})
 
     @classmethod
-    def _target_reason(cls, platform: str, capability: Any) -> str | None:
-        return None  # torch ops run on every platform torch supports
-
-    @classmethod
     def _import_library(cls) -> Any:
         import torch
 

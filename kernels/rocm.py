@@ -29,7 +29,7 @@ own gfx942 writer stores FNUZ bytes, which this layout does not decode.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 from .base import DecodeOutput, DecodePlan, SparseMLAImpl, import_attr_module
 from .layouts import HEAD_DIM, ROPE_DIM
@@ -52,19 +52,9 @@ class DeepseekV4ROCMAiterMLASparseImpl(SparseMLAImpl):
     impl_name: ClassVar[str] = "DeepseekV4ROCMAiterMLASparseImpl"
     library_name: ClassVar[str] = "aiter"
     supported_layouts: ClassVar[frozenset[str]] = frozenset({"fp8_ds_mla"})
-
-    @classmethod
-    def _target_reason(cls, platform: str, capability: Capability | None) -> str | None:
-        if platform != "rocm":
-            return f"AITER runs on AMD GPUs (platform rocm), not {platform}"
-        if capability is None:
-            return "no ROCm GPU architecture known; AITER's MLA decode needs gfx942 or gfx950"
-        if capability not in AITER_CAPABILITIES:
-            return (
-                "AITER's MLA decode kernels are built for gfx942 and gfx950; "
-                f"this GPU reports capability {capability[0]}.{capability[1]}"
-            )
-        return None
+    targets: ClassVar[Mapping[str, frozenset]] = {"rocm": frozenset(AITER_CAPABILITIES)}
+    kernel_label: ClassVar[str] = "AITER's MLA decode"
+    built_for: ClassVar[str] = "is built for gfx942 and gfx950"
 
     @classmethod
     def _import_library(cls) -> Any:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 from .base import DecodeOutput, DecodePlan, KernelUnavailableError, SparseMLAImpl
 from .flashinfer import ENTRY_POINT, DeepseekV4FlashInferMLASparseImpl
 from .flashmla import FLASHMLA_INSTALL_HINT, flashmla_build, load_flashmla, load_vllm_flashmla
-from .platform import Capability, format_capability
+from .platform import Capability
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -159,21 +159,11 @@ class DeepseekV41FlashMLASparseImpl(_WithoutDecodeAdapter):
     impl_name: ClassVar[str] = "DeepseekV41FlashMLASparseImpl"
     library_name: ClassVar[str] = "flash_mla"
     supported_layouts: ClassVar[frozenset[str]] = frozenset({"fp8_ds_mla_v41"})
-    supported_majors: ClassVar[frozenset[int]] = frozenset({9, 10})
+    targets: ClassVar[Mapping[str, frozenset]] = {"cuda": frozenset({9, 10})}
+    kernel_label: ClassVar[str] = "FlashMLA DeepSeek-V4.1 sparse decode"
+    built_for: ClassVar[str] = "is built for SM90 and the SM100 family"
+    other_gpu_hint: ClassVar[str] = " (on SM12x use FLASHINFER_MLA_SPARSE_DSV41)"
     no_adapter_reason: ClassVar[str] = _NO_FLASHMLA_ADAPTER
-
-    @classmethod
-    def _target_reason(cls, platform: str, capability: Capability | None) -> str | None:
-        if platform != "cuda":
-            return f"FlashMLA DeepSeek-V4.1 sparse decode runs on NVIDIA GPUs (platform cuda), not {platform}"
-        if capability is None:
-            return "no CUDA compute capability known; FlashMLA DeepSeek-V4.1 sparse decode needs SM90 or SM100"
-        if capability[0] not in cls.supported_majors:
-            return (
-                "FLASHMLA_SPARSE_DSV41 is built for SM90 and the SM100 family; "
-                f"this GPU is {format_capability(capability)} (on SM12x use FLASHINFER_MLA_SPARSE_DSV41)"
-            )
-        return None
 
     @classmethod
     def _import_library(cls) -> Any:
@@ -201,9 +191,9 @@ class DeepseekV41FlashInferMLASparseImpl(DeepseekV4FlashInferMLASparseImpl):
     """
 
     impl_name: ClassVar[str] = "DeepseekV41FlashInferMLASparseImpl"
-    backend_name: ClassVar[str] = "FLASHINFER_MLA_SPARSE_DSV41"
-    model_label: ClassVar[str] = "DeepSeek-V4.1"
     layouts_by_major: ClassVar[Mapping[int, frozenset[str]]] = _FI_LAYOUTS_BY_MAJOR
+    targets: ClassVar[Mapping[str, frozenset]] = {"cuda": frozenset(_FI_LAYOUTS_BY_MAJOR)}
+    kernel_label: ClassVar[str] = "FlashInfer DeepSeek-V4.1 sparse decode"
     supported_layouts: ClassVar[frozenset[str]] = frozenset().union(*_FI_LAYOUTS_BY_MAJOR.values())
 
     @classmethod
@@ -243,16 +233,9 @@ class DeepseekV41MegaAttnImpl(_WithoutDecodeAdapter):
     library_name: ClassVar[str] = f"torch.ops.{MEGA_OP_NAMESPACE}.{MEGA_OP}"
     supported_layouts: ClassVar[frozenset[str]] = frozenset({"fp8_ds_mla_v41", "nvfp4_ds_mla"})
     no_adapter_reason: ClassVar[str] = _NO_MEGA_ADAPTER
-
-    @classmethod
-    def _target_reason(cls, platform: str, capability: Capability | None) -> str | None:
-        if platform != "cuda":
-            return f"FlashMLA mega attention runs on NVIDIA GPUs (platform cuda), not {platform}"
-        if capability is None:
-            return "no CUDA compute capability known; FlashMLA mega attention requires sm_10x GPUs"
-        if capability[0] != 10:
-            return f"FlashMLA mega attention requires sm_10x GPUs; this GPU is {format_capability(capability)}"
-        return None
+    targets: ClassVar[Mapping[str, frozenset]] = {"cuda": frozenset({10})}
+    kernel_label: ClassVar[str] = "FlashMLA mega attention"
+    built_for: ClassVar[str] = "requires sm_10x GPUs"
 
     @staticmethod
     def _lookup(torch: Any) -> Any:

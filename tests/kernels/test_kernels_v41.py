@@ -200,7 +200,7 @@ def test_write_kv_on_a_v41_record_raises_instead_of_guessing_bytes() -> None:
         (DeepseekV41FlashMLASparseImpl, "cuda", (9, 0), "https://github.com/deepseek-ai/FlashMLA"),
         (DeepseekV41FlashMLASparseImpl, "cuda", "10.0", "flash_mla is not importable"),
         (DeepseekV41FlashInferMLASparseImpl, "cpu", None, "not cpu"),
-        (DeepseekV41FlashInferMLASparseImpl, "cuda", (9, 0), "FLASHINFER_MLA_SPARSE_DSV41 requires SM10x"),
+        (DeepseekV41FlashInferMLASparseImpl, "cuda", (9, 0), "FlashInfer DeepSeek-V4.1 sparse decode requires SM10x"),
         (DeepseekV41FlashInferMLASparseImpl, "cuda", (10, 0), "pip install 'dsv4sel[flashinfer]'"),
         (DeepseekV41FlashInferMLASparseImpl, "cuda", (12, 0), "trtllm_batch_decode_sparse_mla_dsv4 is not importable"),
         (DeepseekV41MegaAttnImpl, "cpu", None, "not cpu"),

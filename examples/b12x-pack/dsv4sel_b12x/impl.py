@@ -18,14 +18,10 @@ class B12XMLASparseImpl(SparseMLAImpl):
     impl_name: ClassVar[str] = "B12XMLASparseImpl"
     library_name: ClassVar[str] = "b12x"
     supported_layouts: ClassVar[frozenset[str]] = frozenset({"fp8_ds_mla"})
-
-    @classmethod
-    def _target_reason(cls, platform: str, capability: Any) -> str | None:
-        if platform != "cuda":
-            return f"B12X runs on CUDA only, not {platform}"
-        if capability is None or capability[0] != 12:
-            return "B12X has kernels for SM120/SM121 only"
-        return None
+    # where it runs, read by SparseMLAImpl._target_reason: CUDA SM12x (SM120/SM121)
+    targets: ClassVar[dict[str, frozenset]] = {"cuda": frozenset({12})}
+    kernel_label: ClassVar[str] = "B12X"
+    built_for: ClassVar[str] = "has kernels for SM120/SM121 only"
 
     @classmethod
     def _import_library(cls) -> Any:
