@@ -254,7 +254,8 @@ class Program:
             raise RuleError([Problem(where.file, where.line, 1, (
                 f"the decision space has {layout.points:,} points x {len(layout.backends)} backend choices "
                 f"= {layout.size:,} inputs; the compiled form holds at most {artifact.MAX_INPUTS:,}. "
-                "Declare fewer input values, or split the vocabulary into rule sets loaded separately"))])
+                "Declare fewer input values, or split the vocabulary into rule sets loaded separately"),
+                code="DSV314")])
         rule_index = {id(rule): i for i, rule in enumerate(self.rules)}
         outcomes: list[tuple] = []
         outcome_ids: dict[tuple, int] = {}
@@ -389,15 +390,16 @@ class _Builder:
         self.problems: list[Problem] = []
         self.descriptions: dict[RuleRef, str] = {}
 
-    def error(self, f: LoadedFile, path: tuple, message: str, *, key: bool = False) -> None:
-        self.problems.append(f.problem(path, message, key=key))
+    def error(self, f: LoadedFile, path: tuple, code: str, message: str, *, key: bool = False) -> None:
+        """Record problem ``code`` (:mod:`dsv4sel.codes`) at ``path`` of ``f``."""
+        self.problems.append(f.problem(path, code, message, key=key))
 
     # vocabulary ------------------------------------------------------------
     def vocabulary(self) -> dict[str, InputDecl]:
         merged: dict[str, dict[str, Any]] = {}
         if self.files and not any(f.data.get("kind") == "vocabulary" for f in self.files):
             # a pack loaded alone: one problem with the fix, not one per input and condition
-            self.error(self.files[0], (), "no `kind: vocabulary` file among the rule files, so no input is "
+            self.error(self.files[0], (), "DSV306", "no `kind: vocabulary` file among the rule files, so no input is "
                        "declared: load a pack on top of the default rules (`--rules DIR` without "
                        "--only-rules; in Python `load_rules([*dsv4sel.sources.default_packs(), DIR])`), or "
                        "give it a vocabulary of its own")
@@ -408,19 +410,19 @@ class _Builder:
             for name, decl in f.data["inputs"].items():
                 path = ("inputs", name)
                 if name == "backend":
-                    self.error(f, path, "`backend` is not declared in the vocabulary: "
+                    self.error(f, path, "DSV305", "`backend` is not declared in the vocabulary: "
                                "the backend names are the tables' `backends:`", key=True)
                     continue
                 slot = merged.setdefault(name, {"values": [], "scoped": None, "by": decl.get("by"),
                                                 "default": None, "fallback": None, "probe": None,
                                                 "aliases": {}, "at": {}})
                 if slot["by"] != decl.get("by"):
-                    self.error(f, path + ("by",), f"input {name!r} is scoped by {slot['by']!r} elsewhere")
+                    self.error(f, path + ("by",), "DSV305", f"input {name!r} is scoped by {slot['by']!r} elsewhere")
                     continue
                 values = decl["values"]
                 if decl.get("by"):
                     if not isinstance(values, dict):
-                        self.error(f, path + ("values",), f"input {name!r} has `by:`, so `values` must map "
+                        self.error(f, path + ("values",), "DSV305", f"input {name!r} has `by:`, so `values` must map "
                                    f"each {decl['by']} value to a list")
                         continue
                     scoped = slot["scoped"] = slot["scoped"] or {}
@@ -432,19 +434,19 @@ class _Builder:
                                 slot["values"].append(str(v))
                 else:
                     if isinstance(values, dict):
-                        self.error(f, path + ("values",), f"input {name!r} lists values per "
+                        self.error(f, path + ("values",), "DSV305", f"input {name!r} lists values per "
                                    "parent value; add `by: <input>`")
                         continue
                     slot["values"].extend(str(v) for v in values if str(v) not in slot["values"])
                 for attr in ("default", "fallback", "probe"):
                     if attr in decl:
                         if slot[attr] not in (None, str(decl[attr])):
-                            self.error(f, path + (attr,), f"{name}.{attr} is {slot[attr]!r} in another file")
+                            self.error(f, path + (attr,), "DSV305", f"{name}.{attr} is {slot[attr]!r} in another file")
                         slot[attr] = str(decl[attr])
                         slot["at"][attr] = (f, path + (attr,))
                 for alias, value in (decl.get("aliases") or {}).items():
                     if slot["aliases"].get(str(alias), str(value)) != str(value):
-                        self.error(f, path + ("aliases", alias), f"alias {alias!r} of {name} means "
+                        self.error(f, path + ("aliases", alias), "DSV305", f"alias {alias!r} of {name} means "
                                    f"{slot['aliases'][str(alias)]!r} in another file", key=True)
                         continue
                     slot["aliases"][str(alias)] = str(value)
@@ -456,7 +458,7 @@ class _Builder:
         where = self.files[0] if self.files else None
         for name in BUILTIN_INPUTS:
             if name not in merged and where is not None:
-                self.error(where, (), f"the vocabulary does not declare the input {name!r} "
+                self.error(where, (), "DSV305", f"the vocabulary does not declare the input {name!r} "
                            "(add it to a `kind: vocabulary` file)")
         ordered = [n for n in BUILTIN_INPUTS if n in merged] + [n for n in merged if n not in BUILTIN_INPUTS]
         out: dict[str, InputDecl] = {}
@@ -467,29 +469,29 @@ class _Builder:
             scoped = None
             if by:
                 if by not in merged or merged[by]["by"]:
-                    self.error(f, path + ("by",), f"{name!r} is scoped by {by!r}, which is not an unscoped input")
+                    self.error(f, path + ("by",), "DSV305", f"{name!r} is scoped by {by!r}, which is not an unscoped input")
                     continue
                 unknown = [p for p in slot["scoped"] if p not in merged[by]["values"]]
                 for p in unknown:
                     pf, ppath = slot["at"].get(("parent", p), (f, path + ("values", p)))
-                    self.error(pf, ppath, f"{p!r} is not a value of {by!r}"
+                    self.error(pf, ppath, "DSV301", f"{p!r} is not a value of {by!r}"
                                + nearest(p, merged[by]["values"]), key=True)
                 scoped = tuple((p, tuple(slot["scoped"].get(p, ()))) for p in merged[by]["values"])
                 if ordered.index(by) > ordered.index(name):
-                    self.error(f, path + ("by",), f"{name!r} must be declared after {by!r}")
+                    self.error(f, path + ("by",), "DSV305", f"{name!r} must be declared after {by!r}")
             for attr in ("default", "fallback"):
                 value = slot[attr]
                 if value is not None and value not in slot["values"]:
                     af, apath = slot["at"][attr]
-                    self.error(af, apath, f"{attr} {value!r} is not one of the values of {name!r}"
+                    self.error(af, apath, "DSV301", f"{attr} {value!r} is not one of the values of {name!r}"
                                + nearest(value, slot["values"]))
             for alias, value in slot["aliases"].items():
                 if value not in slot["values"]:
                     af, apath = slot["at"]["aliases", alias]
-                    self.error(af, apath, f"alias {alias!r} names {value!r}, which is not one of the "
+                    self.error(af, apath, "DSV301", f"alias {alias!r} names {value!r}, which is not one of the "
                                f"values of {name!r}" + nearest(value, slot["values"]))
             if name not in BUILTIN_INPUTS and slot["default"] is None:
-                self.error(f, path, f"input {name!r} needs a `default:` so that callers who do not "
+                self.error(f, path, "DSV305", f"input {name!r} needs a `default:` so that callers who do not "
                            "pass it still get a decision", key=True)
             if slot["probe"] is not None:
                 pf, ppath = slot["at"]["probe"]
@@ -514,10 +516,10 @@ class _Builder:
                 prefix = item[: -len(FAMILY_SUFFIX)] + "."
                 family = {v for v in decl.values if v.startswith(prefix)}
                 if not family:
-                    self.error(f, item_path, f"family {item!r} matches no declared value of {decl.name!r}")
+                    self.error(f, item_path, "DSV303", f"family {item!r} matches no declared value of {decl.name!r}")
                 chosen |= family
             else:
-                self.error(f, item_path, f"{item!r} is not a declared value of {decl.name!r}"
+                self.error(f, item_path, "DSV301", f"{item!r} is not a declared value of {decl.name!r}"
                            + nearest(item, decl.values))
         if negate:
             return frozenset(v for v in decl.values if v not in chosen)
@@ -528,19 +530,19 @@ class _Builder:
         if not any(module == p or module.startswith(p + ".") for p in self.allowed):
             from .hints import allow_impl_hint
 
-            self.error(f, path, f"impl {impl!r} is not in an allowed module ({', '.join(self.allowed)}); "
+            self.error(f, path, "DSV310", f"impl {impl!r} is not in an allowed module ({', '.join(self.allowed)}); "
                        "impl classes are imported only from the allow-list" + allow_impl_hint(impl))
 
     def check_template(self, f: LoadedFile, path: tuple, text: str) -> None:
         try:
             names = template_fields(text)
         except ValueError as exc:
-            self.error(f, path, f"bad template: {exc}")
+            self.error(f, path, "DSV304", f"bad template: {exc}")
             return
         allowed = set(self.inputs) | {"backend"}
         for name in names:
             if name not in allowed:
-                self.error(f, path, f"unknown placeholder {{{name}}}; available: "
+                self.error(f, path, "DSV304", f"unknown placeholder {{{name}}}; available: "
                            + ", ".join(sorted(allowed)) + nearest(name, allowed))
 
     def messages(self, f: LoadedFile, path: tuple, items: list) -> tuple[tuple[str, str], ...]:
@@ -554,12 +556,12 @@ class _Builder:
     def outcome(self, f: LoadedFile, path: tuple, raw: dict, defaults: dict, table_kind: str) -> Outcome | None:
         kinds = [k for k in ("select", "use", "reject") if k in raw]
         if len(kinds) != 1:
-            self.error(f, path, f"rule {raw.get('id', '?')!r} needs exactly one of select, use, reject"
+            self.error(f, path, "DSV309", f"rule {raw.get('id', '?')!r} needs exactly one of select, use, reject"
                        + (f" (found {', '.join(kinds)})" if kinds else ""))
             return None
         kind = kinds[0]
         if "messages" in raw and kind == "reject":
-            self.error(f, path + ("messages",), "a reject rule has no messages; put the text in `reason`", key=True)
+            self.error(f, path + ("messages",), "DSV309", "a reject rule has no messages; put the text in `reason`", key=True)
         messages = self.messages(f, path + ("messages",), raw.get("messages"))
         if kind == "reject":
             reason = raw["reject"]["reason"]
@@ -568,13 +570,13 @@ class _Builder:
         if kind == "use":
             return Outcome("use", target=raw["use"], messages=messages)
         if table_kind == "default":
-            self.error(f, path + ("select",), "the default-backend decision only picks a backend: "
+            self.error(f, path + ("select",), "DSV309", "the default-backend decision only picks a backend: "
                        "use `use: BACKEND` (the backend's own table decides the rest)", key=True)
             return None
         merged = {**defaults, **raw["select"]}
         missing = [k for k in REQUIRED_SELECT_FIELDS if k not in merged]
         if missing:
-            self.error(f, path + ("select",), "select is missing " + ", ".join(missing)
+            self.error(f, path + ("select",), "DSV309", "select is missing " + ", ".join(missing)
                        + " (set them here or in the file's `defaults:`)", key=True)
             return None
         self.check_impl(f, path + ("select", "impl") if "impl" in raw["select"] else ("defaults", "impl"),
@@ -605,7 +607,7 @@ class _Builder:
                 continue
             first = copies.setdefault(f.source, f)
             if first is not f:  # one problem for a whole copied file, not one per backend and rule id
-                self.error(f, ("kind",), f"this file is a copy of {first.file}: the same pack is loaded twice "
+                self.error(f, ("kind",), "DSV313", f"this file is a copy of {first.file}: the same pack is loaded twice "
                            "(installed, and named with --rules or DSV4SEL_RULES_PATH?); drop one of them", key=True)
                 continue
             pack = self.packs.get(f.file, "dsv4sel")
@@ -614,14 +616,14 @@ class _Builder:
                     default_table = Table(DEFAULT_TABLE, (), f.data["hit_policy"], f.file,
                                           f.where(("rules",), key=True)[0])
                 elif default_table.hit_policy != f.data["hit_policy"]:
-                    self.error(f, ("hit_policy",), f"the default decision's hit policy is "
+                    self.error(f, ("hit_policy",), "DSV309", f"the default decision's hit policy is "
                                f"{default_table.hit_policy!r} in {default_table.file}")
                 table = default_table
             else:
                 names = tuple(f.data["backends"])
                 for i, name in enumerate(names):
                     if name in declared_in:
-                        self.error(f, ("backends", i), f"backend {name} already has a table in "
+                        self.error(f, ("backends", i), "DSV308", f"backend {name} already has a table in "
                                    f"{declared_in[name].file}; a pack adds backends, it cannot replace "
                                    "another's table")
                     declared_in.setdefault(name, f)
@@ -640,17 +642,17 @@ class _Builder:
                     self.descriptions[ref] = " ".join(str(raw["description"]).split())
                 if raw["id"] in seen_ids:
                     other = seen_ids[raw["id"]].ref
-                    self.error(f, path + ("id",), f"rule id {raw['id']!r} is already used at {other.location}")
+                    self.error(f, path + ("id",), "DSV307", f"rule id {raw['id']!r} is already used at {other.location}")
                 conditions = []
                 for name, condition in (raw.get("when") or {}).items():
                     if name == "backend":
-                        self.error(f, path + ("when", name), "rules do not test `backend`: each table "
+                        self.error(f, path + ("when", name), "DSV309", "rules do not test `backend`: each table "
                                    "decides for the backends it declares", key=True)
                         continue
                     if name not in self.inputs:
                         if not self.inputs:
                             continue  # no vocabulary at all: reported once
-                        self.error(f, path + ("when", name), f"unknown input {name!r}; declared: "
+                        self.error(f, path + ("when", name), "DSV302", f"unknown input {name!r}; declared: "
                                    + ", ".join(self.inputs) + nearest(name, self.inputs), key=True)
                         continue
                     conditions.append((name, self.expand(f, path + ("when", name), self.inputs[name], condition)))
@@ -660,7 +662,7 @@ class _Builder:
                 if outcome is None:
                     continue
                 if raw.get("override") and kind != "default":
-                    self.error(f, path + ("override",), "`override` applies to default-backend rules only; "
+                    self.error(f, path + ("override",), "DSV309", "`override` applies to default-backend rules only; "
                                "a backend's table is owned by the file that declares it", key=True)
                 rule = Rule(ref, table.name, len(table.rules), tuple(conditions), outcome)
                 seen_ids.setdefault(raw["id"], rule)
@@ -680,14 +682,14 @@ class _Builder:
         if default_table is None:
             where = self.files[0] if self.files and self.inputs else None
             if where is not None:
-                self.error(where, (), "no `kind: default` file: the default-backend decision is missing")
+                self.error(where, (), "DSV306", "no `kind: default` file: the default-backend decision is missing")
             default_table = Table(DEFAULT_TABLE, (), "first", "<none>", 1)
         for rule in all_rules:
             target = rule.outcome.target
             if rule.outcome.kind == "use" and target not in tables:
                 f = next(x for x in self.files if x.file == rule.ref.file)
                 self.error(f, ("rules", rule.index, "use") if rule.table != DEFAULT_TABLE else
-                           ("rules", _file_index(f, rule.ref.id), "use"),
+                           ("rules", _file_index(f, rule.ref.id), "use"), "DSV311",
                            f"`use: {target}` names a backend without a table"
                            + nearest(target, tables))
         program = Program(self.inputs, default_table, tables, tuple(backend_order), all_rules,
@@ -709,7 +711,7 @@ class _Builder:
                     if nxt == start:
                         table = program.tables[start]
                         f = next(x for x in self.files if x.file == table.file)
-                        self.error(f, ("backends",), "`use:` chain loops: " + " -> ".join(trail + (start,)))
+                        self.error(f, ("backends",), "DSV312", "`use:` chain loops: " + " -> ".join(trail + (start,)))
                         return
                     if nxt not in seen:
                         seen.add(nxt)

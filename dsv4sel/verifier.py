@@ -126,22 +126,12 @@ def _packs_of_ruleset(ruleset) -> list:
                       "since it was loaded); pass their paths to verify() instead")
 
 
-def _compile_kind(message: str) -> str:
-    """A finding kind for one compiler problem (a label; the message stays as is)."""
-    if "without a table" in message:
-        return "dangling"
-    if "allowed module" in message:
-        return "impl"
-    if "chain loops" in message:
-        return "cycle"
-    if any(s in message for s in ("not a declared value", "unknown input", "matches no declared value",
-                                  "is not a value of", "unknown placeholder", "is not one of the values")):
-        return "vocabulary"
-    return "compile"
+def _problem(problem: Problem, kind: str | None = None) -> Finding:
+    """A finding for a stage's problem; its kind is its code's (:data:`dsv4sel.codes.CODES`)."""
+    from .codes import CODES
 
-
-def _problem(problem: Problem, kind: str) -> Finding:
-    return Finding(ERROR, kind, problem.message, problem.file, problem.line, problem.column)
+    kind = kind or CODES.get(problem.code, ("compile",))[0]
+    return Finding(ERROR, kind, problem.message, problem.file, problem.line, problem.column, code=problem.code)
 
 
 def verify(rules=None, *, allowed_impl_modules=None) -> Report:
@@ -179,7 +169,7 @@ def verify(rules=None, *, allowed_impl_modules=None) -> Report:
         program = compile_files(files, allowed_impl_modules=allowed,
                                 packs={s.display: s.pack for s in srcs})
     except RuleError as exc:
-        return Report(displays, _sorted(_problem(p, _compile_kind(p.message)) for p in exc.problems),
+        return Report(displays, _sorted(_problem(p) for p in exc.problems),
                       None, analysed=False)
     return verify_program(program)
 
