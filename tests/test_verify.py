@@ -20,7 +20,7 @@ from test_verify_properties import gap_inputs  # noqa: E402
 import dsv4sel  # noqa: E402
 from dsv4sel.cubes import describe  # noqa: E402
 from dsv4sel.space import merge  # noqa: E402
-from dsv4sel.findings import Report, VerifyError  # noqa: E402
+from dsv4sel.findings import VerifyError  # noqa: E402
 from dsv4sel.verifier import verify, verify_program  # noqa: E402
 
 STRUCTURAL = ("gap", "overlap", "redundant", "shadowed", "dead", "fixpoint", "dangling", "cycle", "vocabulary",
