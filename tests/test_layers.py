@@ -28,7 +28,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "space", "scan", "flow")),
     ("engine: sources, load, validate, compile, cache, evaluate; machine detection", (
         "sources", "cache", "load", "validate", "compile", "build", "ruleset", "platform")),
-    ("verifier: dsv4sel check", ("findings", "cubes", "outcomes", "verifier")),
+    ("verifier: dsv4sel check", ("findings", "cubes", "outcomes", "check_context", "check_tables", "check_flow",
+                                 "check_selections", "verifier")),
     ("face: the public API", ("__init__",)),
     ("operator tools and embeddings", (
         "probe", "explain", "matrix", "diff", "doctor", "testcases", "vllm", "vllm_plugin")),
