@@ -19,7 +19,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Mapping
 
-from .compile import nearest, render, template_fields
+from .compile import nearest
+from .model import render, template_fields
 
 SELECTION_FIELDS = ("impl", "layout", "cache_dtype", "torch_dtype", "bytes_per_token", "block_size")
 LAYOUTS_MODULE = "dsv4sel.kernels.layouts"

@@ -9,7 +9,7 @@ Two entry points, both exported lazily from :mod:`dsv4sel`:
     list of rule packs (directories, files, :class:`dsv4sel.sources.Pack`);
     or a :class:`~dsv4sel.ruleset.RuleSet` (its source files are re-read and
     must still hash to the RuleSet's digest); or a compiled
-    :class:`~dsv4sel.compile.Program`. Problems in the files (YAML, schema,
+    :class:`~dsv4sel.model.Program`. Problems in the files (YAML, schema,
     vocabulary typos, dangling references, ...) come back as findings with
     ``file:line:column``; when there are any, the space is not analysed,
     because a program that does not compile has no meaning to check.
@@ -128,7 +128,7 @@ def _problem(problem: Problem, kind: str | None = None) -> Finding:
 def verify(rules=None, *, allowed_impl_modules=None) -> Report:
     """Verify rule files (or a RuleSet or Program); see the module docstring."""
     from .values import DEFAULT_ALLOWED_IMPL_MODULES
-    from .compile import Program
+    from .model import Program
     from .ruleset import RuleSet
 
     if isinstance(rules, Program):
@@ -166,7 +166,7 @@ def verify(rules=None, *, allowed_impl_modules=None) -> Report:
 
 
 def verify_program(program, *, layouts: Mapping[str, Any] | None = None) -> Report:
-    """Verify a compiled :class:`~dsv4sel.compile.Program`.
+    """Verify a compiled :class:`~dsv4sel.model.Program`.
 
     ``layouts`` replaces ``dsv4sel.kernels.layouts.LAYOUTS`` (name -> object
     with ``bytes_per_token`` and ``torch_dtype_name``), e.g. for rule packs

@@ -111,7 +111,9 @@ def test_a_hand_edited_impl_is_neither_named_nor_imported(truth, monkeypatch):
 def fresh_table():
     from dsv4sel.build import build_program
 
-    return build_program(sources.shipped_sources(), dsv4sel.DEFAULT_ALLOWED_IMPL_MODULES).to_table()
+    from dsv4sel.lower import to_table
+
+    return to_table(build_program(sources.shipped_sources(), dsv4sel.DEFAULT_ALLOWED_IMPL_MODULES))
 
 
 @pytest.mark.parametrize("damage", [

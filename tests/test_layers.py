@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "_version", "record", "text", "capability", "codes", "hints", "errors", "values", "artifact",
         "space", "scan", "flow")),
     ("engine: sources, load, validate, compile, cache, evaluate; machine detection", (
-        "sources", "cache", "load", "validate", "compile", "build", "ruleset", "platform")),
+        "sources", "cache", "load", "validate", "model", "compile", "lower", "build", "ruleset", "platform")),
     ("verifier: dsv4sel check", ("findings", "cubes", "outcomes", "check_context", "check_tables", "check_flow",
                                  "check_selections", "verifier")),
     ("face: the public API", ("__init__",)),
