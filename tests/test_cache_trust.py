@@ -192,7 +192,6 @@ def test_a_full_disk_leaves_no_temporary_file(tmp_path, monkeypatch, failure):
 @pytest.fixture
 def installed_pack(tmp_path, monkeypatch):
     """A distribution on sys.path that declares the rule pack ``extra``."""
-    import sys
 
     site = tmp_path / "site"
     (site / "extrapack" / "rules").mkdir(parents=True)

@@ -7,7 +7,6 @@ import os
 import sys
 import textwrap
 
-import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
