@@ -34,7 +34,7 @@ import sys
 import time
 import tracemalloc
 
-from dsv4sel.compile import DEFAULT_TABLE, InputDecl, Outcome, Program, Rule, Table
+from dsv4sel.model import DEFAULT_TABLE, InputDecl, Outcome, Program, Rule, Table
 from dsv4sel.values import RuleRef
 from dsv4sel.verifier import verify_program
 

@@ -111,7 +111,9 @@ def _compiled(srcs, allowed: tuple[str, ...], use_cache: bool) -> RuleSet:
             pass  # damaged or edited: compiled afresh below, and the entry replaced
     from .build import build_program
 
-    table = build_program(srcs, allowed).to_table()
+    from .lower import to_table
+
+    table = to_table(build_program(srcs, allowed))
     digest = _sources.content_hash(srcs, allowed)
     ruleset = RuleSet(table, digest, allowed)
     if use_cache:

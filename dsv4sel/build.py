@@ -21,7 +21,7 @@ def load_source(src: Source):
     from .validate import validate_file
 
     if src.unreadable is not None:
-        return None, [Problem(src.display, 1, 1, src.unreadable)], []
+        return None, [Problem(src.display, 1, 1, src.unreadable, code="DSV101")], []
     loaded, problems = load_file(src.path, src.display)
     # a file that failed to load holds None where the bad nodes were: checking
     # its schema would report each load problem a second time
@@ -40,7 +40,7 @@ def load_and_validate(sources: list[Source]):
         if f is not None and not found and not schema_problems:
             loaded.append(f)
     if not sources:
-        problems.append(Problem("<rules>", 1, 1, "no rule files found"))
+        problems.append(Problem("<rules>", 1, 1, "no rule files found", code="DSV306"))
     if problems:
         raise RuleError(problems)
     return loaded

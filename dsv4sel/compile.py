@@ -1,378 +1,28 @@
-"""Stage 3, compile: validated rule files -> a :class:`Program`.
+"""Stage 3, compile: validated rule files -> a :class:`~dsv4sel.model.Program`.
 
-A Program holds the vocabulary (the finite decision space), the default-backend
-decision table and one decision table per backend, with every rule's
-conditions expanded to sets of vocabulary values. ``Program.resolve`` answers a
-point of the space by walking the chain default table -> backend table
-(-> another backend's table for ``use:``). ``Program.to_table`` evaluates every
-point once and returns plain data for the evaluator and its cache.
+The builder merges the vocabulary (the finite decision space), declares the
+default-backend decision table and one table per backend, and expands every
+rule's conditions to sets of vocabulary values; the result is the data of
+:mod:`dsv4sel.model`. Lowering it to the evaluator's array is the next
+stage (:mod:`dsv4sel.lower`).
 
 Semantic problems (unknown vocabulary values, impl classes outside the
 allow-list, dangling ``use:`` targets, bad templates, ...) are collected with
-their ``file:line:column``; :func:`compile_files` raises one RuleError listing
-all of them.
+their ``file:line:column`` and code; :func:`compile_files` raises one
+RuleError listing all of them.
 """
 
 from __future__ import annotations
 
-import string
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Iterator
+from typing import Any
 
+from . import families
 from .errors import ImplLoadError, Problem, RuleError
 from .load import LoadedFile
-from . import families
-from .ruleset import COMPILED_FORMAT
+from .model import (BUILTIN_INPUTS, DEFAULT_TABLE, REQUIRED_SELECT_FIELDS, InputDecl,  # noqa: F401
+                    Outcome, Program, Rule, Table, render, template_fields)
 from .suggest import did_you_mean
 from .values import RuleRef, check_impl_allowed
-
-DEFAULT_TABLE = "<default>"
-BUILTIN_INPUTS = ("model", "platform", "capability", "kv_cache_dtype")
-REQUIRED_SELECT_FIELDS = ("impl", "layout", "cache_dtype", "torch_dtype", "bytes_per_token", "block_size")
-
-
-@dataclass(frozen=True)
-class InputDecl:
-    """One declared input of the decision: its values and where they were declared.
-
-    ``scoped`` is set when the values depend on another input (``by``), e.g. the
-    capability values of each platform; ``values`` is then their union.
-    """
-
-    name: str
-    values: tuple[str, ...]
-    by: str | None = None
-    scoped: tuple[tuple[str, tuple[str, ...]], ...] | None = None
-    default: str | None = None
-    fallback: str | None = None
-    probe: str | None = None
-    #: other spellings of values: (alias, value) pairs, e.g. ("H100", "9.0")
-    aliases: tuple[tuple[str, str], ...] = ()
-
-    def values_for(self, point: dict[str, str]) -> tuple[str, ...]:
-        if self.scoped is None:
-            return self.values
-        return dict(self.scoped).get(point[self.by], ())
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What a rule decides: ``select`` (fields), ``use`` (target backend) or ``reject`` (reason)."""
-
-    kind: str
-    fields: tuple[tuple[str, Any], ...] = ()
-    target: str | None = None
-    reason: str | None = None
-    messages: tuple[tuple[str, str], ...] = ()
-
-    def field(self, name: str) -> Any:
-        return dict(self.fields).get(name)
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A compiled rule: ``conditions`` maps each constrained input to the set of
-    values it accepts; inputs not named accept anything."""
-
-    ref: RuleRef
-    table: str
-    index: int
-    conditions: tuple[tuple[str, frozenset[str]], ...]
-    outcome: Outcome
-
-    def matches(self, point: dict[str, str]) -> bool:
-        return all(point[name] in allowed for name, allowed in self.conditions)
-
-    def first_failing(self, point: dict[str, str]) -> str | None:
-        """The first input whose value this rule does not accept (for "why not")."""
-        for name, allowed in self.conditions:
-            if point[name] not in allowed:
-                return name
-        return None
-
-
-class HitPolicy(str, Enum):
-    """A table's DMN hit policy, with what it means for evaluation and for
-    ``dsv4sel check``. A ``str`` enum: it compares equal to its YAML spelling."""
-
-    #: at most one rule may match any input; an overlap is an error
-    UNIQUE = "unique"
-    #: rules are tried in file order and the first match wins
-    FIRST = "first"
-
-    def decide(self, rules, point: dict[str, str]):
-        """The rule that decides ``point``. Under ``unique`` an overlap is a
-        finding of ``check``; evaluation then takes the first matching rule,
-        so that it stays deterministic either way."""
-        for rule in rules:
-            if rule.matches(point):
-                return rule
-        return None
-
-    @property
-    def overlap_is_error(self) -> bool:
-        """Whether two rules matching one input is a finding (under ``first`` it is how the table works)."""
-        return self is HitPolicy.UNIQUE
-
-    @property
-    def can_shadow(self) -> bool:
-        """Whether an earlier rule can take every input of a later one."""
-        return self is HitPolicy.FIRST
-
-    @property
-    def redundancy_is_error(self) -> bool:
-        """Whether two overlapping rules with the same outcome are an error
-        (``unique``) or only worth a warning (``first``)."""
-        return self is HitPolicy.UNIQUE
-
-
-@dataclass
-class Table:
-    """A decision table: the default-backend decision or the table of some backends."""
-
-    name: str
-    backends: tuple[str, ...]
-    hit_policy: HitPolicy
-    file: str
-    line: int
-    rules: list[Rule] = field(default_factory=list)
-
-    def __post_init__(self):
-        self.hit_policy = HitPolicy(self.hit_policy)  # the YAML spelling is accepted too
-
-    def matching(self, point: dict[str, str]) -> list[Rule]:
-        return [rule for rule in self.rules if rule.matches(point)]
-
-    def decide(self, point: dict[str, str]) -> Rule | None:
-        """The rule that decides ``point`` under this table's hit policy."""
-        return self.hit_policy.decide(self.rules, point)
-
-
-@dataclass(frozen=True)
-class Resolution:
-    """The result of resolving one point: ``kind`` is select, reject or gap.
-
-    ``path`` lists the rules consulted in order (the default rule first when
-    the query named no backend). For a gap, ``table`` names the table in which
-    no rule matched.
-    """
-
-    kind: str
-    backend: str | None
-    path: tuple[Rule, ...]
-    table: str
-    fields: tuple[tuple[str, Any], ...] = ()
-    reason: str = ""
-    messages: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass
-class Program:
-    """The compiled rules: vocabulary plus tables. Immutable once built."""
-
-    inputs: dict[str, InputDecl]
-    default_table: Table
-    tables: dict[str, Table]
-    backends: tuple[str, ...]
-    rules: list[Rule]
-    allowed_impl_modules: tuple[str, ...]
-    sources: tuple[str, ...]
-    #: rule -> its `description:` (rules without one are absent)
-    descriptions: dict[RuleRef, str] = field(default_factory=dict)
-
-    @property
-    def input_order(self) -> tuple[str, ...]:
-        return tuple(self.inputs)
-
-    def points(self) -> Iterator[dict[str, str]]:
-        """Every point of the decision space except the backend, in vocabulary order."""
-        names = list(self.inputs)
-
-        def walk(i: int, point: dict[str, str]) -> Iterator[dict[str, str]]:
-            if i == len(names):
-                yield dict(point)
-                return
-            decl = self.inputs[names[i]]
-            for value in decl.values_for(point):
-                point[decl.name] = value
-                yield from walk(i + 1, point)
-            point.pop(decl.name, None)
-
-        yield from walk(0, {})
-
-    def space_size(self) -> int:
-        return sum(1 for _ in self.points()) * (len(self.backends) + 1)
-
-    def table_for(self, backend: str | None) -> Table:
-        return self.default_table if backend is None else self.tables[backend]
-
-    def resolve(self, backend: str | None, point: dict[str, str]) -> Resolution:
-        """Decide ``point`` with ``backend`` requested (None = platform default)."""
-        path: list[Rule] = []
-        messages: list[tuple[str, str]] = []
-        current = backend
-        table = self.table_for(current)
-        while True:
-            rule = table.decide(point)
-            if rule is None:
-                return Resolution("gap", current, tuple(path), table.name)
-            path.append(rule)
-            values = dict(point, backend=current or "")
-            outcome = rule.outcome
-            messages.extend((lvl, render(text, values)) for lvl, text in outcome.messages)
-            if outcome.kind == "use":
-                current = outcome.target
-                table = self.tables[current]
-                continue
-            if outcome.kind == "reject":
-                return Resolution("reject", current, tuple(path), table.name,
-                                  reason=render(outcome.reason, values), messages=tuple(messages))
-            fields = tuple((k, render(v, values) if isinstance(v, str) else v) for k, v in outcome.fields)
-            return Resolution("select", current, tuple(path), table.name, fields=fields,
-                              messages=tuple(messages))
-
-    def to_table(self) -> dict[str, Any]:
-        """The compiled form :class:`dsv4sel.ruleset.RuleSet` loads, as plain
-        data (dicts, tuples, str, int, bytes) for memory or marshal.
-
-        Built from the same exact machinery as ``dsv4sel check``: the chain
-        of tables is walked cube by cube (:class:`dsv4sel.flow.Flow`), each
-        deciding rule's win regions are split only by the inputs its texts
-        name (``{kv_cache_dtype}``...), and each region is painted into the
-        array at once (:func:`dsv4sel.artifact.paint`). The cost grows with
-        the number of regions, not of points. Raises RuleError when the space
-        is larger than the compiled form holds."""
-        from . import artifact
-        from .flow import Flow
-        from .space import Space
-
-        space = Space(self.inputs)
-        layout = artifact.Layout.for_space(space, self.backends)
-        if layout.size > artifact.MAX_INPUTS:
-            where = self.default_table
-            raise RuleError([Problem(where.file, where.line, 1, (
-                f"the decision space has {layout.points:,} points x {len(layout.backends)} backend choices "
-                f"= {layout.size:,} inputs; the compiled form holds at most {artifact.MAX_INPUTS:,}. "
-                "Declare fewer input values, or split the vocabulary into rule sets loaded separately"))])
-        rule_index = {id(rule): i for i, rule in enumerate(self.rules)}
-        outcomes: list[tuple] = []
-        outcome_ids: dict[tuple, int] = {}
-        ids = artifact.new_array(layout, "H")
-        flow = Flow(self, space, needs=lambda rule: True)
-
-        def store(item: tuple, box, backend_index: int) -> None:
-            nonlocal ids
-            oid = outcome_ids.get(item)
-            if oid is None:
-                oid = outcome_ids[item] = len(outcomes)
-                outcomes.append(item)
-                if oid >= 1 << 16 and ids.typecode == "H":
-                    ids = artifact.array("I", ids)
-            artifact.paint(ids, layout, box, backend_index, oid)
-
-        for backend_index, backend in enumerate(layout.backends):
-            for event in flow.walk(backend):
-                if event.kind == "gap":
-                    path = tuple(rule_index[id(r)] for r in event.path)
-                    store(artifact.GapRow(("gap", event.label, event.table.name, path)), event.box, backend_index)
-                elif event.kind == "decide":
-                    rules = (*event.path, event.rule)
-                    labels = self._labels(backend, rules)
-                    path = tuple(rule_index[id(r)] for r in rules)
-                    for region in event.scan.regions.get(event.position, ()):
-                        for values, box in space.split_by(region, self._template_inputs(rules)):
-                            store(self._row(rules, labels, path, values), box, backend_index)
-                elif event.kind in ("dangling", "cycle"):  # pragma: no cover - the builder refuses both
-                    raise AssertionError(f"a {event.kind} use chain reached the compiled form")
-        table = {**layout.as_data(), "typecode": ids.typecode, "ids": ids.tobytes()}
-        return {
-            "format": COMPILED_FORMAT,
-            "inputs": [(d.name, d.values, d.by, d.scoped, d.default, d.fallback, d.probe, d.aliases)
-                       for d in self.inputs.values()],
-            "backends": self.backends,
-            "selectable": tuple(b for b in self.backends
-                                if any(o.kind == "select" and o.backend == b for o in outcomes)),
-            "rules": [(r.ref.id, r.ref.file, r.ref.line, r.ref.pack, r.table) for r in self.rules],
-            "outcomes": [artifact.stored(o) for o in outcomes],
-            "table": table,
-            "allowed": self.allowed_impl_modules,
-            "sources": self.sources,
-            "descriptions": tuple(self.descriptions.get(r.ref) for r in self.rules),
-        }
-
-    def _labels(self, backend: str | None, rules: tuple) -> tuple:
-        """The backend whose table each rule of a chain belongs to."""
-        labels, current = [], backend
-        for rule in rules:
-            labels.append(current)
-            if rule.outcome.kind == "use":
-                current = rule.outcome.target
-        return tuple(labels)
-
-    @staticmethod
-    def _template_inputs(rules: tuple) -> tuple[str, ...]:
-        """The inputs a chain's rendered texts depend on: its ``{placeholders}``,
-        and ``kv_cache_dtype`` when a ``cache_dtype`` rewrite may equal it (such a
-        rewrite changes nothing and is dropped)."""
-        names: dict[str, None] = {}
-        for rule in rules:
-            outcome = rule.outcome
-            texts = [text for _, text in outcome.messages]
-            if outcome.kind == "reject":
-                texts.append(outcome.reason)
-            elif outcome.kind == "select":
-                for key, value in outcome.fields:
-                    if isinstance(value, str):
-                        texts.append(value)
-                    elif key == "rewrites" and "cache_dtype" in value:
-                        names["kv_cache_dtype"] = None
-            for text in texts:
-                names.update(dict.fromkeys(template_fields(text)))
-        names.pop("backend", None)
-        return tuple(names)
-
-    def _row(self, rules: tuple, labels: tuple, path: tuple, values: dict[str, str]) -> tuple:
-        """The outcome row of a chain, rendered with ``values`` (see ``Program.resolve``)."""
-        messages: list[tuple[str, str]] = []
-        for rule, label in zip(rules, labels):
-            point = dict(values, backend=label or "")
-            messages.extend((level, render(text, point)) for level, text in rule.outcome.messages)
-        last, label = rules[-1], labels[-1]
-        point = dict(values, backend=label or "")
-        from .artifact import RejectRow, SelectRow
-
-        if last.outcome.kind == "reject":
-            return RejectRow(("reject", label, render(last.outcome.reason, point), path, tuple(messages)))
-        f = {k: render(v, point) if isinstance(v, str) else v for k, v in last.outcome.fields}
-        rewrites = tuple(sorted((k, v) for k, v in f.get("rewrites", {}).items()
-                                if not (k == "cache_dtype" and v == values.get("kv_cache_dtype"))))
-        return SelectRow(("select", label, f["impl"], f["layout"], f["cache_dtype"], f["torch_dtype"],
-                          f["bytes_per_token"], f["block_size"], rewrites, tuple(messages), path))
-
-
-# ---------------------------------------------------------------- templates
-
-_FORMATTER = string.Formatter()
-
-
-def template_fields(text: str) -> list[str]:
-    """The ``{name}`` placeholders of ``text``; raises ValueError on bad syntax."""
-    names = []
-    for _, name, spec, conversion in _FORMATTER.parse(text):
-        if name is None:
-            continue
-        if spec or conversion or not name.isidentifier():
-            raise ValueError(f"placeholder {{{name}}} must be a plain input name")
-        names.append(name)
-    return names
-
-
-def render(text: str, values: dict[str, str]) -> str:
-    if "{" not in text:
-        return text
-    return text.format_map({k: ("<none>" if v in ("", None) else v) for k, v in values.items()})
-
 
 # ------------------------------------------------------------------ builder
 
@@ -384,15 +34,16 @@ class _Builder:
         self.problems: list[Problem] = []
         self.descriptions: dict[RuleRef, str] = {}
 
-    def error(self, f: LoadedFile, path: tuple, message: str, *, key: bool = False) -> None:
-        self.problems.append(f.problem(path, message, key=key))
+    def error(self, f: LoadedFile, path: tuple, code: str, message: str, *, key: bool = False) -> None:
+        """Record problem ``code`` (:mod:`dsv4sel.codes`) at ``path`` of ``f``."""
+        self.problems.append(f.problem(path, code, message, key=key))
 
     # vocabulary ------------------------------------------------------------
     def vocabulary(self) -> dict[str, InputDecl]:
         merged: dict[str, dict[str, Any]] = {}
         if self.files and not any(f.data.get("kind") == "vocabulary" for f in self.files):
             # a pack loaded alone: one problem with the fix, not one per input and condition
-            self.error(self.files[0], (), "no `kind: vocabulary` file among the rule files, so no input is "
+            self.error(self.files[0], (), "DSV306", "no `kind: vocabulary` file among the rule files, so no input is "
                        "declared: load a pack on top of the default rules (`--rules DIR` without "
                        "--only-rules; in Python `load_rules([*dsv4sel.sources.default_packs(), DIR])`), or "
                        "give it a vocabulary of its own")
@@ -403,19 +54,19 @@ class _Builder:
             for name, decl in f.data["inputs"].items():
                 path = ("inputs", name)
                 if name == "backend":
-                    self.error(f, path, "`backend` is not declared in the vocabulary: "
+                    self.error(f, path, "DSV305", "`backend` is not declared in the vocabulary: "
                                "the backend names are the tables' `backends:`", key=True)
                     continue
                 slot = merged.setdefault(name, {"values": [], "scoped": None, "by": decl.get("by"),
                                                 "default": None, "fallback": None, "probe": None,
                                                 "aliases": {}, "at": {}})
                 if slot["by"] != decl.get("by"):
-                    self.error(f, path + ("by",), f"input {name!r} is scoped by {slot['by']!r} elsewhere")
+                    self.error(f, path + ("by",), "DSV305", f"input {name!r} is scoped by {slot['by']!r} elsewhere")
                     continue
                 values = decl["values"]
                 if decl.get("by"):
                     if not isinstance(values, dict):
-                        self.error(f, path + ("values",), f"input {name!r} has `by:`, so `values` must map "
+                        self.error(f, path + ("values",), "DSV305", f"input {name!r} has `by:`, so `values` must map "
                                    f"each {decl['by']} value to a list")
                         continue
                     scoped = slot["scoped"] = slot["scoped"] or {}
@@ -427,19 +78,19 @@ class _Builder:
                                 slot["values"].append(str(v))
                 else:
                     if isinstance(values, dict):
-                        self.error(f, path + ("values",), f"input {name!r} lists values per "
+                        self.error(f, path + ("values",), "DSV305", f"input {name!r} lists values per "
                                    "parent value; add `by: <input>`")
                         continue
                     slot["values"].extend(str(v) for v in values if str(v) not in slot["values"])
                 for attr in ("default", "fallback", "probe"):
                     if attr in decl:
                         if slot[attr] not in (None, str(decl[attr])):
-                            self.error(f, path + (attr,), f"{name}.{attr} is {slot[attr]!r} in another file")
+                            self.error(f, path + (attr,), "DSV305", f"{name}.{attr} is {slot[attr]!r} in another file")
                         slot[attr] = str(decl[attr])
                         slot["at"][attr] = (f, path + (attr,))
                 for alias, value in (decl.get("aliases") or {}).items():
                     if slot["aliases"].get(str(alias), str(value)) != str(value):
-                        self.error(f, path + ("aliases", alias), f"alias {alias!r} of {name} means "
+                        self.error(f, path + ("aliases", alias), "DSV305", f"alias {alias!r} of {name} means "
                                    f"{slot['aliases'][str(alias)]!r} in another file", key=True)
                         continue
                     slot["aliases"][str(alias)] = str(value)
@@ -451,7 +102,7 @@ class _Builder:
         where = self.files[0] if self.files else None
         for name in BUILTIN_INPUTS:
             if name not in merged and where is not None:
-                self.error(where, (), f"the vocabulary does not declare the input {name!r} "
+                self.error(where, (), "DSV305", f"the vocabulary does not declare the input {name!r} "
                            "(add it to a `kind: vocabulary` file)")
         ordered = [n for n in BUILTIN_INPUTS if n in merged] + [n for n in merged if n not in BUILTIN_INPUTS]
         out: dict[str, InputDecl] = {}
@@ -462,29 +113,29 @@ class _Builder:
             scoped = None
             if by:
                 if by not in merged or merged[by]["by"]:
-                    self.error(f, path + ("by",), f"{name!r} is scoped by {by!r}, which is not an unscoped input")
+                    self.error(f, path + ("by",), "DSV305", f"{name!r} is scoped by {by!r}, which is not an unscoped input")
                     continue
                 unknown = [p for p in slot["scoped"] if p not in merged[by]["values"]]
                 for p in unknown:
                     pf, ppath = slot["at"].get(("parent", p), (f, path + ("values", p)))
-                    self.error(pf, ppath, f"{p!r} is not a value of {by!r}"
+                    self.error(pf, ppath, "DSV301", f"{p!r} is not a value of {by!r}"
                                + did_you_mean(p, merged[by]["values"]), key=True)
                 scoped = tuple((p, tuple(slot["scoped"].get(p, ()))) for p in merged[by]["values"])
                 if ordered.index(by) > ordered.index(name):
-                    self.error(f, path + ("by",), f"{name!r} must be declared after {by!r}")
+                    self.error(f, path + ("by",), "DSV305", f"{name!r} must be declared after {by!r}")
             for attr in ("default", "fallback"):
                 value = slot[attr]
                 if value is not None and value not in slot["values"]:
                     af, apath = slot["at"][attr]
-                    self.error(af, apath, f"{attr} {value!r} is not one of the values of {name!r}"
+                    self.error(af, apath, "DSV301", f"{attr} {value!r} is not one of the values of {name!r}"
                                + did_you_mean(value, slot["values"]))
             for alias, value in slot["aliases"].items():
                 if value not in slot["values"]:
                     af, apath = slot["at"]["aliases", alias]
-                    self.error(af, apath, f"alias {alias!r} names {value!r}, which is not one of the "
+                    self.error(af, apath, "DSV301", f"alias {alias!r} names {value!r}, which is not one of the "
                                f"values of {name!r}" + did_you_mean(value, slot["values"]))
             if name not in BUILTIN_INPUTS and slot["default"] is None:
-                self.error(f, path, f"input {name!r} needs a `default:` so that callers who do not "
+                self.error(f, path, "DSV305", f"input {name!r} needs a `default:` so that callers who do not "
                            "pass it still get a decision", key=True)
             if slot["probe"] is not None:
                 pf, ppath = slot["at"]["probe"]
@@ -508,10 +159,10 @@ class _Builder:
             elif families.is_family(item):
                 family = set(families.members(item, decl.values))
                 if not family:
-                    self.error(f, item_path, f"family {item!r} matches no declared value of {decl.name!r}")
+                    self.error(f, item_path, "DSV303", f"family {item!r} matches no declared value of {decl.name!r}")
                 chosen |= family
             else:
-                self.error(f, item_path, f"{item!r} is not a declared value of {decl.name!r}"
+                self.error(f, item_path, "DSV301", f"{item!r} is not a declared value of {decl.name!r}"
                            + did_you_mean(item, decl.values))
         if negate:
             return frozenset(v for v in decl.values if v not in chosen)
@@ -521,18 +172,18 @@ class _Builder:
         try:
             check_impl_allowed(impl, self.allowed)
         except ImplLoadError as exc:
-            self.error(f, path, str(exc))
+            self.error(f, path, "DSV310", str(exc))
 
     def check_template(self, f: LoadedFile, path: tuple, text: str) -> None:
         try:
             names = template_fields(text)
         except ValueError as exc:
-            self.error(f, path, f"bad template: {exc}")
+            self.error(f, path, "DSV304", f"bad template: {exc}")
             return
         allowed = set(self.inputs) | {"backend"}
         for name in names:
             if name not in allowed:
-                self.error(f, path, f"unknown placeholder {{{name}}}; available: "
+                self.error(f, path, "DSV304", f"unknown placeholder {{{name}}}; available: "
                            + ", ".join(sorted(allowed)) + did_you_mean(name, allowed))
 
     def messages(self, f: LoadedFile, path: tuple, items: list) -> tuple[tuple[str, str], ...]:
@@ -546,12 +197,12 @@ class _Builder:
     def outcome(self, f: LoadedFile, path: tuple, raw: dict, defaults: dict, table_kind: str) -> Outcome | None:
         kinds = [k for k in ("select", "use", "reject") if k in raw]
         if len(kinds) != 1:
-            self.error(f, path, f"rule {raw.get('id', '?')!r} needs exactly one of select, use, reject"
+            self.error(f, path, "DSV309", f"rule {raw.get('id', '?')!r} needs exactly one of select, use, reject"
                        + (f" (found {', '.join(kinds)})" if kinds else ""))
             return None
         kind = kinds[0]
         if "messages" in raw and kind == "reject":
-            self.error(f, path + ("messages",), "a reject rule has no messages; put the text in `reason`", key=True)
+            self.error(f, path + ("messages",), "DSV309", "a reject rule has no messages; put the text in `reason`", key=True)
         messages = self.messages(f, path + ("messages",), raw.get("messages"))
         if kind == "reject":
             reason = raw["reject"]["reason"]
@@ -560,13 +211,13 @@ class _Builder:
         if kind == "use":
             return Outcome("use", target=raw["use"], messages=messages)
         if table_kind == "default":
-            self.error(f, path + ("select",), "the default-backend decision only picks a backend: "
+            self.error(f, path + ("select",), "DSV309", "the default-backend decision only picks a backend: "
                        "use `use: BACKEND` (the backend's own table decides the rest)", key=True)
             return None
         merged = {**defaults, **raw["select"]}
         missing = [k for k in REQUIRED_SELECT_FIELDS if k not in merged]
         if missing:
-            self.error(f, path + ("select",), "select is missing " + ", ".join(missing)
+            self.error(f, path + ("select",), "DSV309", "select is missing " + ", ".join(missing)
                        + " (set them here or in the file's `defaults:`)", key=True)
             return None
         self.check_impl(f, path + ("select", "impl") if "impl" in raw["select"] else ("defaults", "impl"),
@@ -597,7 +248,7 @@ class _Builder:
                 continue
             first = copies.setdefault(f.source, f)
             if first is not f:  # one problem for a whole copied file, not one per backend and rule id
-                self.error(f, ("kind",), f"this file is a copy of {first.file}: the same pack is loaded twice "
+                self.error(f, ("kind",), "DSV313", f"this file is a copy of {first.file}: the same pack is loaded twice "
                            "(installed, and named with --rules or DSV4SEL_RULES_PATH?); drop one of them", key=True)
                 continue
             pack = self.packs.get(f.file, "dsv4sel")
@@ -606,14 +257,14 @@ class _Builder:
                     default_table = Table(DEFAULT_TABLE, (), f.data["hit_policy"], f.file,
                                           f.where(("rules",), key=True)[0])
                 elif default_table.hit_policy != f.data["hit_policy"]:
-                    self.error(f, ("hit_policy",), f"the default decision's hit policy is "
+                    self.error(f, ("hit_policy",), "DSV309", f"the default decision's hit policy is "
                                f"{default_table.hit_policy!r} in {default_table.file}")
                 table = default_table
             else:
                 names = tuple(f.data["backends"])
                 for i, name in enumerate(names):
                     if name in declared_in:
-                        self.error(f, ("backends", i), f"backend {name} already has a table in "
+                        self.error(f, ("backends", i), "DSV308", f"backend {name} already has a table in "
                                    f"{declared_in[name].file}; a pack adds backends, it cannot replace "
                                    "another's table")
                     declared_in.setdefault(name, f)
@@ -632,17 +283,17 @@ class _Builder:
                     self.descriptions[ref] = " ".join(str(raw["description"]).split())
                 if raw["id"] in seen_ids:
                     other = seen_ids[raw["id"]].ref
-                    self.error(f, path + ("id",), f"rule id {raw['id']!r} is already used at {other.location}")
+                    self.error(f, path + ("id",), "DSV307", f"rule id {raw['id']!r} is already used at {other.location}")
                 conditions = []
                 for name, condition in (raw.get("when") or {}).items():
                     if name == "backend":
-                        self.error(f, path + ("when", name), "rules do not test `backend`: each table "
+                        self.error(f, path + ("when", name), "DSV309", "rules do not test `backend`: each table "
                                    "decides for the backends it declares", key=True)
                         continue
                     if name not in self.inputs:
                         if not self.inputs:
                             continue  # no vocabulary at all: reported once
-                        self.error(f, path + ("when", name), f"unknown input {name!r}; declared: "
+                        self.error(f, path + ("when", name), "DSV302", f"unknown input {name!r}; declared: "
                                    + ", ".join(self.inputs) + did_you_mean(name, self.inputs), key=True)
                         continue
                     conditions.append((name, self.expand(f, path + ("when", name), self.inputs[name], condition)))
@@ -652,7 +303,7 @@ class _Builder:
                 if outcome is None:
                     continue
                 if raw.get("override") and kind != "default":
-                    self.error(f, path + ("override",), "`override` applies to default-backend rules only; "
+                    self.error(f, path + ("override",), "DSV309", "`override` applies to default-backend rules only; "
                                "a backend's table is owned by the file that declares it", key=True)
                 rule = Rule(ref, table.name, len(table.rules), tuple(conditions), outcome)
                 seen_ids.setdefault(raw["id"], rule)
@@ -672,14 +323,14 @@ class _Builder:
         if default_table is None:
             where = self.files[0] if self.files and self.inputs else None
             if where is not None:
-                self.error(where, (), "no `kind: default` file: the default-backend decision is missing")
+                self.error(where, (), "DSV306", "no `kind: default` file: the default-backend decision is missing")
             default_table = Table(DEFAULT_TABLE, (), "first", "<none>", 1)
         for rule in all_rules:
             target = rule.outcome.target
             if rule.outcome.kind == "use" and target not in tables:
                 f = next(x for x in self.files if x.file == rule.ref.file)
                 self.error(f, ("rules", rule.index, "use") if rule.table != DEFAULT_TABLE else
-                           ("rules", _file_index(f, rule.ref.id), "use"),
+                           ("rules", _file_index(f, rule.ref.id), "use"), "DSV311",
                            f"`use: {target}` names a backend without a table"
                            + did_you_mean(target, tables))
         program = Program(self.inputs, default_table, tables, tuple(backend_order), all_rules,
@@ -701,7 +352,7 @@ class _Builder:
                     if nxt == start:
                         table = program.tables[start]
                         f = next(x for x in self.files if x.file == table.file)
-                        self.error(f, ("backends",), "`use:` chain loops: " + " -> ".join(trail + (start,)))
+                        self.error(f, ("backends",), "DSV312", "`use:` chain loops: " + " -> ".join(trail + (start,)))
                         return
                     if nxt not in seen:
                         seen.add(nxt)

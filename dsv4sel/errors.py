@@ -11,16 +11,11 @@ from .record import Frozen
 
 
 class Problem(Frozen):
-    """One problem in one rule file, located at ``file:line:column`` (1-based)."""
+    """One problem in one rule file, located at ``file:line:column`` (1-based),
+    with the stable ``code`` of its kind (``DSV301``...; see :mod:`dsv4sel.codes`),
+    set where the problem is found: callers and tests match codes, never text."""
 
-    __slots__ = ("file", "line", "column", "message")
-
-    @property
-    def code(self) -> str:
-        """The stable code of this kind of problem (``DSV301``...; see :mod:`dsv4sel.codes`)."""
-        from .codes import problem_code
-
-        return problem_code(self.message)
+    __slots__ = ("file", "line", "column", "message", "code")
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.column}: {self.message}"
@@ -36,7 +31,7 @@ class RuleError(ValueError):
 
     def __init__(self, problems: list[Problem] | tuple[Problem, ...]):
         self.problems: tuple[Problem, ...] = tuple(problems)
-        first = self.problems[0] if self.problems else Problem("<rules>", 0, 0, "unknown error")
+        first = self.problems[0] if self.problems else Problem("<rules>", 0, 0, "unknown error", "DSV399")
         self.file, self.line, self.column = first.file, first.line, first.column
         count = len(self.problems)
         head = f"{count} problem{'s' if count != 1 else ''} in the rule files"

@@ -119,14 +119,15 @@ class Finding:
     cubes: tuple[Cube, ...] = ()
     count: int = 0
     table: str | None = None
-    #: the stable code (``DSV401``...; :mod:`dsv4sel.codes`), derived from kind and message when not given
+    #: the stable code (``DSV401``...; :mod:`dsv4sel.codes`); a problem of a
+    #: stage brings its own, a finding of the verifier takes its kind's
     code: str = ""
 
     def __post_init__(self) -> None:
         if not self.code:
-            from .codes import problem_code
+            from .codes import kind_code
 
-            object.__setattr__(self, "code", problem_code(self.message, self.kind))
+            object.__setattr__(self, "code", kind_code(self.kind))
 
     @property
     def location(self) -> str:

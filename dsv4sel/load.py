@@ -135,9 +135,9 @@ class LoadedFile:
             path = path[:-1]
         return self.marks.get(path, (1, 1))
 
-    def problem(self, path: Path, message: str, *, key: bool = False) -> Problem:
+    def problem(self, path: Path, code: str, message: str, *, key: bool = False) -> Problem:
         line, column = self.where(path, key=key)
-        return Problem(self.file, line, column, message)
+        return Problem(self.file, line, column, message, code=code)
 
 
 def _position(node: yaml.Node) -> tuple[int, int]:
@@ -155,24 +155,24 @@ def load_text(text: str, file: str) -> tuple[LoadedFile | None, list[Problem]]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        return None, [Problem(file, line, column, f"YAML syntax error: {escape(str(exc.problem or exc))}")]
+        return None, [Problem(file, line, column, f"YAML syntax error: {escape(str(exc.problem or exc))}", code="DSV102")]
     except yaml.YAMLError as exc:
-        return None, [Problem(file, 1, 1, f"YAML error: {escape(' '.join(str(exc).split()))}")]
+        return None, [Problem(file, 1, 1, f"YAML error: {escape(' '.join(str(exc).split()))}", code="DSV102")]
     except RecursionError:  # the pure-Python composer recurses per nesting level
-        return None, [Problem(file, 1, 1, f"the YAML nests deeper than {MAX_DEPTH} levels")]
+        return None, [Problem(file, 1, 1, f"the YAML nests deeper than {MAX_DEPTH} levels", code="DSV108")]
     finally:
         loader.dispose()
     if root is None:
-        return None, [Problem(file, 1, 1, "the file is empty; a rule file needs at least `kind:`")]
+        return None, [Problem(file, 1, 1, "the file is empty; a rule file needs at least `kind:`", code="DSV103")]
 
     loaded = LoadedFile(file=file, source=text, data=None)
     problems: list[Problem] = []
     produced = 0
     active: set[int] = set()  # ids of the nodes on the current path: an alias back to one is a cycle
 
-    def located(node: yaml.Node, message: str) -> Problem:
+    def located(node: yaml.Node, code: str, message: str) -> Problem:
         line, column = _position(node)
-        return Problem(file, line, column, message)
+        return Problem(file, line, column, message, code=code)
 
     def build(node: yaml.Node, path: Path, depth: int, is_key: bool = False) -> Any:
         nonlocal produced
@@ -186,18 +186,18 @@ def load_text(text: str, file: str) -> tuple[LoadedFile | None, list[Problem]]:
             raise _TooLarge(node, "a recursive alias: this node contains itself")
         loaded.marks.setdefault(path, _position(node))
         if node.tag not in _CORE_TAGS:
-            problems.append(located(node, f"tag '{escape(node.tag)}' is not allowed: rule files are plain YAML data"))
+            problems.append(located(node, "DSV104", f"tag '{escape(node.tag)}' is not allowed: rule files are plain YAML data"))
             return None
         if isinstance(node, yaml.ScalarNode):
             try:
                 value = _scalar(node)
             except _BadScalar as exc:
-                problems.append(located(node, str(exc)))
+                problems.append(located(node, "DSV107", str(exc)))
                 return None
             if isinstance(value, str):
                 bad = control_character(value, in_text=not is_key)
                 if bad:
-                    problems.append(located(node, f"{'key' if is_key else 'string'} '{escape(value)}' holds "
+                    problems.append(located(node, "DSV109", f"{'key' if is_key else 'string'} '{escape(value)}' holds "
                                                   f"the control character '{escape(bad)}'"
                                                   "; rule files hold printable text only"))
                     return None
@@ -209,22 +209,22 @@ def load_text(text: str, file: str) -> tuple[LoadedFile | None, list[Problem]]:
             out: dict[Any, Any] = {}
             for key_node, value_node in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
-                    problems.append(located(key_node, "merge keys (<<) are not supported; "
+                    problems.append(located(key_node, "DSV105", "merge keys (<<) are not supported; "
                                                       "repeat the fields or use `defaults:`"))
                     continue
                 if not isinstance(key_node, yaml.ScalarNode):
-                    problems.append(located(key_node, "mapping keys must be plain scalars"))
+                    problems.append(located(key_node, "DSV107", "mapping keys must be plain scalars"))
                     continue
                 key = build(key_node, path + ("<key>",), depth + 1, is_key=True)
                 if not isinstance(key, (str, int, bool)):
                     if key is not None or key_node.tag.endswith(":null"):
-                        problems.append(located(key_node, "mapping keys must be plain scalars"))
+                        problems.append(located(key_node, "DSV107", "mapping keys must be plain scalars"))
                     continue
                 key_line, key_col = _position(key_node)
                 if key in out:
                     first_line, _ = loaded.key_marks[path + (key,)]
                     problems.append(Problem(file, key_line, key_col,
-                                            f"duplicate key '{escape(str(key))}' (first defined on line {first_line})"))
+                                            f"duplicate key '{escape(str(key))}' (first defined on line {first_line})", code="DSV106"))
                     continue
                 loaded.key_marks[path + (key,)] = (key_line, key_col)
                 out[key] = build(value_node, path + (key,), depth + 1)
@@ -236,7 +236,7 @@ def load_text(text: str, file: str) -> tuple[LoadedFile | None, list[Problem]]:
     try:
         loaded.data = build(root, (), 0)
     except _TooLarge as exc:
-        return None, [located(exc.node, exc.message)]
+        return None, [located(exc.node, "DSV108", exc.message)]
     return loaded, problems
 
 
@@ -269,12 +269,12 @@ def load_file(path: str, display: str) -> tuple[LoadedFile | None, list[Problem]
     try:
         text = read_rule_file(path)
     except OSError as exc:
-        return None, [Problem(display, 1, 1, f"cannot read rule file: {escape(exc.strerror or str(exc))}")]
+        return None, [Problem(display, 1, 1, f"cannot read rule file: {escape(exc.strerror or str(exc))}", code="DSV101")]
     except UnicodeDecodeError as exc:
         before = exc.object[:exc.start]
         line, column = before.count(b"\n") + 1, exc.start - (before.rfind(b"\n") + 1) + 1
         return None, [Problem(display, line, column, f"the file is not UTF-8 text ({exc.reason}); "
-                                                     "save it as UTF-8")]
+                                                     "save it as UTF-8", code="DSV101")]
     except ValueError as exc:
-        return None, [Problem(display, 1, 1, f"cannot read rule file: {exc}")]
+        return None, [Problem(display, 1, 1, f"cannot read rule file: {exc}", code="DSV101")]
     return load_text(text, display)

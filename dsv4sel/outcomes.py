@@ -19,8 +19,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Mapping
 
-from .compile import render, template_fields
 from .errors import ImplLoadError
+from .model import render, template_fields
 from .suggest import did_you_mean
 from .values import load_impl_class
 

@@ -1,6 +1,6 @@
 """Stage 4, evaluate: the compiled, immutable rule set and its lookups.
 
-A :class:`RuleSet` is built from the plain data of ``Program.to_table()``:
+A :class:`RuleSet` is built from the plain data of ``dsv4sel.lower.to_table``:
 every point of the decision space maps to an outcome index in a dense array
 (:class:`OutcomeTable`), so a query costs one normalization and one indexed
 lookup; results are memoized per raw query, so a repeated query is one dict
@@ -17,12 +17,12 @@ from .values import Message, Query, RuleRef, Selection, check_impl_allowed
 
 BUILTIN = ("model", "platform", "capability", "kv_cache_dtype")
 _MEMO_LIMIT = 65536
-#: Version of the data ``Program.to_table`` writes and :class:`RuleSet` reads.
+#: Version of the data ``dsv4sel.lower.to_table`` writes and :class:`RuleSet` reads.
 COMPILED_FORMAT = 2
 
 
 class CorruptTable(ValueError):
-    """Compiled data that is not what ``Program.to_table`` writes (a damaged
+    """Compiled data that is not what ``dsv4sel.lower.to_table`` writes (a damaged
     or hand-edited cache entry); :func:`dsv4sel.load_rules` rebuilds it."""
 
 
@@ -96,7 +96,7 @@ class RuleSet:
 
     def __init__(self, data: dict[str, Any], digest: str,
                  allowed_impl_modules: tuple[str, ...] | None = None):
-        """``data`` is ``Program.to_table()``'s result, possibly read back from
+        """``data`` is ``dsv4sel.lower.to_table``'s result, possibly read back from
         the cache: it is checked here, and :class:`CorruptTable` raised when
         it is not what the compiler writes. ``allowed_impl_modules`` is the
         process's allow-list (default: the one the data was compiled with);
@@ -159,7 +159,7 @@ class RuleSet:
         self._data_descriptions: tuple[str | None, ...] = tuple(descriptions)
 
     def _check_row(self, row: tuple) -> None:
-        """One outcome row has the shape ``Program.to_table`` writes."""
+        """One outcome row has the shape ``dsv4sel.lower.to_table`` writes."""
         n_rules = len(self._rule_rows)
         kind = row[0]
         if kind == "select":

@@ -189,12 +189,12 @@ def find_test_files(paths) -> tuple[list[str], list[Problem]]:
                         found.append(os.path.join(root, n))
             if not found:
                 problems.append(Problem(_display(path), 1, 1, "no test files (YAML files with `kind: tests`) "
-                                        "in this directory"))
+                                        "in this directory", code="DSV502"))
             files.extend(found)
         elif os.path.exists(path):
             files.append(path)
         else:
-            problems.append(Problem(_display(path), 1, 1, "no such file or directory"))
+            problems.append(Problem(_display(path), 1, 1, "no such file or directory", code="DSV101"))
     return list(dict.fromkeys(files)), problems
 
 
@@ -246,18 +246,19 @@ def load_cases(paths) -> tuple[list[Case], tuple[str, ...]]:
             continue
         if isinstance(loaded.data, dict) and loaded.data.get("kind") != "tests":
             kind = loaded.data.get("kind")
-            problems.append(loaded.problem(("kind",), f"not a test file: kind is {kind!r}, and `dsv4sel test` "
+            problems.append(loaded.problem(("kind",), "DSV501", f"not a test file: kind is {kind!r}, and `dsv4sel test` "
                                            "runs `kind: tests` files (rule files go to --rules)"))
             continue
         schema = []
         for error in _validator().iter_errors(loaded.data):
-            path_, message, at_key = _describe(error)
+            path_, code, message, at_key = _describe(error)
             mixed = _mixed_expect(loaded.data, path_)
             if mixed:
-                path_, message, at_key = path_[:3], mixed, False
+                path_, code, message, at_key = path_[:3], "DSV201", mixed, False
             if "'string'" in message:
-                message += quote_hint(loaded, path_)
-            schema.append(loaded.problem(path_, message, key=at_key))
+                hint = quote_hint(loaded, path_)
+                message, code = message + hint, ("DSV202" if hint else code)
+            schema.append(loaded.problem(path_, code, message, key=at_key))
         if schema:
             problems.extend(sorted(dict.fromkeys(schema), key=lambda p: (p.line, p.column)))
             continue

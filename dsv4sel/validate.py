@@ -57,9 +57,10 @@ def _ecma_pattern(validator, pattern: str, instance, schema):
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
-def _describe(error) -> tuple[tuple, str, bool]:
-    """Return (path, message, point_at_key) for one jsonschema error, choosing the
-    most specific sub-error of oneOf/anyOf and pointing at offending keys."""
+def _describe(error) -> tuple[tuple, str, str, bool]:
+    """Return (path, code, message, point_at_key) for one jsonschema error, choosing
+    the most specific sub-error of oneOf/anyOf and pointing at offending keys. The
+    code follows the failing keyword (jsonschema's ``error.validator``)."""
     from jsonschema.exceptions import best_match
 
     if error.context:
@@ -75,12 +76,10 @@ def _describe(error) -> tuple[tuple, str, bool]:
             close = close_matches(extra[0], sorted(allowed))
             hint = (f"; did you mean {close[0]!r}? Allowed" if close else "; allowed") + (
                 f": {', '.join(sorted(allowed))}" if allowed else ": none")
-            return path + (extra[0],), f"{label}: unknown field {extra[0]!r}{hint}", True
+            return path + (extra[0],), "DSV203", f"{label}: unknown field {extra[0]!r}{hint}", True
     if error.validator == "required":
-        return path, f"{label}: {error.message}", False
-    if error.validator == "propertyNames":
-        return path, f"{label}: {error.message}", False
-    return path, f"{label}: {error.message}", False
+        return path, "DSV204", f"{label}: {error.message}", False
+    return path, "DSV201", f"{label}: {error.message}", False
 
 
 def validate_file(loaded: LoadedFile) -> list[Problem]:
@@ -88,13 +87,14 @@ def validate_file(loaded: LoadedFile) -> list[Problem]:
     from .hints import quote_hint
 
     if isinstance(loaded.data, dict) and loaded.data.get("kind") == "tests":
-        return [loaded.problem(("kind",), "a `kind: tests` file among the rule files: `dsv4sel test PATH` runs "
+        return [loaded.problem(("kind",), "DSV501", "a `kind: tests` file among the rule files: `dsv4sel test PATH` runs "
                                "test files; keep them out of the directories given as rules")]
     problems = []
     for error in _validator().iter_errors(loaded.data):
-        path, message, at_key = _describe(error)
+        path, code, message, at_key = _describe(error)
         if "'string'" in message:  # a YAML number or boolean where a string belongs: say to quote it
-            message += quote_hint(loaded, path)
-        problems.append(loaded.problem(path, message, key=at_key))
+            hint = quote_hint(loaded, path)
+            message, code = message + hint, ("DSV202" if hint else code)
+        problems.append(loaded.problem(path, code, message, key=at_key))
     problems.sort(key=lambda p: (p.line, p.column))
     return problems

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
-from dsv4sel.compile import DEFAULT_TABLE, InputDecl, Outcome, Program, Rule, Table, render
+from dsv4sel.model import DEFAULT_TABLE, InputDecl, Outcome, Program, Rule, Table, render
 from dsv4sel.values import RuleRef
 
 IMPL = "dsv4sel.kernels.reference:DeepseekV4ReferenceSparseImpl"

@@ -111,7 +111,9 @@ def test_a_hand_edited_impl_is_neither_named_nor_imported(truth, monkeypatch):
 def fresh_table():
     from dsv4sel.build import build_program
 
-    return build_program(sources.shipped_sources(), dsv4sel.DEFAULT_ALLOWED_IMPL_MODULES).to_table()
+    from dsv4sel.lower import to_table
+
+    return to_table(build_program(sources.shipped_sources(), dsv4sel.DEFAULT_ALLOWED_IMPL_MODULES))
 
 
 @pytest.mark.parametrize("damage", [
@@ -190,7 +192,6 @@ def test_a_full_disk_leaves_no_temporary_file(tmp_path, monkeypatch, failure):
 @pytest.fixture
 def installed_pack(tmp_path, monkeypatch):
     """A distribution on sys.path that declares the rule pack ``extra``."""
-    import sys
 
     site = tmp_path / "site"
     (site / "extrapack" / "rules").mkdir(parents=True)

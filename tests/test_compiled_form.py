@@ -22,6 +22,7 @@ from _verify_programs import build, specs  # noqa: E402
 import dsv4sel  # noqa: E402
 from dsv4sel import artifact  # noqa: E402
 from dsv4sel.build import build_program  # noqa: E402
+from dsv4sel.lower import to_table  # noqa: E402
 from dsv4sel.ruleset import RuleSet  # noqa: E402
 from dsv4sel.sources import shipped_sources  # noqa: E402
 from dsv4sel.verifier import verify_program  # noqa: E402
@@ -44,7 +45,7 @@ def resolved_row(program, backend, point) -> tuple:
 
 
 def assert_table_equals_resolution(program) -> int:
-    data = program.to_table()
+    data = to_table(program)
     rules = RuleSet(data, "digest", program.allowed_impl_modules)
     compared = 0
     for point in program.points():
@@ -85,7 +86,7 @@ def test_a_space_beyond_the_compiled_form_is_one_rule_error(monkeypatch):
     program = build_program(shipped_sources(), dsv4sel.DEFAULT_ALLOWED_IMPL_MODULES)
     monkeypatch.setattr(artifact, "MAX_INPUTS", 45355)
     with pytest.raises(dsv4sel.RuleError) as info:
-        program.to_table()
+        to_table(program)
     (problem,) = info.value.problems
     assert problem.file == program.default_table.file  # the table every query starts from
     assert "1,564 points x 29 backend choices = 45,356 inputs; the compiled form holds at most 45,355" in str(problem)

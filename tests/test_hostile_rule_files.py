@@ -66,6 +66,16 @@ def assert_one_clean_error(proc: subprocess.CompletedProcess, error: str) -> Non
     assert not any(c in text for c in RAW_CONTROL), "a control character reached the output"
 
 
+#: The code each corpus file's problem carries (:mod:`dsv4sel.codes`).
+CODES = {
+    "bidi_in_message": "DSV109", "billion_laughs": "DSV108", "deep_nesting": "DSV108", "duplicate_key": "DSV106",
+    "escape_in_reason": "DSV109", "escape_in_rule_id": "DSV109", "float_integer": "DSV201",
+    "huge_integer": "DSV107", "newline_in_backend_name": "DSV201", "not_utf8": "DSV101",
+    "octal_block_size": "DSV107", "python_tag": "DSV104", "recursive_alias": "DSV108",
+    "unknown_scope_in_pack": "DSV301",
+}
+
+
 def test_the_corpus_covers_every_attack_the_issue_names():
     names = {p.stem for p in FILES}
     assert {"billion_laughs", "recursive_alias", "deep_nesting", "huge_integer", "escape_in_rule_id",
@@ -79,8 +89,9 @@ def test_load_rules_raises_rule_error_at_the_hostile_file(path, tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     with pytest.raises(RuleError) as info:
         dsv4sel.load_rules(paths=[*default_packs(), str(pack)], use_cache=False)
-    ours = [str(p) for p in info.value.problems if p.file == f"pack/{path.name}"]
-    assert ours and ours[0] == f"pack/{path.name}:{expected_error(path)}", info.value.problems
+    ours = [p for p in info.value.problems if p.file == f"pack/{path.name}"]
+    assert ours and str(ours[0]) == f"pack/{path.name}:{expected_error(path)}", info.value.problems
+    assert ours[0].code == CODES[path.stem]
     # the pack's problem is reported at the pack's file, nowhere else
     assert all(p.file == f"pack/{path.name}" for p in info.value.problems), info.value.problems
 

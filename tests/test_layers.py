@@ -27,8 +27,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "_version", "record", "text", "suggest", "families", "capability", "codes", "hints", "errors", "values", "artifact",
         "space", "scan", "flow")),
     ("engine: sources, load, validate, compile, cache, evaluate; machine detection", (
-        "sources", "cache", "load", "validate", "compile", "build", "ruleset", "alternatives", "platform")),
-    ("verifier: dsv4sel check", ("findings", "cubes", "outcomes", "verifier")),
+        "sources", "cache", "load", "validate", "model", "compile", "lower", "build", "ruleset", "alternatives",
+        "platform")),
+    ("verifier: dsv4sel check", ("findings", "cubes", "outcomes", "check_context", "check_tables", "check_flow",
+                                 "check_selections", "verifier")),
     ("face: the public API", ("__init__",)),
     ("operator tools and embeddings", (
         "probe", "explain", "matrix", "diff", "doctor", "testcases", "vllm", "vllm_plugin")),

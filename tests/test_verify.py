@@ -14,12 +14,13 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
 from _verify_programs import DEFAULTS, HEAD, VOCAB, Reference  # noqa: E402
+from test_cases import case_report  # noqa: E402
 from test_verify_properties import gap_inputs  # noqa: E402
 
 import dsv4sel  # noqa: E402
 from dsv4sel.cubes import describe  # noqa: E402
 from dsv4sel.space import merge  # noqa: E402
-from dsv4sel.findings import Report, VerifyError  # noqa: E402
+from dsv4sel.findings import VerifyError  # noqa: E402
 from dsv4sel.verifier import verify, verify_program  # noqa: E402
 
 STRUCTURAL = ("gap", "overlap", "redundant", "shadowed", "dead", "fixpoint", "dangling", "cycle", "vocabulary",
@@ -123,167 +124,52 @@ CATCH_ALL = """\
 """
 
 
-def check(write_rules, body: str, policy: str = "first", catch_all: bool = True, defaults: str = DEFAULTS) -> Report:
-    directory = write_rules({"vocabulary.yaml": VOCAB, "defaults.yaml": defaults,
-                             "a.yaml": HEAD.format(policy=policy) + textwrap.indent(textwrap.dedent(body), "  ")
-                             + (CATCH_ALL if catch_all else "")})
-    return verify([directory])
-
-
 def line_of(path: str, needle: str) -> int:
     with open(path) as fh:
         return next(i for i, text in enumerate(fh, 1) if needle in text)
 
 
-def test_clean_rules(write_rules):
-    report = check(write_rules, """\
-      - id: a-ds
-        when: {platform: cuda, kv_cache_dtype: fp8_ds_mla}
-        select: {}
-      - id: a-fp8
-        when: {platform: cuda, kv_cache_dtype: [auto, fp8]}
-        select: {rewrites: {cache_dtype: fp8_ds_mla}}
-    """)
-    assert report.ok, [str(f) for f in report.findings]
+# The findings of these cases (codes, locations, rules, cubes) are checked by
+# tests/test_cases.py; what a case file cannot say is checked here.
+
+def test_a_clean_case_covers_every_input(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    report = case_report("clean_table", tmp_path)
+    assert report.ok
     assert report.coverage.totals.select == 2 * 3 * 5  # 2 requests x 3 dtypes x 5 cuda capabilities
 
 
-def test_gap_is_a_compact_cube_with_a_counterexample(write_rules):
-    report = check(write_rules, """\
-      - id: a-not-12
-        when: {capability: [9.x, 10.x, unknown, gfx942]}
-        reject: {reason: fine}
-      - id: a-12-fp8
-        when: {capability: 12.x, kv_cache_dtype: [auto, fp8, fp8_ds_mla]}
-        reject: {reason: fine}
-    """, catch_all=False)
-    gaps = report.of_kind("gap")
-    assert len(gaps) == 1
-    gap = gaps[0]
-    assert gap.cubes[0].text == "model=* platform=cuda capability=12.x backend=* kv_cache_dtype=float16"
-    assert gap.count == 4 and gap.table == "A" and gap.file == "rules/a.yaml"
-    assert gap.rules[0].id == "d-all"  # routed there by the default rule
-    point = gap.counterexample.as_dict()
-    assert point == {"model": "m", "platform": "cuda", "capability": "12.0", "backend": None,
-                     "kv_cache_dtype": "float16"}
-    # located at the table's `backends:` line
+def test_a_gap_carries_a_counterexample_and_prints_its_code(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (gap,) = case_report("gap_in_first_table", tmp_path).findings
+    assert gap.counterexample.as_dict() == {"model": "m", "platform": "cuda", "capability": "12.0",
+                                            "backend": None, "kv_cache_dtype": "float16"}
     assert str(gap).startswith("rules/a.yaml:2: error DSV401 [gap] no rule of table A decides 4 inputs")
 
 
-def test_overlap_under_unique_names_both_rules(write_rules):
-    report = check(write_rules, """\
-      - id: a-cuda
-        when: {platform: cuda}
-        reject: {reason: one}
-      - id: a-fp8
-        when: {kv_cache_dtype: fp8}
-        reject: {reason: two}
-      - id: a-rest
-        when: {platform: rocm, kv_cache_dtype: [auto, float16, fp8_ds_mla]}
-        reject: {reason: three}
-    """, policy="unique", catch_all=False)
-    assert [f.kind for f in report.findings] == ["overlap"]
-    f = report.findings[0]
-    path = "rules/a.yaml"
-    assert (f.file, f.line, f.severity) == (path, line_of(path, "id: a-cuda"), "error")
-    assert [r.id for r in f.rules] == ["a-cuda", "a-fp8"] and f.rules[1].line == line_of(path, "id: a-fp8")
-    assert f.count == 5 and "kv_cache_dtype=fp8" in f.message
+def test_an_overlap_gives_an_input_both_rules_match(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (f,) = case_report("overlap_under_unique", tmp_path).findings
     assert f.counterexample.as_dict()["kv_cache_dtype"] == "fp8"
+    assert f.rules[1].line == line_of("rules/a.yaml", "id: a-fp8")
 
 
-def test_shadowed_dead_and_redundant(write_rules):
-    report = check(write_rules, """\
-      - id: a-cuda
-        when: {platform: cuda}
-        reject: {reason: cuda}
-      - id: a-cuda-fp8
-        when: {platform: cuda, kv_cache_dtype: fp8}
-        reject: {reason: never wins}
-      - id: a-impossible
-        when: {platform: rocm, capability: "12.0"}
-        reject: {reason: no such input}
-      - id: a-rocm-fp8
-        when: {platform: rocm, kv_cache_dtype: fp8}
-        reject: {reason: same}
-      - id: a-rocm-gfx-fp8
-        when: {platform: rocm, capability: gfx942, kv_cache_dtype: [fp8, auto]}
-        reject: {reason: same}
-    """)
-    kinds = {f.kind: f for f in report.findings}
-    assert set(kinds) == {"shadowed", "dead", "redundant"}, [str(f) for f in report.findings]
-    assert kinds["shadowed"].rules[0].id == "a-cuda-fp8" and kinds["shadowed"].rules[1].id == "a-cuda"
-    assert kinds["dead"].rules[0].id == "a-impossible" and kinds["dead"].counterexample is None
-    assert "platform and capability" in kinds["dead"].message
-    red = kinds["redundant"]
-    assert [r.id for r in red.rules] == ["a-rocm-fp8", "a-rocm-gfx-fp8"] and red.severity == "warning"
-    assert red.cubes[0].text == "model=* platform=rocm capability=gfx942 backend=A kv_cache_dtype=fp8"
+def test_a_dead_rule_has_no_counterexample(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    dead = case_report("shadowed_dead_redundant", tmp_path).of_kind("dead")[0]
+    assert dead.counterexample is None
 
 
-def test_selection_checks(write_rules):
-    report = check(write_rules, """\
-      - id: a-no-class
-        when: {platform: cuda, capability: "9.0"}
-        select: {impl: "dsv4sel.kernels.flashmla:NoSuchImpl"}
-      - id: a-no-layout
-        when: {platform: cuda, capability: "10.0"}
-        select: {layout: bf16_rwo, torch_dtype: bfloat16, bytes_per_token: 1024}
-      - id: a-wrong-size
-        when: {platform: cuda, capability: 12.x}
-        select: {layout: bf16_row, torch_dtype: uint8, bytes_per_token: 1024, cache_dtype: "{kv_cache_dtype}"}
-      - id: a-rewrite-then-reject
-        when: {platform: rocm, kv_cache_dtype: [auto, fp8]}
-        select: {rewrites: {cache_dtype: float16}}
-    """)
-    by_kind = {}
-    for f in report.findings:
-        by_kind.setdefault(f.kind, []).append(f)
-    assert set(by_kind) == {"impl", "layout", "consistency", "fixpoint"}, [str(f) for f in report.findings]
-    assert by_kind["impl"][0].rules[0].id == "a-no-class" and "NoSuchImpl" in by_kind["impl"][0].message
-    assert "did you mean 'bf16_row'?" in by_kind["layout"][0].message
-    dtype, unread = sorted(by_kind["consistency"], key=lambda f: "does not read" in f.message)
-    assert {dtype.rules[0].id, unread.rules[0].id} == {"a-wrong-size"}
-    assert "torch_dtype 'uint8' disagrees with layout bf16_row" in dtype.message
-    assert "DeepseekV4FlashMLASparseImpl does not read layout 'bf16_row'; it reads fp8_ds_mla" in unread.message
-    (fix,) = by_kind["fixpoint"]
-    assert [r.id for r in fix.rules] == ["a-rewrite-then-reject", "a-rest"]
-    assert "kv_cache_dtype=float16" in fix.message and "rejected" in fix.message
+def test_a_fixpoint_finding_shows_the_rewritten_input(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (fix,) = case_report("selection_checks", tmp_path).of_kind("fixpoint")
     assert fix.counterexample.as_dict()["kv_cache_dtype"] in ("auto", "fp8")
 
 
-def test_file_problems_are_findings_with_line_and_column(write_rules):
-    report = check(write_rules, """\
-      - id: a-typo
-        when: {kv_cache_dtype: fp8_ds_mal}
-        reject: {reason: typo}
-      - id: a-route
-        when: {platform: rocm}
-        use: NOWHERE
-    """)
+def test_problems_stop_the_analysis(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    report = case_report("file_problems", tmp_path)
     assert not report.analysed and report.coverage is None
-    kinds = sorted(f.kind for f in report.findings)
-    assert kinds == ["dangling", "vocabulary"], [str(f) for f in report.findings]
-    typo = report.of_kind("vocabulary")[0]
-    line = line_of("rules/a.yaml", "fp8_ds_mal")
-    with open("rules/a.yaml") as fh:
-        column = fh.read().splitlines()[line - 1].index("fp8_ds_mal") + 1
-    assert (typo.file, typo.line, typo.column) == ("rules/a.yaml", line, column)
-    assert "did you mean 'fp8_ds_mla'?" in typo.message
-    assert report.of_kind("dangling")[0].line == line_of("rules/a.yaml", "use: NOWHERE")
-
-
-def test_schema_and_yaml_errors(write_rules):
-    directory = write_rules({"vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULTS,
-                             "a.yaml": HEAD.format(policy="first") + "  - id: a\n    select: {bogus: 1}\n",
-                             "b.yaml": "kind: backend\nbackends: [B\n"})
-    report = verify([directory])
-    kinds = {(f.kind, f.file) for f in report.findings}
-    assert kinds == {("schema", "rules/a.yaml"), ("load", "rules/b.yaml")}, [str(f) for f in report.findings]
-    schema = report.of_kind("schema")[0]
-    line = line_of("rules/a.yaml", "bogus")
-    with open("rules/a.yaml") as fh:
-        column = fh.read().splitlines()[line - 1].index("bogus") + 1
-    assert (schema.line, schema.column) == (line, column)
-    assert "bogus" in schema.message
 
 
 # -------------------------------------------------------------- building blocks
