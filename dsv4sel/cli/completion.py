@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .exits import EXIT_OK, EXIT_USAGE
+
 SHELLS = ("bash", "zsh", "tcsh")
 EXAMPLES = """\
 examples:
@@ -35,6 +37,6 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         print("dsv4sel completion: error: shell completion needs shtab, which is not installed: "
               "pip install 'dsv4sel[completion]' (or pip install shtab)", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     sys.stdout.write(shtab.complete(args.parser, shell=args.shell))
-    return 0
+    return EXIT_OK

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from .common import add_allow_option
+from .exits import EXIT_FINDINGS, EXIT_OK
 
 
 def add_parser(sub) -> None:
@@ -39,10 +40,10 @@ def run(args: argparse.Namespace) -> int:
     result = diff(old, new)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
-        return 1 if result.changes else 0
+        return EXIT_FINDINGS if result.changes else EXIT_OK
     if not result.changes:
         print(f"no change: {result.compared} inputs decide the same way")
-        return 0
+        return EXIT_OK
     print(f"{result.changed} of {result.compared} inputs change, in {len(result.changes)} groups")
     for change in result.changes:
         print()
@@ -51,4 +52,4 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {cube}")
         print(f"  old: {describe_outcome(change.old)}")
         print(f"  new: {describe_outcome(change.new)}")
-    return 1
+    return EXIT_FINDINGS

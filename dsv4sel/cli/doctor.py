@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from .common import add_rules_option
+from .exits import EXIT_FINDINGS, EXIT_OK
 from .options import add_input_option
 
 PROG = "dsv4sel doctor"
@@ -60,4 +61,4 @@ def run(args: argparse.Namespace) -> int:
         from .output import style_for
 
         sys.stdout.write("\n".join(render(report, style_for(sys.stdout))) + "\n")
-    return 0 if report.ok else 1
+    return EXIT_OK if report.ok else EXIT_FINDINGS

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 from ..ruleset import Rejection
-from .output import Style, align
-
-
-def _where(query) -> str:
-    cap = "capability unknown" if query.capability == "unknown" else query.capability
-    return f"{query.platform} {cap}"
+from .output import Style, align, where
 
 
 def render(report, style: Style) -> list[str]:
@@ -38,15 +33,15 @@ def render(report, style: Style) -> list[str]:
 
     if query is not None:
         given = ", ".join([f"model {query.model}"] + [f"{k}={v}" for k, v in query.extra])
-        lines += ["", style.bold(f"selection on {_where(query)}") + f" ({given}, no --attention-backend)"]
+        lines += ["", style.bold(f"selection on {where(query)}") + f" ({given}, no --attention-backend)"]
         rows = [["kv dtype", "backend", "layout", "cache dtype", "rule", "at"]]
         for kv, outcome in report.selections:
             ref = outcome.rule
-            where = [ref.id, (ref.location, "cyan")] if ref is not None else ["-", ""]
+            decided_by = [ref.id, (ref.location, "cyan")] if ref is not None else ["-", ""]
             if isinstance(outcome, Rejection):
-                rows.append([kv, ("rejected", "red"), "-", "-", *where])
+                rows.append([kv, ("rejected", "red"), "-", "-", *decided_by])
             else:
-                rows.append([kv, (outcome.backend, "green"), outcome.layout, outcome.cache_dtype, *where])
+                rows.append([kv, (outcome.backend, "green"), outcome.layout, outcome.cache_dtype, *decided_by])
         table = align(rows, style)
         lines += [style.dim(table[0])] + table[1:]
         lines.append(f"  why: dsv4sel explain --platform {query.platform} --capability {query.capability} "
@@ -68,7 +63,7 @@ def render(report, style: Style) -> list[str]:
     elif query is None:
         lines.append(style.red("not ok") + ": the platform is unknown")
     elif isinstance(auto, Rejection):
-        lines.append(style.red("not ok") + f": kv dtype {report.selections[0][0]} is rejected on {_where(query)}")
+        lines.append(style.red("not ok") + f": kv dtype {report.selections[0][0]} is rejected on {where(query)}")
     else:
         lines.append(style.red("not ok") + f": {auto.impl} cannot run")
     return lines

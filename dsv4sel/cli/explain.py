@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from .common import add_rules_option
+from .exits import EXIT_FINDINGS, EXIT_OK
 from .options import add_input_option
 
 PROG = "dsv4sel explain"
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
         lines = render(result, style_for(sys.stdout), detected)
         sys.stdout.write("\n".join(wrap_lines(lines, output_width(sys.stdout))) + "\n")
-    return 0 if result.ok else 1
+    return EXIT_OK if result.ok else EXIT_FINDINGS
 
 
 # ----------------------------------------------------------------- rendering
@@ -109,17 +110,12 @@ def _pack(rule) -> str:
     return "" if rule.pack == "dsv4sel" else f"  (pack {rule.pack})"
 
 
-def _where(query) -> str:
-    cap = "capability unknown" if query.capability == "unknown" else query.capability
-    return f"{query.platform} {cap}"
-
-
 def render(ex, style, detected: bool = False) -> list[str]:
     """The human-readable report, one string per line (no colour when ``style`` is off)."""
-    from .output import align
+    from .output import align, where
 
     q = ex.query
-    head = [f"{_where(q)}{' (detected)' if detected else ''}", f"--kv-cache-dtype {q.kv_cache_dtype}",
+    head = [f"{where(q)}{' (detected)' if detected else ''}", f"--kv-cache-dtype {q.kv_cache_dtype}",
             f"--attention-backend {q.backend}" if q.backend else "no --attention-backend",
             f"model {q.model}"] + [f"{k}={v}" for k, v in q.extra]
     lines = [style.bold("query") + "     " + ", ".join(head), ""]
@@ -138,7 +134,7 @@ def render(ex, style, detected: bool = False) -> list[str]:
     else:
         r = ex.rejection
         who = (r.backend + (" (platform default)" if q.backend is None else "")) if r.backend \
-            else f"no DeepSeek-V4 backend for {_where(q)}"
+            else f"no DeepSeek-V4 backend for {where(q)}"
         lines.append(style.paint("rejected", "bold", "red") + f"  {style.bold(who)}")
         rows = [["reason", r.reason]]
         if r.blocked_by:
@@ -190,6 +186,6 @@ def render(ex, style, detected: bool = False) -> list[str]:
                              (sel.rule.location, "cyan")])
             lines += align(rows, style)
         else:
-            lines.append(f"  none: no backend and kv-cache dtype select on {_where(q)}; "
+            lines.append(f"  none: no backend and kv-cache dtype select on {where(q)}; "
                          "`dsv4sel table` lists the supported platforms")
     return lines

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import sys
 
+from .exits import EXIT_USAGE
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms of cold start; annotations are postponed
     from typing import Callable, Collection, Sequence, TextIO, Union
@@ -74,12 +76,18 @@ def align(rows: Sequence[Sequence[Cell]], style: Style, indent: int = 2, gap: in
     return lines
 
 
+def where(query) -> str:
+    """A query's platform and capability as the reports name them: ``cuda 9.0``, ``cpu capability unknown``."""
+    cap = "capability unknown" if query.capability == "unknown" else query.capability
+    return f"{query.platform} {cap}"
+
+
 def error(prog: str, message: str) -> int:
     """Print a usage/input error the argparse way and return exit status 2
     (wrapped to the terminal's width when stderr is one)."""
     text = f"{prog}: error: {message}"
     print("\n".join(wrap_line(text, output_width(sys.stderr))), file=sys.stderr)
-    return 2
+    return EXIT_USAGE
 
 
 _ANSI = None

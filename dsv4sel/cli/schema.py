@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .exits import EXIT_OK
+
 EXAMPLES = """\
 examples:
   dsv4sel schema                  # the path of the rule-file schema
@@ -39,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     path = path_of(args.which)
     if not args.json:
         print(path)
-        return 0
+        return EXIT_OK
     with open(path, encoding="utf-8") as fh:
         sys.stdout.write(fh.read())
-    return 0
+    return EXIT_OK

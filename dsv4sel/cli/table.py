@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from .common import add_rules_option
+from .exits import EXIT_FINDINGS, EXIT_OK
 
 PROG = "dsv4sel table"
 _DIFF_LINES = 60  # enough to see what moved; CI logs stay readable
@@ -41,19 +42,19 @@ def run(args: argparse.Namespace) -> int:
     text = matrix.to_markdown() if args.format == "md" else matrix.to_json()
     if args.check is None:
         sys.stdout.write(text)
-        return 0
+        return EXIT_OK
     regenerate = f"dsv4sel table --format {args.format} > {args.check}"
     try:
         with open(args.check, encoding="utf-8", newline="") as fh:
             current = fh.read()
     except FileNotFoundError:
         print(f"{args.check} does not exist; generate it with `{regenerate}`")
-        return 1
+        return EXIT_FINDINGS
     except (OSError, UnicodeDecodeError) as exc:
         return error(PROG, f"cannot read {args.check}: {exc}")
     if current == text:
         print(f"{args.check} is up to date with the rules")
-        return 0
+        return EXIT_OK
     import difflib
 
     diff = list(difflib.unified_diff(current.splitlines(), text.splitlines(), f"{args.check} (committed)",
@@ -64,4 +65,4 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     if len(diff) > _DIFF_LINES:
         print(f"... {len(diff) - _DIFF_LINES} more diff lines")
-    return 1
+    return EXIT_FINDINGS

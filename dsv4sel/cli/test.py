@@ -17,6 +17,7 @@ import os
 import sys
 
 from .common import add_rules_option
+from .exits import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from .formats import Diagnostic, add_format_option
 
 PROG = "dsv4sel test"
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
         for p in exc.problems:
             print("\n".join(wrap_line(f"{PROG}: error: {p} [{p.code}]", output_width(sys.stderr))), file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     rules = load(args)  # a RuleError reaches cli.main: exit 2 with every problem located
     scope, label = _scope(args)
     report = run_tests(rules, cases, files=files, scope=scope, scope_label=label)
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         from .output import wrapped
 
         sys.stdout.write(wrapped(render(report)))
-    return 0 if report.ok else 1
+    return EXIT_OK if report.ok else EXIT_FINDINGS
 
 
 def _emit(fmt: str, diagnostics) -> None:
