@@ -30,6 +30,19 @@ from .values import Query, Selection
 #: How many alternatives a rejection names.
 LIMIT = 4
 
+#: The command-line flag of each input a suggestion can change: vLLM's spelling
+#: for the backend and the kv dtype, dsv4sel's own for the capability.
+FLAGS = {"backend": "--attention-backend", "kv_cache_dtype": "--kv-cache-dtype", "capability": "--capability"}
+
+
+def flag(name: str, value: str | None) -> str:
+    """``value`` of input ``name`` as its flag, e.g. ``--kv-cache-dtype auto``; a
+    backend of None (the platform default) is ``no --attention-backend``. Every
+    flag string dsv4sel prints or suggests is built here."""
+    if name == "backend" and value is None:
+        return f"no {FLAGS['backend']}"
+    return f"{FLAGS[name]} {value}"
+
 
 class Alternative(Frozen):
     """A nearby query that selects: ``backend`` (None = no backend, the platform
@@ -61,13 +74,10 @@ class Alternative(Frozen):
     def _flags(self, name_default: bool) -> str:
         parts = []
         if "backend" in self.changes:
-            if self.backend:
-                parts.append(f"--attention-backend {self.backend}")
-            else:
-                parts.append("no --attention-backend"
-                             + (f" (picks {self.selection.backend})" if name_default else ""))
+            parts.append(flag("backend", self.backend)
+                         + (f" (picks {self.selection.backend})" if name_default and self.backend is None else ""))
         if "kv_cache_dtype" in self.changes:
-            parts.append(f"--kv-cache-dtype {self.kv_cache_dtype}")
+            parts.append(flag("kv_cache_dtype", self.kv_cache_dtype))
         return " ".join(parts)
 
 

@@ -24,7 +24,7 @@ only a renderer of this value; :meth:`Explanation.as_dict` is its ``--json``.
 from __future__ import annotations
 
 from . import probe
-from .alternatives import Alternative
+from .alternatives import Alternative, flag
 from .record import Frozen
 from .ruleset import Rejection, RuleSet
 from .values import Message, Query, RuleRef, Selection
@@ -333,10 +333,10 @@ def _why_not(rules: RuleSet, query: Query, backend: str, path: tuple[PathStep, .
         elif path and path[0].action == "default":
             step = path[0]
             reason = (f"not the default: rule {step.rule.id} ({step.rule.location}) picks {step.target}; "
-                      f"{gives} with --attention-backend {backend}")
+                      f"{gives} with {flag('backend', backend)}")
         else:
             reason = f"not the default: the default decision rejects this query; {gives} with " \
-                     f"--attention-backend {backend}"
+                     f"{flag('backend', backend)}"
         return WhyNot(backend, "would_serve", None, reason, outcome.rule, accepts, outcome)
     if outcome.gap:
         return WhyNot(backend, "undecided", None, outcome.reason, outcome.rule, accepts)

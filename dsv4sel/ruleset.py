@@ -220,14 +220,16 @@ class RuleSet:
         return self._table.keys()
 
     # --------------------------------------------------------- normalization
-    def _invalid(self, what: str, value: Any, valid, hint: str = "", flag: str = "") -> InvalidQuery:
-        from .suggest import close_matches  # the error path only: the cold start does not load it
+    def _invalid(self, what: str, value: Any, valid, hint: str = "", flag_of: str | None = None) -> InvalidQuery:
+        """``flag_of``: the input whose flag the suggestions spell (else the bare value)."""
+        from .alternatives import flag  # the error path only: the cold start loads neither
+        from .suggest import close_matches
 
         near = close_matches(value, valid) if isinstance(value, str) else []
         text = f"unknown {what} {value!r}"
         text += f"; did you mean {near[0]!r}?" if near else "."
         text += f" Valid {what} values: {', '.join(valid)}" + hint
-        return InvalidQuery(text, suggestions=tuple(f"{flag} {n}".strip() for n in near))
+        return InvalidQuery(text, suggestions=tuple(flag(flag_of, n) if flag_of else n for n in near))
 
     def normalize(self, *, platform: Any, kv_cache_dtype: Any = "auto", backend: Any = None,
                   capability: Any = None, model: Any = "deepseek_v4",
@@ -258,17 +260,18 @@ class RuleSet:
                 hint = (" (or no backend for the platform default)"
                         + (f"; {len(others)} other vLLM backends are known but not DeepSeek-V4 ones "
                            "(`dsv4sel table` lists what each backend serves)" if others else ""))
+                from .alternatives import flag
                 from .suggest import close_matches
 
                 near = close_matches(name, self.backends)
                 text = f"unknown attention backend {name!r}"
                 text += f"; did you mean {near[0]!r}?" if near else "."
                 raise InvalidQuery(text + " DeepSeek-V4 backends: " + ", ".join(self.selectable_backends)
-                                   + hint, suggestions=tuple(f"--attention-backend {n}" for n in near))
+                                   + hint, suggestions=tuple(flag("backend", n) for n in near))
         kv = kv_cache_dtype.strip().lower() if isinstance(kv_cache_dtype, str) else kv_cache_dtype
         kvs = self.values("kv_cache_dtype")
         if kv not in kvs:
-            raise self._invalid("kv-cache dtype", kv_cache_dtype, kvs, flag="--kv-cache-dtype")
+            raise self._invalid("kv-cache dtype", kv_cache_dtype, kvs, flag_of="kv_cache_dtype")
         extras = []
         given = dict(extra or {})
         for key in given:
@@ -331,7 +334,9 @@ class RuleSet:
 
     @staticmethod
     def _refuse_capability(message: str, near: list[str]):
-        raise InvalidQuery(message, suggestions=tuple(f"--capability {n}" for n in near))
+        from .alternatives import flag
+
+        raise InvalidQuery(message, suggestions=tuple(flag("capability", n) for n in near))
 
     # ------------------------------------------------------------ evaluation
     def key(self, query: Query) -> tuple:

@@ -112,11 +112,12 @@ def _pack(rule) -> str:
 
 def render(ex, style, detected: bool = False) -> list[str]:
     """The human-readable report, one string per line (no colour when ``style`` is off)."""
+    from ..alternatives import flag
     from .output import align, where
 
     q = ex.query
-    head = [f"{where(q)}{' (detected)' if detected else ''}", f"--kv-cache-dtype {q.kv_cache_dtype}",
-            f"--attention-backend {q.backend}" if q.backend else "no --attention-backend",
+    head = [f"{where(q)}{' (detected)' if detected else ''}", flag("kv_cache_dtype", q.kv_cache_dtype),
+            flag("backend", q.backend),
             f"model {q.model}"] + [f"{k}={v}" for k, v in q.extra]
     lines = [style.bold("query") + "     " + ", ".join(head), ""]
 
