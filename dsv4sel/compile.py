@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from .errors import Problem, RuleError
+from . import hosts as hosts_mod
 from .load import LoadedFile
 from .values import RuleRef
 
@@ -29,7 +30,7 @@ DEFAULT_TABLE = "<default>"
 BUILTIN_INPUTS = ("model", "platform", "capability", "kv_cache_dtype")
 REQUIRED_SELECT_FIELDS = ("impl", "layout", "cache_dtype", "torch_dtype", "bytes_per_token", "block_size")
 FAMILY_SUFFIX = ".x"
-COMPILED_FORMAT = 1
+COMPILED_FORMAT = 2  # 2: select outcomes end with their host classes
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,7 @@ class Program:
                                             if not (k == "cache_dtype" and v == point["kv_cache_dtype"])))
                     item = ("select", res.backend, f["impl"], f["layout"], f["cache_dtype"],
                             f["torch_dtype"], f["bytes_per_token"], f["block_size"], rewrites,
-                            res.messages, path)
+                            res.messages, path, f.get("hosts", ()))
                 elif res.kind == "reject":
                     item = ("reject", res.backend, res.reason, path, res.messages)
                 else:
@@ -500,6 +501,11 @@ class _Builder:
         for k, v in rewrites.items():
             if isinstance(v, str):
                 self.check_template(f, path + ("select", "rewrites", k), v)
+        if "hosts" in merged:
+            where = path + ("select", "hosts") if "hosts" in raw["select"] else ("defaults", "hosts")
+            for host, message in hosts_mod.problems(merged["hosts"]):
+                self.error(f, where + (host,), message)
+            merged["hosts"] = hosts_mod.compile_hosts(merged["hosts"])
         fields = tuple(sorted((k, v) for k, v in merged.items() if k != "rewrites")) + (("rewrites", dict(rewrites)),)
         return Outcome("select", fields=fields, messages=messages)
 

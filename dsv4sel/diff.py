@@ -25,9 +25,9 @@ def _summary(rules: RuleSet, key: tuple) -> tuple[tuple, tuple]:
         return ABSENT, ABSENT
     row = rules._outcomes[index]
     if row[0] == "select":
-        _, backend, impl, layout, cache_dtype, torch_dtype, bpt, block, rewrites, messages, _ = row
+        _, backend, impl, layout, cache_dtype, torch_dtype, bpt, block, rewrites, messages, _, hosts = row
         summary = ("select", backend, impl, layout, cache_dtype, torch_dtype, bpt, block, tuple(rewrites),
-                   tuple(tuple(m) for m in messages))
+                   tuple(tuple(m) for m in messages), tuple(hosts))
         return summary, summary
     rule = rules.rule(row[3][-1]).id if row[3] else ""
     if row[0] == "reject":
@@ -44,7 +44,7 @@ def describe_outcome(summary: tuple) -> str:
         return f"undecided (no rule in {summary[2]})"
     if kind == "reject":
         return f"reject ({summary[1] or 'default'}): {summary[2]}"
-    _, backend, impl, layout, cache_dtype, torch_dtype, bpt, block, rewrites, messages = summary
+    _, backend, impl, layout, cache_dtype, torch_dtype, bpt, block, rewrites, messages, hosts = summary
     text = f"select {backend} layout={layout} cache_dtype={cache_dtype} torch={torch_dtype} " \
            f"bytes/token={bpt} block={block}"
     if rewrites:
@@ -52,6 +52,8 @@ def describe_outcome(summary: tuple) -> str:
     if messages:
         text += f" messages={len(messages)}"
     text += f" impl={impl}"
+    for host, cls, _versions in hosts:
+        text += f" {host}={cls.rpartition(':')[2]}"
     return text
 
 

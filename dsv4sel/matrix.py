@@ -46,7 +46,8 @@ class Row(Frozen):
 
     __slots__ = ("model", "backend", "platform", "capabilities", "label", "condition", "kv_cache_dtypes",
                  "layout", "cache_dtype", "torch_dtype", "bytes_per_token", "block_size", "default", "impl",
-                 "notes")
+                 "notes", "hosts")
+    _defaults = {"hosts": ()}
 
 
 class Unsupported(Frozen):
@@ -74,6 +75,7 @@ class Matrix(Frozen):
                 "kv_cache_dtypes": list(r.kv_cache_dtypes), "layout": r.layout, "cache_dtype": r.cache_dtype,
                 "torch_dtype": r.torch_dtype, "bytes_per_token": r.bytes_per_token, "block_size": r.block_size,
                 "default": r.default, "impl": r.impl, "notes": list(r.notes),
+                "hosts": {h: {"class": c, "versions": v} for h, c, v in r.hosts},
             } for r in self.rows],
             "notes": list(self.notes),
             "unsupported": [{
@@ -129,6 +131,19 @@ class Matrix(Frozen):
             impls.setdefault(r.backend, r.impl)
         out += ["", "## Implementations", "", "| Backend | Impl class |", "|---|---|"]
         out += [f"| `{b}` | `{impl}` |" for b, impl in impls.items()]
+        hosted: dict[tuple, list[str]] = {}
+        for r in self.rows:
+            for host, cls, versions in r.hosts:
+                hosted.setdefault((host, r.model, r.backend, r.platform, r.label, cls, versions), [])
+        if hosted:
+            out += ["", "## Host classes", "",
+                    "The class each serving engine builds for a selection, and the engine versions that "
+                    "class path holds for (`hosts:` in the rule files; `dsv4sel check` imports each one "
+                    "where its engine is installed in a listed version).", "",
+                    "| Host | Model | Backend | Platform | Capability | Class | Versions |",
+                    "|---|---|---|---|---|---|---|"]
+            out += [f"| {h} | {m} | `{b}` | {p} | {lab} | `{c}` | {_md(v)} |"
+                    for (h, m, b, p, lab, c, v) in hosted]
         if self.unsupported:
             out += ["", "## No backend", "",
                     "No backend selects the model here, with any kv-cache dtype or input value.", "",
@@ -195,7 +210,8 @@ def _groups(rules: RuleSet, query: Query, backend: str) -> tuple:
         default_row = probe.at(rules, query, None, kv)
         is_default = probe.serves(default_row, backend) and probe.same_result(default_row, row)
         warnings = _warnings(row) + (_warnings(default_row) if is_default else ())
-        groups.setdefault((row[3], row[5], row[6], row[7], row[2]), []).append((kv, row[4], is_default, warnings))
+        groups.setdefault((row[3], row[5], row[6], row[7], row[2], row[11]), []).append(
+            (kv, row[4], is_default, warnings))
     return tuple((key, tuple(items)) for key, items in groups.items())
 
 
@@ -228,14 +244,14 @@ def build_matrix(rules: RuleSet) -> Matrix:
                 for signature, caps in by_signature.items():
                     label = capability_label(tuple(caps), declared)
                     for condition, groups in signature:
-                        for (layout, torch_dtype, bpt, block, impl), items in groups:
+                        for (layout, torch_dtype, bpt, block, impl, hosts), items in groups:
                             rows.append(_row(model, backend, platform, tuple(caps), label, condition, layout,
-                                             torch_dtype, bpt, block, impl, items, note))
+                                             torch_dtype, bpt, block, impl, items, note, hosts))
     return Matrix(tuple(rows), tuple(notes), _unsupported(rules, combos), _models(rules), rules.sources)
 
 
 def _row(model, backend, platform, caps, label, condition, layout, torch_dtype, bpt, block, impl, items,
-         note) -> Row:
+         note, hosts=()) -> Row:
     cache = {c for _, c, _, _ in items}
     if len(cache) == 1:
         cache_col = next(iter(cache))
@@ -248,7 +264,7 @@ def _row(model, backend, platform, caps, label, condition, layout, torch_dtype, 
                else "with " + ", ".join(defaults))
     refs = tuple(sorted({note(w) for *_, ws in items for w in ws}))
     return Row(model, backend, platform, caps, label, condition, tuple(kv for kv, *_ in items), layout,
-               cache_col, torch_dtype, bpt, block, default, impl, refs)
+               cache_col, torch_dtype, bpt, block, default, impl, refs, tuple(hosts))
 
 
 def _unsupported(rules: RuleSet, combos: list) -> tuple[Unsupported, ...]:

@@ -281,7 +281,7 @@ class RuleSet:
         kind = row[0]
         if kind == "select":
             (_, backend, impl, layout, cache_dtype, torch_dtype, bpt, block, rewrites,
-             messages, path) = row
+             messages, path, hosts) = row
             refs = tuple(self.rule(i) for i in path)
             return Selection(
                 backend=backend, impl=impl, layout=layout, cache_dtype=cache_dtype,
@@ -289,7 +289,7 @@ class RuleSet:
                 rewrites=MappingProxyType(dict(rewrites)),
                 messages=notes + tuple(Message(text, level) for level, text in messages),
                 rule=refs[-1], path=refs, query=query,
-                allowed_impl_modules=self.allowed_impl_modules)
+                allowed_impl_modules=self.allowed_impl_modules, hosts=hosts)
         if kind == "reject":
             _, backend, reason, path, _messages = row
             refs = tuple(self.rule(i) for i in path)
