@@ -22,7 +22,11 @@ def wheel(tmp_path_factory):
 def test_the_wheel_holds_rules_schema_and_kernels_but_no_top_level_kernels(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     shipped = sorted(n for n in os.listdir(os.path.join(REPO, "rules")) if n.endswith(".yaml"))
-    assert sorted(n.split("/")[-1] for n in names if n.startswith("dsv4sel/rules/")) == shipped
+    assert sorted(n.split("/")[-1] for n in names if n.startswith("dsv4sel/rules/") and n.count("/") == 2) == shipped
+    compat_dir = os.path.join(REPO, "rules", "compat", "vllm-0.33")
+    compat = sorted(n for n in os.listdir(compat_dir) if n.endswith(".yaml"))
+    assert sorted(n.split("/")[-1] for n in names if n.startswith("dsv4sel/rules/compat/vllm-0.33/")) == compat
+    assert "dsv4sel/vllm_plugin/__init__.py" in names
     assert "dsv4sel/schema/rules.schema.json" in names
     assert "dsv4sel/kernels/__init__.py" in names
     assert not any(n.startswith("kernels/") for n in names)
