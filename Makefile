@@ -37,6 +37,8 @@ bench: $(STAMP)
 
 docs: $(STAMP)
 	$(BIN)/dsv4sel table --format md > docs/backends.md
+	$(BIN)/python tools/gen_compat_vllm033.py
+	$(BIN)/python tools/vllm_fix_cubes.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .venv-vllm.log build *.egg-info .pytest_cache .hypothesis

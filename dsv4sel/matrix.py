@@ -215,6 +215,16 @@ def _groups(rules: RuleSet, query: Query, backend: str) -> tuple:
     return tuple((key, tuple(items)) for key, items in groups.items())
 
 
+def _declared(rules: RuleSet, extra: tuple, model: str, platform: str) -> bool:
+    """True when every value of ``extra`` is declared where it is scoped (an input declared per
+    model or per platform, e.g. ``prefill_context_parallel`` by model)."""
+    for name, value in extra:
+        _, by, scoped, _, _ = rules._inputs[name]
+        if scoped is not None and value not in scoped.get({"model": model, "platform": platform}.get(by), ()):
+            return False
+    return True
+
+
 def build_matrix(rules: RuleSet) -> Matrix:
     """The support matrix of ``rules`` (see the module docstring)."""
     combos = probe.extra_combos(rules)
@@ -231,9 +241,10 @@ def build_matrix(rules: RuleSet) -> Matrix:
             for platform in rules.values("platform"):
                 declared = rules.values("capability", platform)
                 by_signature: dict[tuple, list[str]] = {}
+                here = [extra for extra in combos if _declared(rules, extra, model, platform)]
                 for cap in declared:
                     per_combo = [(extra, _groups(rules, Query(model, platform, cap, None, "auto", extra), backend))
-                                 for extra in combos]
+                                 for extra in here]
                     if all(g == per_combo[0][1] for _, g in per_combo):
                         # the pack-declared inputs do not matter here: no condition
                         signature = (((), per_combo[0][1]),) if per_combo[0][1] else ()
@@ -279,7 +290,7 @@ def _unsupported(rules: RuleSet, combos: list) -> tuple[Unsupported, ...]:
             for cap in declared:
                 query = Query(model, platform, cap, None, "auto", default_extra)
                 if any(probe.at(rules, query, b, kv, extra=e)[0] == "select"
-                       for b in backends for e in combos for kv in kvs):
+                       for b in backends for e in combos if _declared(rules, e, model, platform) for kv in kvs):
                     continue
                 path = probe.path_of(probe.at(rules, query, None, "auto"))
                 by_rule.setdefault(rules.rule(path[-1]) if path else None, []).append(cap)

@@ -1,155 +1,290 @@
 #!/usr/bin/env python3
-"""Generates rules/compat/vllm-0.33/*.yaml (all but the vocabulary and defaults files) from vLLM 0.33's
-behaviours, written out per backend; run it after editing, then `dsv4sel check --only-rules --rules
-rules/compat/vllm-0.33` and the vLLM differential (tests/test_vllm33.py)."""
+"""Generate rules/compat/vllm-0.33/ from the shipped rules: vLLM 0.33.0's decisions, fixes reverted.
+
+The compat set is the shipped rule set with each deliberate fix undone: every edit below
+states, as rules, what vLLM 0.33 does where dsv4sel decides differently on purpose. Nothing
+else changes (same vocabulary, same rule texts), so ``dsv4sel diff rules/compat/vllm-0.33 rules``
+lists exactly the deliberate fixes, and the differential suite (tests/test_vllm33.py) checks
+the compat set against vLLM's own selection code on every input where vLLM decides.
+
+    python3 tools/gen_compat_vllm033.py          # rewrite rules/compat/vllm-0.33/
+    python3 tools/gen_compat_vllm033.py --check  # exit 1 when the committed files are stale
+
+Each edit names the fix it reverts (docs/vllm.md lists them): F1 an explicit backend that vLLM
+ignores; F2 a layer on a capability, arch or platform where its kernels cannot run; F3 an fp8
+string that vLLM stores as e4m3 data; F4 a kv dtype that the layer's kernels cannot read.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
 import os
-V = '">=0.33.0,<0.34"'
-FP8_V4 = "[auto, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_per_token_head]"
-FP8_ROWS_V4 = "[fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla, fp8_per_token_head]"
-FP8_ROWS_V41 = "[fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_per_token_head]"
-INFO = "    messages:\n      - info: Using DeepSeek's fp8_ds_mla KV cache format.\n"
-M4 = "vllm.models.deepseek_v4"; M41 = "vllm.models.deepseek_v41"
-CLS = {
-    "flashmla": f"{M4}.nvidia.flashmla:DeepseekV4FlashMLAAttention",
-    "sm120": f"{M4}.nvidia.flashinfer_sparse:DeepseekV4FlashInferSM120Attention",
-    "firows": f"{M4}.nvidia.flashinfer_sparse:DeepseekV4FlashInferMLAAttention",
-    "rocm": f"{M4}.amd.rocm:DeepseekV4ROCMAiterMLAAttention",
-    "cpu": f"{M4}.cpu.cpu_sparse:DeepseekV4CPUAttention",
-    "xpu": f"{M4}.xpu.xpu_sparse:DeepseekV4XPUAttention",
-    "flashmla41": f"{M41}.nvidia.flashmla:DeepseekV4FlashMLAAttention",
-    "mega41": f"{M41}.nvidia.flash_mla_mega_attn:DeepseekV4MegaAttnAttention",
-    "sm120_41": f"{M41}.nvidia.flashinfer_sparse:DeepseekV4FlashInferSM120Attention",
-    "firows41": f"{M41}.nvidia.flashinfer_sparse:DeepseekV4FlashInferMLAAttention",
-    "rocm41": f"{M41}.amd.rocm:DeepseekV41ROCMAiterMLAAttention",
-}
-IMPL = {
-    "flashmla": "dsv4sel.kernels.flashmla:DeepseekV4FlashMLASparseImpl",
-    "sm120": "dsv4sel.kernels.flashinfer:DeepseekV4FlashInferMLASparseImpl",
-    "firows": "dsv4sel.kernels.flashinfer:DeepseekV4FlashInferMLASparseImpl",
-    "rocm": "dsv4sel.kernels.rocm:DeepseekV4ROCMAiterMLASparseImpl",
-    "cpu": "dsv4sel.kernels.reference:DeepseekV4ReferenceSparseImpl",
-    "xpu": "dsv4sel.kernels.reference:DeepseekV4ReferenceSparseImpl",
-    "flashmla41": "dsv4sel.kernels.v41:DeepseekV41FlashMLASparseImpl",
-    "mega41": "dsv4sel.kernels.v41:DeepseekV41MegaAttnImpl",
-    "sm120_41": "dsv4sel.kernels.v41:DeepseekV41FlashInferMLASparseImpl",
-    "firows41": "dsv4sel.kernels.v41:DeepseekV41FlashInferMLASparseImpl",
-    "rocm41": "dsv4sel.kernels.v41:DeepseekV41FlashMLASparseImpl",
-}
-def sel(kind, layout, cache, torch, bpt, block, rewrite=None):
-    out = (f'impl: "{IMPL[kind]}", layout: {layout}, cache_dtype: "{cache}", torch_dtype: {torch}, '
-           f'bytes_per_token: {bpt}, block_size: {block}')
-    if rewrite:
-        out += f", rewrites: {{cache_dtype: {rewrite}}}"
-    return "{" + out + f', hosts: {{vllm: {{class: "{CLS[kind]}", versions: {V}}}}}' + "}"
-def W(when, **more):
-    parts = [when] if when else []
-    parts += [f"{k}: {v}" for k, v in more.items()]
-    return "{" + ", ".join(parts) + "}"
-def rule(rid, when, body, desc=None):
-    s = f"  - id: {rid}\n"
-    if desc:
-        s += f"    description: {desc}\n"
-    if when and when != "{}":
-        s += f"    when: {when}\n"
-    return s + body
-def reject(rid, when, reason):
-    return rule(rid, when, f'    reject:\n      reason: "{reason}"\n')
-NOT_FP8_V4 = "DeepseekV4 fp8_ds_mla layout only supports fp8 kv-cache, got {kv_cache_dtype}."
-NOT_PACKED = "DeepseekV4 packed KV layouts only support fp8 kv-cache, got {kv_cache_dtype}."
+import sys
 
-def packed_v4(p, when, kind):
-    return (rule(f"{p}-fp8-ds-mla", W(when, kv_cache_dtype="fp8_ds_mla"),
-                 f"    select: {sel(kind, 'fp8_ds_mla', 'fp8_ds_mla', 'uint8', 584, 256)}\n")
-            + rule(f"{p}-fp8", W(when, kv_cache_dtype=FP8_V4),
-                   f"    select: {sel(kind, 'fp8_ds_mla', 'fp8_ds_mla', 'uint8', 584, 256, 'fp8_ds_mla')}\n" + INFO,
-                   "auto and every fp8* string become fp8_ds_mla (e4m3 data).")
-            + reject(f"{p}-not-fp8", W(when), NOT_FP8_V4 + f" ({CLS[kind].rpartition(':')[2]}, {CLS[kind].split('.')[2]})"))
-def rows(p, when, kind, fp8_list, packed_reject):
-    out = ""
-    if packed_reject:
-        out += reject(f"{p}-packed-name", W(when, kv_cache_dtype="[fp8_ds_mla, nvfp4_ds_mla]"),
-                      "{kv_cache_dtype} is a packed FlashMLA DeepSeek V4.1 KV cache format; the selected backend stores plain KV rows.")
-    out += rule(f"{p}-rows-fp8", W(when, kv_cache_dtype=fp8_list),
-                f"    select: {sel(kind, 'fp8_e4m3_row', '{kv_cache_dtype}', 'float8_e4m3fn', 512, 128 if packed_reject else 256)}\n")
-    out += rule(f"{p}-rows-bf16", W(when),
-                f"    select: {sel(kind, 'bf16_row', '{kv_cache_dtype}', 'bfloat16', 1024, 128 if packed_reject else 256)}\n",
-                "every other string is a plain bf16 row.")
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHIPPED = os.path.join(ROOT, "rules")
+OUT = os.path.join(SHIPPED, "compat", "vllm-0.33")
+
+FP8 = ["fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "fp8_per_token_head"]  # startswith("fp8")
+# kv dtypes vLLM 0.33's CacheConfig refuses (it decides nothing for them): kept as shipped
+REFUSED_KV = ["int8"]
+# backend names vLLM 0.33's AttentionConfig refuses: kept as shipped
+REFUSED_BACKENDS = ["TREE_ATTN", "XFORMERS"]
+FP8_V4_PACKED = ["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_per_token_head"]
+FP8_ROWS_V41 = ["fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_per_token_head"]
+PACKED_V41 = ["fp8_ds_mla", "nvfp4_ds_mla"]
+OLD_CUDA = ["7.x", "8.x", "11.0"]
+V4_PACKED_ALL = FP8_V4_PACKED + ["fp8_ds_mla"]       # what V4.0's packed resolver selects
+V41_PACKED_ALL = ["auto", "fp8", "fp8_ds_mla", "nvfp4_ds_mla"]  # what V4.1's packed resolver selects  # CUDA capabilities no DeepSeek-V4 kernel runs on
+
+
+def use(rid, when, target, description=None):
+    r = {"id": rid}
+    if description:
+        r["description"] = description
+    r["when"] = when
+    r["use"] = target
+    return r
+
+
+def v4_ignored(prefix, fix="F1", skip=()):
+    """vLLM 0.33's V4.0 selection when it ignores the backend: its default class, for the kv
+    dtypes that class's packed layout takes (for the others vLLM raises ValueError, and the
+    shipped rule's rejection stays)."""
+    d = f"{fix}: vLLM 0.33's V4.0 selection ignores this backend and builds its default class."
+    v4 = {"model": "deepseek_v4", "kv_cache_dtype": V4_PACKED_ALL}
+    rules = [
+        use(f"{prefix}-v4-cuda-sm12x", {**v4, "platform": "cuda", "capability": "12.x"},
+            "FLASHINFER_MLA_SPARSE_DSV4", d),
+        use(f"{prefix}-v4-cuda", {**v4, "platform": "cuda"}, "FLASHMLA_SPARSE_DSV4", d),
+        use(f"{prefix}-v4-rocm", {**v4, "platform": "rocm"}, "ROCM_FLASHMLA_SPARSE_DSV4", d),
+        use(f"{prefix}-v4-cpu", {**v4, "platform": "cpu"}, "CPU_V4_MLA_SPARSE", d),
+        use(f"{prefix}-v4-xpu", {**v4, "platform": "xpu"}, "XPU_V4_MLA_SPARSE", d),
+    ]
+    return [r for r in rules if r["when"]["platform"] not in skip]
+
+
+def v41_ignored(prefix):
+    """vLLM 0.33's V4.1 NVIDIA selection (CUDA, CPU, XPU) when it ignores the backend. With
+    prefill context parallelism vLLM raises NotImplementedError instead (it decides nothing),
+    so those inputs keep the shipped rules' decision."""
+    d = "F1: vLLM 0.33's V4.1 selection ignores this backend and builds its default class."
+    off = {"model": "deepseek_v4_1", "prefill_context_parallel": "off", "kv_cache_dtype": V41_PACKED_ALL}
+    return [
+        use(f"{prefix}-v41-cuda-sm12x", {**off, "platform": "cuda", "capability": "12.x"},
+            "FLASHINFER_MLA_SPARSE_DSV41", d),
+        use(f"{prefix}-v41-sm10x-mega", {**off, "platform": "cuda", "capability": "10.x", "mega_attn": "available"},
+            "FLASHMLA_MEGA_ATTN_DSV41", d),
+        use(f"{prefix}-v41", {**off, "platform": {"not": "rocm"}}, "FLASHMLA_SPARSE_DSV41", d),
+    ]
+
+
+class Table:
+    def __init__(self, data):
+        self.data = data
+        self.rules = data["rules"]
+
+    def index(self, rid):
+        for i, r in enumerate(self.rules):
+            if r["id"] == rid:
+                return i
+        raise KeyError(rid)
+
+    def rule(self, rid):
+        return self.rules[self.index(rid)]
+
+    def replace(self, rid, new):
+        i = self.index(rid)
+        self.rules[i:i + 1] = new
+
+    def remove(self, *rids):
+        for rid in rids:
+            del self.rules[self.index(rid)]
+
+    def insert_before(self, rid, new):
+        i = self.index(rid)
+        self.rules[i:i] = new
+
+    def when(self, rid, fix, **changes):
+        """Change a rule's conditions (None drops one) and note the fix in its description."""
+        r = self.rule(rid)
+        w = dict(r.get("when") or {})
+        for k, v in changes.items():
+            if v is None:
+                w.pop(k, None)
+            else:
+                w[k] = v
+        r["when"] = w
+        note = f"{fix}: vLLM 0.33 widens this rule."
+        r["description"] = (r.get("description", "").rstrip() + " " + note).strip()
+
+
+def edit(name, t: Table):
+    if name == "defaults.yaml":
+        t.insert_before("default-cuda-unsupported", [use(
+            "vllm033-default-cuda-any-capability",
+            {"model": "deepseek_v4", "platform": "cuda", "capability": OLD_CUDA, "kv_cache_dtype": V4_PACKED_ALL},
+            "FLASHMLA_SPARSE_DSV4", "F2: vLLM 0.33 builds FlashMLA on every CUDA capability that is not 12.x.")])
+    elif name == "deepseek_v4_1.defaults.yaml":
+        d = "F2: vLLM 0.33 builds V4.1's FlashMLA class on any CUDA capability, and on CPU and XPU."
+        t.insert_before("default-v41-unsupported", [
+            use("vllm033-default-v41-old-cuda", {"model": "deepseek_v4_1", "platform": "cuda",
+                                                 "capability": OLD_CUDA, "kv_cache_dtype": V41_PACKED_ALL},
+                "FLASHMLA_SPARSE_DSV41", d),
+            use("vllm033-default-v41-cpu-xpu", {"model": "deepseek_v4_1", "platform": ["cpu", "xpu"],
+                                                "kv_cache_dtype": V41_PACKED_ALL}, "FLASHMLA_SPARSE_DSV41", d)])
+    elif name == "flashmla.yaml":
+        t.when("flashmla-fp8-ds-mla", "F2", capability=None)
+        t.when("flashmla-fp8", "F2/F3", capability=None, kv_cache_dtype=FP8_V4_PACKED)
+        t.insert_before("flashmla-unsupported-platform", v4_ignored("vllm033-flashmla", skip=("cuda", "rocm")))
+    elif name == "flashinfer.yaml":
+        t.when("flashinfer-sm12x-fp8", "F3", kv_cache_dtype=FP8_V4_PACKED)
+        t.when("flashinfer-unknown-capability-bf16", "F4", kv_cache_dtype={"not": FP8 + REFUSED_KV})
+        t.when("flashinfer-unknown-capability-fp8", "F3/F4", kv_cache_dtype=FP8)
+        t.when("flashinfer-sm10x-bf16", "F2/F4", capability={"not": "12.x"}, kv_cache_dtype={"not": FP8 + REFUSED_KV})
+        t.when("flashinfer-sm10x-fp8", "F2/F3/F4", capability={"not": "12.x"}, kv_cache_dtype=FP8)
+        # what is left for these three is int8, which vLLM's CacheConfig refuses: as shipped
+        t.insert_before("flashinfer-unsupported-platform", v4_ignored("vllm033-flashinfer", skip=("cuda",)))
+    elif name == "flashinfer_dsv41.yaml":
+        t.insert_before("flashinfer-dsv41-other-model", v4_ignored("vllm033-flashinfer-dsv41"))
+        rocm_reason = t.rule("flashinfer-dsv41-unsupported")["reject"]["reason"]
+        t.insert_before("flashinfer-dsv41-sm12x-fp8-ds-mla", [{
+            "id": "vllm033-flashinfer-dsv41-rocm", "when": {"platform": "rocm"},
+            "reject": {"reason": rocm_reason}}])
+        sm120 = copy.deepcopy(t.rule("flashinfer-dsv41-sm12x-fp8-ds-mla")["select"])
+        sm120["cache_dtype"] = "nvfp4_ds_mla"
+        r = t.rule("flashinfer-dsv41-sm12x-nvfp4")
+        del r["reject"]
+        r["select"] = sm120
+        r["description"] = "F4: vLLM 0.33 keeps nvfp4_ds_mla on the SM120 packed layout."
+        t.when("flashinfer-dsv41-sm10x-bf16", "F2/F4", platform=None, capability=None,
+               kv_cache_dtype={"not": FP8_ROWS_V41 + PACKED_V41 + REFUSED_KV})
+        t.when("flashinfer-dsv41-sm10x-fp8", "F2/F3", platform=None, capability=None, kv_cache_dtype=FP8_ROWS_V41)
+        # sm10x-unsupported-dtype and unsupported now see int8 only (refused by vLLM): as shipped
+        t.rule("flashinfer-dsv41-unsupported")["when"] = {"platform": {"not": "rocm"}}
+    elif name == "flashmla_dsv41.yaml":
+        t.insert_before("flashmla-dsv41-other-model", v4_ignored("vllm033-flashmla-dsv41"))
+        anywhere = {"not": "rocm"}
+        t.when("flashmla-dsv41-fp8-ds-mla", "F2", platform=anywhere, capability={"not": "9.x"})
+        t.when("flashmla-dsv41-fp8", "F2", platform=anywhere, capability={"not": "9.x"})
+        r = t.rule("flashmla-dsv41-nvfp4")
+        del r["reject"]
+        r["select"] = {"cache_dtype": "nvfp4_ds_mla"}
+        r["description"] = "F4: vLLM 0.33 keeps nvfp4_ds_mla on V4.1's FlashMLA class."
+        t.when("flashmla-dsv41-nvfp4", "F2", platform=anywhere, capability=None)
+
+    elif name == "flashmla_mega_dsv41.yaml":
+        t.insert_before("mega-dsv41-other-model", v4_ignored("vllm033-mega"))
+        # named explicitly, vLLM builds mega-attention on every non-ROCm platform and capability,
+        # mega ops or not: its selects move before the rejections, widened
+        moved = []
+        for rid in ("mega-dsv41-fp8-ds-mla", "mega-dsv41-default-nvfp4", "mega-dsv41-nvfp4"):
+            r = copy.deepcopy(t.rule(rid))
+            t.remove(rid)
+            r["id"] = "vllm033-" + rid
+            r["when"] = {**r["when"], "platform": {"not": "rocm"}}
+            r["description"] = "F2: vLLM 0.33 builds mega-attention wherever it is named (not on ROCm)."
+            moved.append(r)
+        t.insert_before("mega-dsv41-not-sm10x", moved)
+    elif name == "rocm.yaml":
+        t.insert_before("rocm-other-model", v41_ignored("vllm033-rocm"))
+        t.when("rocm-fp8-ds-mla", "F2", capability={"not": "unknown"})
+        t.when("rocm-fp8", "F2/F3", capability={"not": "unknown"}, kv_cache_dtype=FP8_V4_PACKED)
+        t.when("rocm-unknown-arch-fp8", "F3", kv_cache_dtype=FP8_V4_PACKED)
+        t.insert_before("rocm-not-rocm", v4_ignored("vllm033-rocm", skip=("rocm",)))
+    elif name == "rocm_dsv41.yaml":
+        t.insert_before("rocm-dsv41-other-model", v4_ignored("vllm033-rocm-dsv41"))
+        t.insert_before("rocm-dsv41-not-rocm", v41_ignored("vllm033-rocm-dsv41"))
+        t.when("rocm-dsv41-fp8-ds-mla", "F2", capability={"not": "unknown"})
+        t.when("rocm-dsv41-fp8", "F2", capability={"not": "unknown"})
+        r = t.rule("rocm-dsv41-nvfp4")
+        del r["reject"]
+        r["select"] = {"cache_dtype": "nvfp4_ds_mla"}
+        r["description"] = "F4: vLLM 0.33 keeps nvfp4_ds_mla on V4.1's ROCm class."
+        t.when("rocm-dsv41-nvfp4", "F2", capability=None)
+
+    elif name in ("cpu.yaml", "xpu.yaml"):
+        plat = name.split(".")[0]
+        t.when(f"{plat}-fp8", "F3", kv_cache_dtype=FP8_V4_PACKED)
+    elif name == "not_dsv4.yaml":
+        raise AssertionError("split by split_not_dsv4()")
+    return t.data
+
+
+def split_not_dsv4(data):
+    """vLLM 0.33 raises for the two V3.2 FlashInfer names but ignores the others: two tables."""
+    reason = data["rules"][0]["reject"]["reason"]
+    v32 = ["FLASHINFER_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM120"]
+    others = [b for b in data["backends"] if b not in v32 + REFUSED_BACKENDS]
+    ignored = {"kind": "backend", "backends": others, "hit_policy": "first", "rules": [
+        *v41_ignored("vllm033-ignored"),
+        *v4_ignored("vllm033-ignored"),
+        {"id": "not-a-dsv4-backend", "description": "V4.1 on ROCm (vLLM raises ValueError), or with prefill "
+         "context parallelism (vLLM raises NotImplementedError).", "reject": {"reason": reason}}]}
+    refused = {"kind": "backend", "backends": REFUSED_BACKENDS, "hit_policy": "unique",
+               "rules": [{"id": "not-a-dsv4-backend-refused", "description": "vLLM 0.33's AttentionConfig refuses "
+                          "these names, so vLLM decides nothing here; as shipped.", "reject": {"reason": reason}}]}
+    v32_table = {"kind": "backend", "backends": v32, "hit_policy": "first", "rules": [
+        *v4_ignored("vllm033-v32", skip=("cuda",)),
+        {"id": "not-a-dsv4-backend-v32", "description": "vLLM 0.33 raises ValueError (V4.0 CUDA, V4.1 everywhere).",
+         "reject": {"reason": reason}}]}
+    return ignored, v32_table, refused
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data):
+        return True
+
+
+def render(name, data) -> str:
+    head = (f"# GENERATED by tools/gen_compat_vllm033.py from rules/{name}: vLLM 0.33.0's decisions,\n"
+            "# the deliberate fixes (F1-F4, docs/vllm.md) reverted. Do not edit; edit the generator.\n")
+    return head + yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
+
+
+def build() -> dict[str, str]:
+    out = {}
+    for name in sorted(os.listdir(SHIPPED)):
+        if not name.endswith(".yaml"):
+            continue
+        with open(os.path.join(SHIPPED, name)) as fh:
+            text = fh.read()
+        data = yaml.safe_load(text)
+        if data.get("kind") == "vocabulary":
+            out[name] = text  # the same decision space
+        elif name == "not_dsv4.yaml":
+            ignored, v32, refused = split_not_dsv4(data)
+            out["not_dsv4.yaml"] = render(name, ignored)
+            out["v32_flashinfer.yaml"] = render(name, v32)
+            out["not_dsv4_refused.yaml"] = render(name, refused)
+        else:
+            out[name] = render(name, edit(name, Table(data)))
     return out
-def packed_v41(p, when, kind, default="fp8_ds_mla", block=128):
-    return (rule(f"{p}-packed", W(when, kv_cache_dtype="[fp8_ds_mla, nvfp4_ds_mla]"),
-                 f"    select: {sel(kind, 'fp8_ds_mla_v41', '{kv_cache_dtype}', 'uint8', 528, block)}\n")
-            + rule(f"{p}-fp8", W(when, kv_cache_dtype="[auto, fp8]"),
-                   f"    select: {sel(kind, 'fp8_ds_mla_v41', default, 'uint8', 528, block, default)}\n",
-                   f"auto and fp8 become the layer's packed record ({default}).")
-            + reject(f"{p}-not-packed", W(when), NOT_PACKED + f" ({CLS[kind].rpartition(':')[2]}, {CLS[kind].split('.')[2]})"))
 
-V4 = "model: deepseek_v4"; V41 = "model: deepseek_v4_1"
-def v4_hard(p, plat):
-    return packed_v4(f"{p}-{plat}", f"{V}, platform: {plat}".replace("V,", V4 + ",") if False else f"{V4}, platform: {plat}", plat)
-def v4_ignored(p):
-    return (packed_v4(f"{p}-v4-sm12x", f"{V4}, platform: cuda, capability: 12.x", "sm120")
-            + packed_v4(f"{p}-v4-cuda", f"{V4}, platform: cuda", "flashmla")
-            + v4_hard(p + "-v4", "rocm") + v4_hard(p + "-v4", "cpu") + v4_hard(p + "-v4", "xpu"))
-def v41_rocm_reject(p):
-    return reject(f"{p}-v41-rocm", W(f"{V41}, platform: rocm"),
-                  "{backend} is not supported for DeepSeek V4.1 on ROCm; use ROCM_FLASHMLA_SPARSE_DSV41.")
-def v41_ignored(p):
-    return (packed_v41(f"{p}-v41-sm12x", f"{V41}, platform: cuda, capability: 12.x", "sm120_41", block=64)
-            + packed_v41(f"{p}-v41-mega", f"{V41}, platform: cuda, capability: 10.x, mega_attn: available",
-                         "mega41", default="nvfp4_ds_mla")
-            + packed_v41(f"{p}-v41", V41, "flashmla41"))
-def table(comment, backends, body):
-    return (f"# {comment}\nkind: backend\nbackends: [{', '.join(backends)}]\nhit_policy: first\nrules:\n" + body)
 
-files = {}
-files["flashmla.yaml"] = table(
-    "FLASHMLA_SPARSE_DSV4, and the V3.2 name FLASHMLA_SPARSE that vLLM 0.33 treats the same.",
-    ["FLASHMLA_SPARSE_DSV4", "FLASHMLA_SPARSE"],
-    v41_rocm_reject("c-flashmla") + packed_v41("c-flashmla-v41", V41, "flashmla41")
-    + packed_v4("c-flashmla-cuda", f"{V4}, platform: cuda", "flashmla")
-    + v4_hard("c-flashmla", "rocm") + v4_hard("c-flashmla", "cpu") + v4_hard("c-flashmla", "xpu"))
-files["flashinfer.yaml"] = table(
-    "FLASHINFER_MLA_SPARSE_DSV4: the SM120 class on major 12, else the SM10x class (plain rows) on any capability.",
-    ["FLASHINFER_MLA_SPARSE_DSV4"],
-    v41_rocm_reject("c-flashinfer") + packed_v41("c-flashinfer-v41-sm12x", f"{V41}, platform: cuda, capability: 12.x", "sm120_41", block=64)
-    + rows("c-flashinfer-v41", V41, "firows41", FP8_ROWS_V41, True)
-    + packed_v4("c-flashinfer-sm12x", f"{V4}, platform: cuda, capability: 12.x", "sm120")
-    + rows("c-flashinfer-cuda", f"{V4}, platform: cuda", "firows", FP8_ROWS_V4, False)
-    + v4_hard("c-flashinfer", "rocm") + v4_hard("c-flashinfer", "cpu") + v4_hard("c-flashinfer", "xpu"))
-for plat, name in (("rocm", "ROCM_FLASHMLA_SPARSE_DSV4"), ("cpu", "CPU_V4_MLA_SPARSE"), ("xpu", "XPU_V4_MLA_SPARSE")):
-    p = f"c-{plat}"
-    head = (packed_v41(f"{p}-v41-rocm", f"{V41}, platform: rocm", "rocm41", block=64) if plat == "rocm"
-            else v41_rocm_reject(p))
-    files[f"{plat}.yaml"] = table(
-        f"{name}: vLLM 0.33 names it on {plat}, whose V4.0 model module hard-codes its class; elsewhere the name is ignored.",
-        [name], head + v41_ignored(p) + v4_ignored(p))
-files["flashmla_dsv41.yaml"] = table(
-    "FLASHMLA_SPARSE_DSV41: vLLM 0.33's V4.1 FlashMLA class on every non-ROCm platform; V4.0 ignores the name.",
-    ["FLASHMLA_SPARSE_DSV41"], v41_rocm_reject("c-flashmla-dsv41") + packed_v41("c-flashmla-dsv41", V41, "flashmla41")
-    + v4_ignored("c-flashmla-dsv41"))
-files["flashmla_mega_dsv41.yaml"] = table(
-    "FLASHMLA_MEGA_ATTN_DSV41: named, vLLM 0.33 builds mega-attention without asking is_available_for.",
-    ["FLASHMLA_MEGA_ATTN_DSV41"], v41_rocm_reject("c-mega") + packed_v41("c-mega", V41, "mega41", default="nvfp4_ds_mla")
-    + v4_ignored("c-mega"))
-files["flashinfer_dsv41.yaml"] = table(
-    "FLASHINFER_MLA_SPARSE_DSV41: the V4.1 SM120 class on major 12, else the SM10x class (plain rows).",
-    ["FLASHINFER_MLA_SPARSE_DSV41"], v41_rocm_reject("c-flashinfer-dsv41")
-    + packed_v41("c-flashinfer-dsv41-sm12x", f"{V41}, platform: cuda, capability: 12.x", "sm120_41", block=64)
-    + rows("c-flashinfer-dsv41", V41, "firows41", FP8_ROWS_V41, True) + v4_ignored("c-flashinfer-dsv41"))
-files["v32_flashinfer.yaml"] = table(
-    "The DeepSeek-V3.2 FlashInfer names: vLLM 0.33's NVIDIA selection raises ValueError; AMD/CPU/XPU V4.0 ignore the backend.",
-    ["FLASHINFER_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM120"],
-    v4_hard("c-v32", "rocm") + v4_hard("c-v32", "cpu") + v4_hard("c-v32", "xpu")
-    + reject("c-v32-flashinfer", "{}", "{backend} is not a DeepSeek V4 attention backend. Use FLASHINFER_MLA_SPARSE_DSV4 (V4.0) or FLASHINFER_MLA_SPARSE_DSV41 (V4.1)."))
-ignored = ["FLASHMLA", "FLASHINFER_MLA", "CUTLASS_MLA", "TRITON_MLA", "ROCM_AITER_MLA", "ROCM_AITER_MLA_SPARSE",
-           "ROCM_AITER_TRITON_MLA", "FLASH_ATTN", "FLASH_ATTN_MLA", "FLASHINFER", "TRITON_ATTN", "ROCM_ATTN",
-           "ROCM_AITER_FA", "FLEX_ATTENTION", "TREE_ATTN", "CPU_ATTN", "XFORMERS"]
-files["not_dsv4.yaml"] = table(
-    "Attention backends that are not DeepSeek-V4 ones: vLLM 0.33 ignores them (V4.1 on ROCm raises ValueError). TREE_ATTN and XFORMERS are refused by vLLM's AttentionConfig.",
-    ignored, v41_rocm_reject("c-ignored") + v41_ignored("c-ignored") + v4_ignored("c-ignored"))
-d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "rules", "compat", "vllm-0.33")
-for name in os.listdir(d):
-    if name.endswith(".yaml") and name not in ("vocabulary.yaml", "deepseek_v4_1.vocabulary.yaml", "defaults.yaml"):
-        os.remove(os.path.join(d, name))
-for name, text in files.items():
-    open(os.path.join(d, name), "w").write(text)
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true")
+    args = ap.parse_args()
+    files = build()
+    os.makedirs(OUT, exist_ok=True)
+    present = {n for n in os.listdir(OUT) if n.endswith(".yaml")}
+    if args.check:
+        stale = sorted(n for n in files if not os.path.exists(os.path.join(OUT, n))
+                       or open(os.path.join(OUT, n)).read() != files[n]) + sorted(present - set(files))
+        if stale:
+            print("stale: " + ", ".join(stale) + " (run python3 tools/gen_compat_vllm033.py)", file=sys.stderr)
+            return 1
+        return 0
+    for n in present - set(files):
+        os.remove(os.path.join(OUT, n))
+    for n, text in files.items():
+        with open(os.path.join(OUT, n), "w") as fh:
+            fh.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -230,9 +230,15 @@ def query_of(vllm_config: Any, model: str, kv_cache_dtype: str | None = None) ->
     rules = _rules()
     if "mega_attn" in rules.extra_inputs:
         extra["mega_attn"] = _mega_attn(vllm_config, model, platform)
+    pcp = getattr(getattr(vllm_config, "parallel_config", None), "prefill_context_parallel_size", 1) or 1
     if "prefill_context_parallel" in rules.extra_inputs:
-        pcp = getattr(getattr(vllm_config, "parallel_config", None), "prefill_context_parallel_size", 1) or 1
-        extra["prefill_context_parallel"] = "on" if pcp > 1 else "off"
+        # declared per model: vLLM 0.33 decides on it for V4.1 only (V4.0 has just "off")
+        on = pcp > 1 and "on" in rules.values("prefill_context_parallel", model)
+        extra["prefill_context_parallel"] = "on" if on else "off"
+    elif pcp > 1 and model == "deepseek_v4_1":
+        raise SelectionError(
+            "DeepSeek-V4.1 with prefill context parallelism: vLLM 0.33 decides on it, but these rules "
+            "declare no prefill_context_parallel input, so dsv4sel cannot decide it")
     return {"platform": platform, "capability": _capability(platform),
             "backend": getattr(backend, "name", backend), "kv_cache_dtype": str(kv_cache_dtype),
             "model": model, "extra": extra}
@@ -253,7 +259,8 @@ def _explain_hint(sel_or_query: dict) -> str:
     parts.append(f"--kv-cache-dtype {q['kv_cache_dtype']}")
     if q["model"] != "deepseek_v4":
         parts.append(f"--model {q['model']}")
-    parts += [f"--input {k}={v}" for k, v in sorted(q["extra"].items())]
+    rules = _rules()
+    parts += [f"--input {k}={v}" for k, v in sorted(q["extra"].items()) if v != rules.default_of(k)]
     return "dsv4sel explain " + " ".join(parts)
 
 

@@ -23,6 +23,11 @@ import oracle  # noqa: E402
 import stubs  # noqa: E402
 
 
+def _pcp(extra: dict) -> int:
+    """vLLM's prefill_context_parallel_size for the rules' input."""
+    return 2 if extra.get("prefill_context_parallel") == "on" else 1
+
+
 def dsv4sel_outcome(rules, model, platform, capability, backend, kv, extra) -> dict:
     from dsv4sel import SelectionError
 
@@ -56,7 +61,7 @@ def plugin_outcome(model, platform, capability, backend, kv, extra) -> dict:
     stubs.set_device(capability, platform)
     oracle._MEGA["available"] = extra.get("mega_attn") == "available"
     try:
-        cfg = oracle.vllm_config(backend, kv)
+        cfg = oracle.vllm_config(backend, kv, pcp=_pcp(extra))
     except Exception:
         return {"kind": "refused"}
     before = cfg.cache_config.cache_dtype
@@ -68,6 +73,8 @@ def plugin_outcome(model, platform, capability, backend, kv, extra) -> dict:
         return {"kind": "reject", "untouched": cfg.cache_config.cache_dtype == before,
                 "message": str(exc).splitlines()[0][:160]}
     except Exception as exc:
+        if _pcp(extra) > 1 and isinstance(exc, NotImplementedError):
+            return {"kind": "undecided"}  # vLLM itself refuses before dsv4sel is asked
         return {"kind": "error", "error": type(exc).__name__, "message": str(exc)[:160]}
     finally:
         config_module._current_vllm_config = None
@@ -109,7 +116,7 @@ def main() -> int:
     for key in keys:
         model, platform, cap, backend, kv, *extra_values = key
         extra = dict(zip(extra_names, extra_values))
-        v = oracle.decide(model, platform, cap, backend, kv, extra.get("mega_attn", "unavailable"))
+        v = oracle.decide(model, platform, cap, backend, kv, extra.get("mega_attn", "unavailable"), _pcp(extra))
         report["vllm"][v["kind"]] = report["vllm"].get(v["kind"], 0) + 1
         for name, rules in sets.items():
             d = dsv4sel_outcome(rules, model, platform, cap, backend, kv, extra)
@@ -140,6 +147,9 @@ def main() -> int:
         d = dsv4sel_outcome(sets["shipped"], model, platform, cap, backend, kv, extra)
         if p["kind"] == "refused":
             plugin_report["refused"] += 1
+        elif p["kind"] == "undecided":
+            plugin_report.setdefault("vllm_raises_first", 0)
+            plugin_report["vllm_raises_first"] += 1
         elif plugin_agrees(p, d):
             plugin_report["agree"] += 1
             plugin_report["selects" if p["kind"] == "select" else "rejects"] += 1
@@ -148,6 +158,33 @@ def main() -> int:
                                                         "kv": kv, **extra}, "plugin": p, "dsv4sel": d})
     plugin.uninstall()
     report["plugin"] = plugin_report
+    # dsv4sel diff compat shipped, input by input: every change must be a deliberate fix, i.e. an
+    # input where vLLM decides, the compat set agrees with it and the shipped rules do not
+    if "compat" in sets:
+        from dsv4sel.diff import _summary
+
+        verdict = {}
+        for name in ("shipped", "compat"):
+            for row in per_set[name]["disagree"]:
+                i = row["input"]
+                verdict[(name, i["model"], i["capability"], i["backend"], i["kv"],
+                         *(i.get(n) for n in extra_names))] = False
+        fixes = {"fixes": 0, "changed_where_vllm_decides_nothing": [], "changed_not_a_fix": []}
+        for key in keys:
+            model, platform, cap, backend, kv, *extra_values = key
+            if _summary(sets["compat"], key)[0] == _summary(sets["shipped"], key)[0]:
+                continue
+            short = (model, cap, backend, kv, *extra_values)
+            v = oracle.decide(model, platform, cap, backend, kv,
+                              dict(zip(extra_names, extra_values)).get("mega_attn", "unavailable"),
+                              _pcp(dict(zip(extra_names, extra_values))))
+            if v["kind"] in ("refused", "undecided"):
+                fixes["changed_where_vllm_decides_nothing"].append(short)
+            elif verdict.get(("shipped", *short)) is False and verdict.get(("compat", *short)) is not False:
+                fixes["fixes"] += 1
+            else:
+                fixes["changed_not_a_fix"].append(short)
+        report["diff"] = fixes
     report["sets"] = per_set
     report["seconds"] = round(time.perf_counter() - t0, 1)
     text = json.dumps(report, indent=1, sort_keys=True)
@@ -158,7 +195,9 @@ def main() -> int:
                       "refused": s["refused"]["dsv4sel_rejects"] + len(s["refused"]["dsv4sel_selects"]),
                       "undecided": sum(s["undecided"].values())} for name, s in per_set.items()}
     print(json.dumps({"platform": args.platform, "inputs": len(keys), "vllm": report["vllm"],
-                      "summary": summary, "plugin": {k: (len(v) if k == "disagree" else v)
+                      "summary": summary,
+                      "diff": {k: (v if isinstance(v, int) else len(v)) for k, v in report.get("diff", {}).items()},
+                      "plugin": {k: (len(v) if k == "disagree" else v)
                                                      for k, v in plugin_report.items()},
                       "seconds": report["seconds"]}))
     return 0

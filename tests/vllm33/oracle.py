@@ -116,11 +116,12 @@ def resolve(model: str, cls, kv: str, cache_config):
     return fn(cls.use_fp8_ds_mla_layout, kv, cache_config, _packed_default(cls))
 
 
-def decide(model: str, platform: str, capability: str, backend: str | None, kv: str, mega_attn: str) -> dict:
+def decide(model: str, platform: str, capability: str, backend: str | None, kv: str, mega_attn: str,
+           pcp: int = 1) -> dict:
     stubs.set_device(capability, platform)
     _MEGA["available"] = mega_attn == "available"
     try:
-        cfg = vllm_config(backend, kv)
+        cfg = vllm_config(backend, kv, pcp=pcp)
     except Exception as exc:  # pydantic ValidationError (a ValueError) or KeyError from the enum lookup
         return {"kind": "refused", "error": type(exc).__name__, "message": str(exc).splitlines()[0][:200]}
     try:
