@@ -51,8 +51,19 @@ def reports(tmp_path_factory):
         assert proc.returncode == 0, f"{platform}: differential run failed:\n{proc.stderr[-4000:]}"
         return platform, json.loads(path.read_text())
 
+    def build(platform):
+        path = out / f"{platform}-construct.json"
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        proc = subprocess.run([str(PYTHON), str(ROOT / "tests" / "vllm33" / "construct.py"), platform,
+                               "--out", str(path)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+        assert proc.returncode == 0, f"{platform}: layer construction run failed:\n{proc.stderr[-4000:]}"
+        return platform, json.loads(path.read_text())
+
     with ThreadPoolExecutor(max_workers=2) as pool:
         found = dict(pool.map(run, PLATFORMS))
+        built = dict(pool.map(build, PLATFORMS))
+    for platform, report in built.items():
+        found[platform]["construct"] = report
     summary = {p: {"inputs": r["inputs"], "vllm": r["vllm"], "seconds": r["seconds"],
                    "sets": {n: {"agree": s["agree"], "disagree": len(s["disagree"])}
                             for n, s in r["sets"].items()},
@@ -129,3 +140,17 @@ def test_compat_and_shipped_differ_only_by_the_deliberate_fixes(reports, platfor
         [row for row in d["changed_where_vllm_decides_nothing"] if row[2] not in DEFAULT_PATH_NAMES][:5]
     shipped = reports[platform]["sets"]["shipped"]
     assert d["fixes"] == len(shipped["disagree"])  # every shipped/vLLM difference is in the diff
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_real_layers_are_the_class_the_rules_name(reports, platform):
+    """Real construction (VllmConfig, gloo group, set_current_vllm_config, the layer's __init__)
+    for a sample of inputs: the built layer is the rule's vLLM class with the Selection's cache
+    dtype and torch dtype, or SelectionError came first with the cache config untouched."""
+    c = reports[platform]["construct"]
+    bad = [row for row in c["rows"] if not row["ok"]]
+    assert bad == [], bad[:5]
+    assert c["counts"]["built"] > 0 and c["counts"]["rejected"] > 0
+    classes = {row["got"][0] for row in c["rows"] if row["result"] == "built"}
+    expected = {"cuda": 6, "rocm": 2, "cpu": 1, "xpu": 1}[platform]  # V4.0 and V4.1 classes the sample reaches
+    assert len(classes) >= expected, classes

@@ -12,7 +12,8 @@ vLLM 0.33 decides in two module globals that it looks up at call time
   by the decoder layer (also MTP and DSpark) before it builds the attention
   layer. Here dsv4sel takes the whole decision from the config (platform,
   capability or gfx arch, ``--attention-backend``, ``--kv-cache-dtype``,
-  model family, and the inputs the rules declare, such as ``mega_attn``),
+  model family, and the inputs the rules declare: ``mega_attn``,
+  ``prefill_context_parallel`` and ``flashinfer_sm120``, each from vLLM's own answer),
   returns the vLLM layer class the deciding rule names (``hosts: vllm``),
   logs one line naming the rule's ``file:line``, and on a rejection raises
   :class:`dsv4sel.SelectionError` (with suggestions) before any layer is
@@ -211,6 +212,24 @@ def _mega_attn(vllm_config: Any, model: str, platform: str) -> str:
     return "available" if DeepseekV4MegaAttnAttention.is_available_for(vllm_config) else "unavailable"
 
 
+def _flashinfer_sm120(vllm_config: Any, model: str, platform: str, capability: str | None) -> str:
+    """Whether FlashInfer has the SM120 decode specialization the SM120 layer will ask for: the
+    same question, with vLLM's own functions, that the layer's ``__init__`` asks (and raises on)."""
+    if platform != "cuda" or not capability or not capability.startswith("12."):
+        return "available"
+    import importlib
+
+    package = "deepseek_v4" if model == "deepseek_v4" else "deepseek_v41"
+    layer_module = importlib.import_module(f"vllm.models.{package}.nvidia.flashinfer_sparse")
+    flashinfer = importlib.import_module("vllm.utils.flashinfer")
+    hf = vllm_config.model_config.hf_config
+    hf = getattr(hf, "text_config", hf)
+    tp = getattr(getattr(vllm_config, "parallel_config", None), "tensor_parallel_size", 1) or 1
+    padded = layer_module.DeepseekV4FlashInferSM120Attention.get_padded_num_q_heads(hf.num_attention_heads // tp)
+    top_k = layer_module._required_sm120_sparse_topk(vllm_config, hf.sliding_window)
+    return "available" if flashinfer.has_flashinfer_sparse_mla_sm120_config(padded, top_k) else "missing"
+
+
 def _rules():
     rules = _state["rules"]
     if rules is None:
@@ -230,6 +249,9 @@ def query_of(vllm_config: Any, model: str, kv_cache_dtype: str | None = None) ->
     rules = _rules()
     if "mega_attn" in rules.extra_inputs:
         extra["mega_attn"] = _mega_attn(vllm_config, model, platform)
+    capability = _capability(platform)
+    if "flashinfer_sm120" in rules.extra_inputs:
+        extra["flashinfer_sm120"] = _flashinfer_sm120(vllm_config, model, platform, capability)
     pcp = getattr(getattr(vllm_config, "parallel_config", None), "prefill_context_parallel_size", 1) or 1
     if "prefill_context_parallel" in rules.extra_inputs:
         # declared per model: vLLM 0.33 decides on it for V4.1 only (V4.0 has just "off")
@@ -239,7 +261,7 @@ def query_of(vllm_config: Any, model: str, kv_cache_dtype: str | None = None) ->
         raise SelectionError(
             "DeepSeek-V4.1 with prefill context parallelism: vLLM 0.33 decides on it, but these rules "
             "declare no prefill_context_parallel input, so dsv4sel cannot decide it")
-    return {"platform": platform, "capability": _capability(platform),
+    return {"platform": platform, "capability": capability,
             "backend": getattr(backend, "name", backend), "kv_cache_dtype": str(kv_cache_dtype),
             "model": model, "extra": extra}
 

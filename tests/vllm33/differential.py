@@ -60,6 +60,7 @@ def plugin_outcome(model, platform, capability, backend, kv, extra) -> dict:
 
     stubs.set_device(capability, platform)
     oracle._MEGA["available"] = extra.get("mega_attn") == "available"
+    oracle.FLASHINFER_SM120["available"] = extra.get("flashinfer_sm120", "available") == "available"
     try:
         cfg = oracle.vllm_config(backend, kv, pcp=_pcp(extra))
     except Exception:

@@ -24,6 +24,8 @@ import types
 import stubs
 
 _MEGA = {"available": False}
+#: Does the (stubbed) FlashInfer build have the SM120 decode specialization? (flashinfer_sm120)
+FLASHINFER_SM120 = {"available": True}
 _patched: list = []
 
 
@@ -69,11 +71,15 @@ def prepare(platform: str) -> None:
             # ...and its build has the mega-attention ops exactly when the input says mega_attn=available
             mega = importlib.import_module("vllm.models.deepseek_v41.nvidia.flash_mla_mega_attn")
             mega.torch = _TorchWithFlashMLAOps(mega.torch)
+            # library build: FlashInfer is not installed here; whether its SM120 dispatch table has
+            # the specialization is the input (vLLM's layer init and the plugin both ask this)
+            fi = importlib.import_module("vllm.utils.flashinfer")
+            fi.has_flashinfer_sparse_mla_sm120_config = lambda heads, top_k: FLASHINFER_SM120["available"]
         _patched.append(True)
 
 
 def hf_config():
-    return types.SimpleNamespace(num_attention_heads=64, o_groups=8, model_type="deepseek_v4")
+    return types.SimpleNamespace(num_attention_heads=64, o_groups=8, sliding_window=128, model_type="deepseek_v4")
 
 
 def vllm_config(backend, kv, *, tp=1, pcp=1):
