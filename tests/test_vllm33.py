@@ -154,3 +154,30 @@ def test_real_layers_are_the_class_the_rules_name(reports, platform):
     classes = {row["got"][0] for row in c["rows"] if row["result"] == "built"}
     expected = {"cuda": 6, "rocm": 2, "cpu": 1, "xpu": 1}[platform]  # V4.0 and V4.1 classes the sample reaches
     assert len(classes) >= expected, classes
+
+
+def _hostcheck(*args):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([str(PYTHON), str(ROOT / "tests" / "vllm33" / "hostcheck.py"), "rocm", *args],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_check_resolves_every_vllm_class_the_rules_name():
+    """`dsv4sel check`'s host check against the installed vLLM 0.33: all 11 classes import
+    (on a ROCm platform object, where vLLM's ROCm modules import too)."""
+    out = _hostcheck()
+    assert out["host_findings"] == []
+    assert len(out["classes"]) == 11, out["classes"]
+
+
+def test_check_reports_a_vllm_class_that_does_not_exist(tmp_path):
+    (tmp_path / "x.yaml").write_text(
+        "kind: backend\nbackends: [X_DSV4]\nhit_policy: first\nrules:\n  - id: x-any\n    select:\n"
+        "      impl: dsv4sel.kernels.reference:DeepseekV4ReferenceSparseImpl\n      layout: fp8_ds_mla\n"
+        "      cache_dtype: fp8_ds_mla\n      torch_dtype: uint8\n      bytes_per_token: 584\n      block_size: 256\n"
+        "      hosts:\n        vllm: {class: \"vllm.models.deepseek_v4.nvidia.flashmla:NoSuchAttention\", "
+        "versions: \">=0.33.0,<0.34\"}\n")
+    out = _hostcheck("--rules", str(tmp_path))
+    assert len(out["host_findings"]) == 1 and "has no class 'NoSuchAttention'" in out["host_findings"][0]
