@@ -181,3 +181,9 @@ def test_check_reports_a_vllm_class_that_does_not_exist(tmp_path):
         "versions: \">=0.33.0,<0.34\"}\n")
     out = _hostcheck("--rules", str(tmp_path))
     assert len(out["host_findings"]) == 1 and "has no class 'NoSuchAttention'" in out["host_findings"][0]
+
+
+def test_the_vocabulary_has_every_backend_and_kv_dtype_of_vllm_033():
+    """Vocabulary sync: a new vLLM enum member or cache dtype cannot reach users undecided."""
+    out = _hostcheck()
+    assert out["enum_missing"] == [] and out["cache_dtype_missing"] == [], out

@@ -31,7 +31,10 @@ FP8 = ["fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "fp8_per_token_he
 # kv dtypes vLLM 0.33's CacheConfig refuses (it decides nothing for them): kept as shipped
 REFUSED_KV = ["int8"]
 # backend names vLLM 0.33's AttentionConfig refuses: kept as shipped
-REFUSED_BACKENDS = ["TREE_ATTN", "XFORMERS"]
+# backend names vLLM 0.33's AttentionConfig refuses (TREE_ATTN, XFORMERS) or turns into "no backend"
+# (CUTLASS_MSA, TRITON_MSA select MiniMax's MSA decode kernel): the DeepSeek-V4 code never sees
+# them, so vLLM decides nothing for them; kept as shipped
+REFUSED_BACKENDS = ["TREE_ATTN", "XFORMERS", "CUTLASS_MSA", "TRITON_MSA"]
 FP8_V4_PACKED = ["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_per_token_head"]
 FP8_ROWS_V41 = ["fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_per_token_head"]
 PACKED_V41 = ["fp8_ds_mla", "nvfp4_ds_mla"]
@@ -228,7 +231,8 @@ def split_not_dsv4(data):
          "context parallelism (vLLM raises NotImplementedError).", "reject": {"reason": reason}}]}
     refused = {"kind": "backend", "backends": REFUSED_BACKENDS, "hit_policy": "unique",
                "rules": [{"id": "not-a-dsv4-backend-refused", "description": "vLLM 0.33's AttentionConfig refuses "
-                          "these names, so vLLM decides nothing here; as shipped.", "reject": {"reason": reason}}]}
+                          "these names or turns them into no backend, so the DeepSeek-V4 code never sees them; "
+                          "as shipped.", "reject": {"reason": reason}}]}
     v32_table = {"kind": "backend", "backends": v32, "hit_policy": "first", "rules": [
         *v4_ignored("vllm033-v32", skip=("cuda",)),
         {"id": "not-a-dsv4-backend-v32", "description": "vLLM 0.33 raises ValueError (V4.0 CUDA, V4.1 everywhere).",

@@ -65,6 +65,8 @@ def plugin_outcome(model, platform, capability, backend, kv, extra) -> dict:
         cfg = oracle.vllm_config(backend, kv, pcp=_pcp(extra))
     except Exception:
         return {"kind": "refused"}
+    if backend is not None and getattr(cfg.attention_config.backend, "name", None) != backend:
+        return {"kind": "refused"}  # rewritten by AttentionConfig before any DSv4 code
     before = cfg.cache_config.cache_dtype
     config_module._current_vllm_config = cfg
     try:

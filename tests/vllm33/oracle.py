@@ -130,6 +130,11 @@ def decide(model: str, platform: str, capability: str, backend: str | None, kv: 
         cfg = vllm_config(backend, kv, pcp=pcp)
     except Exception as exc:  # pydantic ValidationError (a ValueError) or KeyError from the enum lookup
         return {"kind": "refused", "error": type(exc).__name__, "message": str(exc).splitlines()[0][:200]}
+    if backend is not None and getattr(cfg.attention_config.backend, "name", None) != backend:
+        # AttentionConfig rewrote it (CUTLASS_MSA / TRITON_MSA pick MiniMax's decode kernel and
+        # leave no backend): the DeepSeek-V4 code never sees the name
+        return {"kind": "refused", "error": "rewritten by AttentionConfig",
+                "message": f"{backend} -> {cfg.attention_config.backend}"}
     try:
         cls = _layer_class(model, platform, cfg)
         cache_dtype, torch_dtype = resolve(model, cls, kv, cfg.cache_config)
