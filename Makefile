@@ -5,8 +5,11 @@ BIN    := $(VENV)/bin
 # Pinned: an unpinned torch makes pip fetch a multi-GB CUDA build.
 TORCH  := torch==2.13.0
 STAMP  := $(VENV)/.installed
+# The differential suite's vLLM 0.33.0 environment (CPU torch, vLLM --no-deps); built once.
+VLLM_VENV  := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.dsv4sel-vllm-env
 
-.PHONY: run test check bench docs clean
+.PHONY: run test check bench docs clean vllm-env
 
 # Setup is quiet (pip -qq keeps errors, drops the mirror's notices) so that
 # the output of `make run` starts with the main job.
@@ -22,7 +25,12 @@ run: $(STAMP)
 	$(BIN)/dsv4sel check
 	$(BIN)/dsv4sel explain --platform cuda --capability 9.0 --kv-cache-dtype auto
 
-test: $(STAMP)
+# Builds .venv-vllm on first use (~1-3 min); a failed build is logged and the vLLM tests skip.
+vllm-env: $(STAMP)
+	@test -f $(VLLM_STAMP) || $(BIN)/python tools/vllm_env.py --venv $(VLLM_VENV) > .venv-vllm.log 2>&1 \
+		|| echo "warning: building $(VLLM_VENV) failed (see .venv-vllm.log); the vLLM 0.33 tests will skip"
+
+test: $(STAMP) vllm-env
 	$(BIN)/dsv4sel check
 	$(BIN)/dsv4sel test tests/decisions
 	$(BIN)/dsv4sel test examples/b12x-pack/tests --rules examples/b12x-pack/dsv4sel_b12x/rules --allow-impl-module dsv4sel_b12x
@@ -34,6 +42,8 @@ bench: $(STAMP)
 
 docs: $(STAMP)
 	$(BIN)/dsv4sel table --format md > docs/backends.md
+	$(BIN)/python tools/gen_compat_vllm033.py
+	$(BIN)/python tools/vllm_fix_cubes.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) .venv-vllm.log build *.egg-info .pytest_cache .hypothesis

@@ -39,9 +39,10 @@ def _row_type(name: str, fields: str, doc: str) -> type:
 
 
 SelectRow = _row_type("SelectRow", "kind backend impl layout cache_dtype torch_dtype bytes_per_token block_size "
-                      "rewrites messages path", """A compiled outcome: ``backend`` serves, with these
+                      "rewrites messages path hosts", """A compiled outcome: ``backend`` serves, with these
     fields. ``rewrites`` are ``(field, value)`` pairs; ``messages`` ``(level, text)`` pairs, every
-    rule's on the path in order; ``path`` the indices of the rules consulted (the deciding rule last).""")
+    rule's on the path in order; ``path`` the indices of the rules consulted (the deciding rule last);
+    ``hosts`` the serving engines' own classes, ``(host, "module:Class", versions)`` (:mod:`dsv4sel.hosts`).""")
 RejectRow = _row_type("RejectRow", "kind backend reason path messages",
                       "A compiled outcome: the deciding rule rejects, for ``reason``.")
 GapRow = _row_type("GapRow", "kind backend table path",

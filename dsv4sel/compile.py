@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import families
+from . import hosts as hosts_mod
 from .errors import ImplLoadError, Problem, RuleError
 from .load import LoadedFile
 from .model import (BUILTIN_INPUTS, DEFAULT_TABLE, REQUIRED_SELECT_FIELDS, InputDecl,  # noqa: F401
@@ -227,6 +228,11 @@ class _Builder:
         for k, v in rewrites.items():
             if isinstance(v, str):
                 self.check_template(f, path + ("select", "rewrites", k), v)
+        if "hosts" in merged:
+            where = path + ("select", "hosts") if "hosts" in raw["select"] else ("defaults", "hosts")
+            for host, message in hosts_mod.problems(merged["hosts"]):
+                self.error(f, where + (host,), "DSV315", message)
+            merged["hosts"] = hosts_mod.compile_hosts(merged["hosts"])
         fields = tuple(sorted((k, v) for k, v in merged.items() if k != "rewrites")) + (("rewrites", dict(rewrites)),)
         return Outcome("select", fields=fields, messages=messages)
 
@@ -350,13 +356,36 @@ class _Builder:
                 node, trail = stack.pop()
                 for nxt in edges.get(node, ()):
                     if nxt == start:
+                        # The tables' use: graph has a loop; it is an error only if some
+                        # input actually goes round it (V4.0 -> V4.1 alias and V4.1 ->
+                        # V4.0 rules between the same tables never meet at one point).
+                        looping = self._looping_input(program, trail)
+                        if looping is None:
+                            continue
                         table = program.tables[start]
                         f = next(x for x in self.files if x.file == table.file)
-                        self.error(f, ("backends",), "DSV312", "`use:` chain loops: " + " -> ".join(trail + (start,)))
+                        self.error(f, ("backends",), "DSV312", "`use:` chain loops: " + " -> ".join(looping))
                         return
                     if nxt not in seen:
                         seen.add(nxt)
                         stack.append((nxt, trail + (nxt,)))
+
+    @staticmethod
+    def _looping_input(program: Program, backends: tuple[str, ...]) -> tuple[str, ...] | None:
+        """The backends an input visits round a loop, starting at one of
+        ``backends``, or None when no input loops."""
+        for point in program.points():
+            for backend in backends:
+                current, visited = backend, [backend]
+                while True:
+                    rule = program.tables[current].decide(point)
+                    if rule is None or rule.outcome.kind != "use":
+                        break
+                    current = rule.outcome.target
+                    if current in visited:
+                        return tuple(visited) + (current,)
+                    visited.append(current)
+        return None
 
 
 def _file_index(f: LoadedFile, rule_id: str) -> int:

@@ -26,7 +26,8 @@ def _summary(rules: RuleSet, key: tuple) -> tuple[tuple, tuple]:
         return ABSENT, ABSENT
     if row.kind == "select":
         summary = ("select", row.backend, row.impl, row.layout, row.cache_dtype, row.torch_dtype,
-                   row.bytes_per_token, row.block_size, tuple(row.rewrites), tuple(tuple(m) for m in row.messages))
+                   row.bytes_per_token, row.block_size, tuple(row.rewrites), tuple(tuple(m) for m in row.messages),
+                   tuple(row.hosts))
         return summary, summary
     rule = rules.rule(row.path[-1]).id if row.path else ""
     detail = row.reason if row.kind == "reject" else row.table
@@ -42,7 +43,7 @@ def describe_outcome(summary: tuple) -> str:
         return f"undecided (no rule in {summary[2]})"
     if kind == "reject":
         return f"reject ({summary[1] or 'default'}): {summary[2]}"
-    _, backend, impl, layout, cache_dtype, torch_dtype, bpt, block, rewrites, messages = summary
+    _, backend, impl, layout, cache_dtype, torch_dtype, bpt, block, rewrites, messages, hosts = summary
     text = f"select {backend} layout={layout} cache_dtype={cache_dtype} torch={torch_dtype} " \
            f"bytes/token={bpt} block={block}"
     if rewrites:
@@ -50,6 +51,8 @@ def describe_outcome(summary: tuple) -> str:
     if messages:
         text += f" messages={len(messages)}"
     text += f" impl={impl}"
+    for host, cls, _versions in hosts:
+        text += f" {host}={cls.rpartition(':')[2]}"
     return text
 
 

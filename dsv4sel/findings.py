@@ -29,6 +29,7 @@ KINDS: dict[str, str] = {
     "shadowed": "under hit policy first, a rule that matches inputs but never decides one",
     "dead": "a rule that matches no input at all",
     "impl": "an impl class that does not resolve inside the allowed modules",
+    "host": "a host class (`hosts:`) that does not resolve where its host is installed in a listed version",
     "layout": "a layout id that dsv4sel.kernels.layouts does not define",
     "consistency": "a selection whose torch dtype or bytes per token disagree with its layout, or whose impl "
                    "does not read its layout",

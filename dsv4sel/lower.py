@@ -128,4 +128,5 @@ def _row(rules: tuple, labels: tuple, path: tuple, values: dict[str, str]) -> tu
     rewrites = tuple(sorted((k, v) for k, v in f.get("rewrites", {}).items()
                             if not (k == "cache_dtype" and v == values.get("kv_cache_dtype"))))
     return artifact.SelectRow(("select", label, f["impl"], f["layout"], f["cache_dtype"], f["torch_dtype"],
-                      f["bytes_per_token"], f["block_size"], rewrites, tuple(messages), path))
+                      f["bytes_per_token"], f["block_size"], rewrites, tuple(messages), path,
+                      tuple(f.get("hosts", ()))))

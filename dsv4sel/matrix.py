@@ -48,7 +48,8 @@ class Row(Frozen):
 
     __slots__ = ("model", "backend", "platform", "capabilities", "label", "condition", "kv_cache_dtypes",
                  "layout", "cache_dtype", "torch_dtype", "bytes_per_token", "block_size", "default", "impl",
-                 "notes")
+                 "notes", "hosts")
+    _defaults = {"hosts": ()}
 
 
 class Unsupported(Frozen):
@@ -76,6 +77,7 @@ class Matrix(Frozen):
                 "kv_cache_dtypes": list(r.kv_cache_dtypes), "layout": r.layout, "cache_dtype": r.cache_dtype,
                 "torch_dtype": r.torch_dtype, "bytes_per_token": r.bytes_per_token, "block_size": r.block_size,
                 "default": r.default, "impl": r.impl, "notes": list(r.notes),
+                "hosts": {h: {"class": c, "versions": v} for h, c, v in r.hosts},
             } for r in self.rows],
             "notes": list(self.notes),
             "unsupported": [{
@@ -131,6 +133,19 @@ class Matrix(Frozen):
             impls.setdefault(r.backend, r.impl)
         out += ["", "## Implementations", "", "| Backend | Impl class |", "|---|---|"]
         out += [f"| `{b}` | `{impl}` |" for b, impl in impls.items()]
+        hosted: dict[tuple, list[str]] = {}
+        for r in self.rows:
+            for host, cls, versions in r.hosts:
+                hosted.setdefault((host, r.model, r.backend, r.platform, r.label, cls, versions), [])
+        if hosted:
+            out += ["", "## Host classes", "",
+                    "The class each serving engine builds for a selection, and the engine versions that "
+                    "class path holds for (`hosts:` in the rule files; `dsv4sel check` imports each one "
+                    "where its engine is installed in a listed version).", "",
+                    "| Host | Model | Backend | Platform | Capability | Class | Versions |",
+                    "|---|---|---|---|---|---|---|"]
+            out += [f"| {h} | {m} | `{b}` | {p} | {lab} | `{c}` | {_md(v)} |"
+                    for (h, m, b, p, lab, c, v) in hosted]
         if self.unsupported:
             out += ["", "## No backend", "",
                     "No backend selects the model here, with any kv-cache dtype or input value.", "",
@@ -180,9 +195,16 @@ def _groups(rules: RuleSet, query: Query, backend: str) -> tuple:
         default_row = probe.at(rules, query, None, kv)
         is_default = probe.serves(default_row, backend) and same_result(default_row, row)
         warnings = _warnings(row) + (_warnings(default_row) if is_default else ())
-        key = (row.layout, row.torch_dtype, row.bytes_per_token, row.block_size, row.impl)
+        key = (row.layout, row.torch_dtype, row.bytes_per_token, row.block_size, row.impl, row.hosts)
         groups.setdefault(key, []).append((kv, row.cache_dtype, is_default, warnings))
     return tuple((key, tuple(items)) for key, items in groups.items())
+
+
+def _declared(rules: RuleSet, extra: tuple, model: str, platform: str) -> bool:
+    """True when every value of ``extra`` is declared where it is scoped (an input declared per
+    model or per platform, e.g. ``prefill_context_parallel`` by model)."""
+    point = {"model": model, "platform": platform}
+    return all(rules.declared_at(name, value, point) for name, value in extra)
 
 
 def build_matrix(rules: RuleSet) -> Matrix:
@@ -201,9 +223,10 @@ def build_matrix(rules: RuleSet) -> Matrix:
             for platform in rules.values("platform"):
                 declared = rules.values("capability", platform)
                 by_signature: dict[tuple, list[str]] = {}
+                here = [extra for extra in combos if _declared(rules, extra, model, platform)]
                 for cap in declared:
                     per_combo = [(extra, _groups(rules, Query(model, platform, cap, None, "auto", extra), backend))
-                                 for extra in combos]
+                                 for extra in here]
                     if all(g == per_combo[0][1] for _, g in per_combo):
                         # the pack-declared inputs do not matter here: no condition
                         signature = (((), per_combo[0][1]),) if per_combo[0][1] else ()
@@ -214,14 +237,14 @@ def build_matrix(rules: RuleSet) -> Matrix:
                 for signature, caps in by_signature.items():
                     label = capability_label(tuple(caps), declared)
                     for condition, groups in signature:
-                        for (layout, torch_dtype, bpt, block, impl), items in groups:
+                        for (layout, torch_dtype, bpt, block, impl, hosts), items in groups:
                             rows.append(_row(model, backend, platform, tuple(caps), label, condition, layout,
-                                             torch_dtype, bpt, block, impl, items, note))
+                                             torch_dtype, bpt, block, impl, items, note, hosts))
     return Matrix(tuple(rows), tuple(notes), _unsupported(rules, combos), _models(rules), rules.sources)
 
 
 def _row(model, backend, platform, caps, label, condition, layout, torch_dtype, bpt, block, impl, items,
-         note) -> Row:
+         note, hosts=()) -> Row:
     cache = {c for _, c, _, _ in items}
     if len(cache) == 1:
         cache_col = next(iter(cache))
@@ -234,7 +257,7 @@ def _row(model, backend, platform, caps, label, condition, layout, torch_dtype, 
                else "with " + ", ".join(defaults))
     refs = tuple(sorted({note(w) for *_, ws in items for w in ws}))
     return Row(model, backend, platform, caps, label, condition, tuple(kv for kv, *_ in items), layout,
-               cache_col, torch_dtype, bpt, block, default, impl, refs)
+               cache_col, torch_dtype, bpt, block, default, impl, refs, tuple(hosts))
 
 
 def _unsupported(rules: RuleSet, combos: list) -> tuple[Unsupported, ...]:
@@ -249,7 +272,7 @@ def _unsupported(rules: RuleSet, combos: list) -> tuple[Unsupported, ...]:
             for cap in declared:
                 query = Query(model, platform, cap, None, "auto", default_extra)
                 if any(probe.at(rules, query, b, kv, extra=e)[0] == "select"
-                       for b in backends for e in combos for kv in kvs):
+                       for b in backends for e in combos if _declared(rules, e, model, platform) for kv in kvs):
                     continue
                 path = probe.path_of(probe.at(rules, query, None, "auto"))
                 by_rule.setdefault(rules.rule(path[-1]) if path else None, []).append(cap)

@@ -8,6 +8,9 @@ without importing torch); the rules must agree with them. Impl classes are
 imported for real, but only from the rule set's allowed modules; an impl
 class that declares ``supported_layouts`` must list the selected layout.
 
+Host classes (``hosts:``) are imported only where their host is installed in
+one of the versions the rule lists (:mod:`dsv4sel.hosts`).
+
 Field values may be templates (``cache_dtype: "{kv_cache_dtype}"``):
 :func:`render_fields` renders them for one assignment of the inputs they
 name. Results are memoized per rendered value: a 10,000-rule table that
@@ -20,11 +23,12 @@ import importlib
 from typing import Any, Mapping
 
 from .errors import ImplLoadError
+from .hosts import host_class_problem
 from .model import render, template_fields
 from .suggest import did_you_mean
 from .values import load_impl_class
 
-SELECTION_FIELDS = ("impl", "layout", "cache_dtype", "torch_dtype", "bytes_per_token", "block_size")
+SELECTION_FIELDS = ("impl", "layout", "cache_dtype", "torch_dtype", "bytes_per_token", "block_size", "hosts")
 LAYOUTS_MODULE = "dsv4sel.kernels.layouts"
 
 
@@ -119,7 +123,8 @@ class FieldChecker:
 
     def field_problems(self, fields: Mapping[str, Any]) -> list[tuple[str, str]]:
         """``(kind, message)`` for each problem of one rendered selection."""
-        key = (fields["impl"], fields["layout"], fields["torch_dtype"], fields["bytes_per_token"])
+        key = (fields["impl"], fields["layout"], fields["torch_dtype"], fields["bytes_per_token"],
+               fields.get("hosts"))
         hit = self._fields_memo.get(key)
         if hit is None:
             hit = self._fields_memo[key] = self._field_problems(fields)
@@ -130,6 +135,12 @@ class FieldChecker:
         problem = self.impl_problem(fields["impl"])
         if problem:
             out.append(("impl", problem))
+        for host, cls, versions in fields.get("hosts") or ():
+            hkey = ("host", host, cls, versions)
+            if hkey not in self._impl_memo:
+                self._impl_memo[hkey] = host_class_problem(host, cls, versions)
+            if self._impl_memo[hkey]:
+                out.append(("host", self._impl_memo[hkey]))
         layouts = self.layouts()
         if layouts is None:
             return out  # reported once by the caller from layout_error

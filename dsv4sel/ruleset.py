@@ -18,7 +18,7 @@ from .values import Message, Query, RuleRef, Selection, check_impl_allowed
 BUILTIN = ("model", "platform", "capability", "kv_cache_dtype")
 _MEMO_LIMIT = 65536
 #: Version of the data ``dsv4sel.lower.to_table`` writes and :class:`RuleSet` reads.
-COMPILED_FORMAT = 2
+COMPILED_FORMAT = 3  # 3: select rows end with their host classes
 
 
 class CorruptTable(ValueError):
@@ -163,11 +163,12 @@ class RuleSet:
         n_rules = len(self._rule_rows)
         kind = row[0]
         if kind == "select":
-            (_, backend, impl, layout, cache_dtype, torch_dtype, bpt, block, rewrites, messages, path) = row
+            (_, backend, impl, layout, cache_dtype, torch_dtype, bpt, block, rewrites, messages, path, hosts) = row
             ok = (all(type(x) is str for x in (backend, impl, layout, cache_dtype, torch_dtype))
                   and type(bpt) is int and type(block) is int
                   and all(type(k) is str for k, _ in rewrites)
-                  and all(type(level) is str and type(text) is str for level, text in messages))
+                  and all(type(level) is str and type(text) is str for level, text in messages)
+                  and all(type(x) is str for host in hosts for x in host))
         elif kind == "reject":
             _, backend, reason, path, messages = row
             ok = type(reason) is str and (backend is None or type(backend) is str)
@@ -188,6 +189,15 @@ class RuleSet:
         if scoped is not None and platform is not None:
             return tuple(scoped.get(platform, ()))
         return values
+
+    def declared_at(self, name: str, value: str, point: Mapping[str, str]) -> bool:
+        """Whether ``value`` of input ``name`` is declared where ``point`` is: for
+        an input scoped by another (``by:``), among the values listed for the
+        parent's value in ``point``; otherwise among all its values."""
+        values, by, scoped, _, _ = self._inputs[name]
+        if scoped is None:
+            return value in values
+        return value in scoped.get(point.get(by), ())
 
     def default_of(self, name: str) -> str | None:
         return self._inputs[name][3]
@@ -357,7 +367,7 @@ class RuleSet:
                 torch_dtype_name=row.torch_dtype, bytes_per_token=row.bytes_per_token,
                 block_size=row.block_size, rewrites=MappingProxyType(dict(row.rewrites)),
                 messages=messages, rule=refs[-1], path=refs, query=query,
-                allowed_impl_modules=self.allowed_impl_modules)
+                allowed_impl_modules=self.allowed_impl_modules, hosts=row.hosts)
         if row.kind == "reject":
             return Rejection(self, query, row.reason, refs[-1], refs, messages, backend=row.backend)
         where = "the default-backend decision" if row.table == "<default>" else f"the table of {row.table}"

@@ -139,11 +139,14 @@ class Selection(Frozen):
     bytes per token, block size, the cache-config ``rewrites`` as data, and
     rule ``messages``. ``rule`` is the rule that decided; ``path`` lists every
     rule consulted, the default-backend rule first when one was used.
+    ``hosts`` holds ``(host, "module:Class", versions)`` for each serving
+    engine whose own class the rule names (see :mod:`dsv4sel.hosts`).
     """
 
     __slots__ = ("backend", "impl", "layout", "cache_dtype", "torch_dtype_name", "bytes_per_token",
-                 "block_size", "rewrites", "messages", "rule", "path", "query", "allowed_impl_modules")
-    _defaults = {"allowed_impl_modules": DEFAULT_ALLOWED_IMPL_MODULES}
+                 "block_size", "rewrites", "messages", "rule", "path", "query", "allowed_impl_modules",
+                 "hosts")
+    _defaults = {"allowed_impl_modules": DEFAULT_ALLOWED_IMPL_MODULES, "hosts": ()}
     backend: str
     impl: str
     layout: str
@@ -157,6 +160,7 @@ class Selection(Frozen):
     path: tuple[RuleRef, ...]
     query: Query
     allowed_impl_modules: tuple[str, ...]
+    hosts: tuple[tuple[str, str, str], ...]
 
     def __post_init__(self):
         if not isinstance(self.rewrites, MappingProxyType):
@@ -177,6 +181,15 @@ class Selection(Frozen):
     def is_default(self) -> bool:
         """True when the backend came from the default-backend decision."""
         return self.query.backend is None
+
+    def host_class(self, host: str) -> tuple[str, str] | None:
+        """``(class, versions)`` the rules name for ``host`` (a serving engine's
+        distribution name), or None when they name none. Never imported here:
+        the host's integration checks the version and imports it."""
+        for name, cls, versions in self.hosts:
+            if name == host:
+                return cls, versions
+        return None
 
     def load_impl(self) -> type:
         """Import and return the impl class. Only modules on the rule set's

@@ -25,6 +25,12 @@ The V4.1 rules name three impls, one per vLLM backend:
     ``forward_decode`` always raises :class:`KernelUnavailableError`: the op's
     arguments are not documented here.
 
+``DeepseekV41ROCMAiterMLASparseImpl`` (``ROCM_FLASHMLA_SPARSE_DSV41``; ROCm)
+    Reads ``fp8_ds_mla`` (584 B/token: off SM100, V4.1 keeps the V4 record).
+    ``is_available`` checks the target and that ``aiter.mla`` imports;
+    ``forward_decode`` always raises :class:`KernelUnavailableError`: vLLM's
+    V4.1 ROCm layer runs its own Triton decode, which has no public API.
+
 ``is_available`` answers whether the *kernel library* can run on the target,
 which is what vLLM needs and what ``dsv4sel doctor`` reports; for the two
 impls without an adapter its reason says that dsv4sel itself cannot call it.
@@ -56,6 +62,7 @@ __all__ = [
     "DeepseekV41FlashMLASparseImpl",
     "DeepseekV41FlashInferMLASparseImpl",
     "DeepseekV41MegaAttnImpl",
+    "DeepseekV41ROCMAiterMLASparseImpl",
     "FLASHINFER_DSV41_FORMAT",
     "MEGA_OP_NAMESPACE",
     "MEGA_OP",
@@ -84,6 +91,10 @@ _FI_LAYOUTS_BY_MAJOR: Mapping[int, frozenset[str]] = {
 _NO_FLASHMLA_ADAPTER = (
     "dsv4sel has no adapter for FlashMLA's V4.1 decode: its Python API is not documented; "
     "vLLM's own DeepSeek-V4.1 layer calls it"
+)
+_NO_ROCM_ADAPTER = (
+    "dsv4sel has no adapter for vLLM's DeepSeek-V4.1 ROCm decode (its Triton kernels have no public API); "
+    "vLLM's own layer (ROCM_FLASHMLA_SPARSE_DSV41) calls them"
 )
 _NO_MEGA_ADAPTER = (
     f"dsv4sel has no adapter for FlashMLA's V4.1 mega-attention decode: the arguments of "
@@ -279,3 +290,34 @@ class DeepseekV41MegaAttnImpl(_WithoutDecodeAdapter):
             f"torch is not importable ({type(exc).__name__}: {exc}): the mega-attention decode is the torch "
             f"custom op {cls.library_name}"
         )
+
+
+class DeepseekV41ROCMAiterMLASparseImpl(_WithoutDecodeAdapter):
+    """DeepSeek-V4.1 on ROCm (``ROCM_FLASHMLA_SPARSE_DSV41``): availability only.
+
+    Off SM100 V4.1 stores the V4 record (``fp8_ds_mla``, 584 B/token). The target
+    check follows the V4.0 ROCm impl (gfx942 / gfx950 for AITER's kernels).
+    """
+
+    impl_name: ClassVar[str] = "DeepseekV41ROCMAiterMLASparseImpl"
+    library_name: ClassVar[str] = "aiter"
+    supported_layouts: ClassVar[frozenset[str]] = frozenset({"fp8_ds_mla"})
+    no_adapter_reason: ClassVar[str] = _NO_ROCM_ADAPTER
+
+    @classmethod
+    def _target_reason(cls, platform: str, capability: Capability | None) -> str | None:
+        from .rocm import DeepseekV4ROCMAiterMLASparseImpl
+
+        return DeepseekV4ROCMAiterMLASparseImpl._target_reason(platform, capability)
+
+    @classmethod
+    def _import_library(cls) -> Any:
+        from .rocm import DeepseekV4ROCMAiterMLASparseImpl
+
+        return DeepseekV4ROCMAiterMLASparseImpl._import_library()
+
+    @classmethod
+    def _library_missing_reason(cls, exc: BaseException) -> str:
+        from .rocm import DeepseekV4ROCMAiterMLASparseImpl
+
+        return DeepseekV4ROCMAiterMLASparseImpl._library_missing_reason(exc)

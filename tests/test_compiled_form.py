@@ -38,7 +38,7 @@ def resolved_row(program, backend, point) -> tuple:
         rewrites = tuple(sorted((k, v) for k, v in f.get("rewrites", {}).items()
                                 if not (k == "cache_dtype" and v == point["kv_cache_dtype"])))
         return ("select", res.backend, f["impl"], f["layout"], f["cache_dtype"], f["torch_dtype"],
-                f["bytes_per_token"], f["block_size"], rewrites, res.messages, path)
+                f["bytes_per_token"], f["block_size"], rewrites, res.messages, path, tuple(f.get("hosts", ())))
     if res.kind == "reject":
         return ("reject", res.backend, res.reason, path, res.messages)
     return ("gap", res.backend, res.table, path)
@@ -62,7 +62,8 @@ def assert_table_equals_resolution(program) -> int:
 
 def test_the_shipped_rules_compile_to_what_resolution_decides():
     program = build_program(shipped_sources(), dsv4sel.DEFAULT_ALLOWED_IMPL_MODULES)
-    assert assert_table_equals_resolution(program) == 45356
+    rules = dsv4sel.default_rules()
+    assert assert_table_equals_resolution(program) == rules.size
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -84,9 +85,11 @@ def test_runs_of_set_bits(bits, runs):
 
 def test_a_space_beyond_the_compiled_form_is_one_rule_error(monkeypatch):
     program = build_program(shipped_sources(), dsv4sel.DEFAULT_ALLOWED_IMPL_MODULES)
-    monkeypatch.setattr(artifact, "MAX_INPUTS", 45355)
+    size = dsv4sel.default_rules().size
+    monkeypatch.setattr(artifact, "MAX_INPUTS", size - 1)
     with pytest.raises(dsv4sel.RuleError) as info:
         to_table(program)
     (problem,) = info.value.problems
     assert problem.file == program.default_table.file  # the table every query starts from
-    assert "1,564 points x 29 backend choices = 45,356 inputs; the compiled form holds at most 45,355" in str(problem)
+    assert f"= {size:,} inputs; the compiled form holds at most {size - 1:,}" in str(problem)
+    assert problem.code == "DSV314"

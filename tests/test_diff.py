@@ -42,9 +42,9 @@ def test_changes_are_grouped_into_cubes_with_both_outcomes(edited_rules):
     result = run("diff", os.path.join(REPO, "rules"), edited_rules)
     assert result.returncode == 1, result.stderr
     out = result.stdout
-    assert "68 of " in out.splitlines()[0]
+    assert "184 of " in out.splitlines()[0]
     assert ("model=deepseek_v4 platform=cuda capability=12.x backend=<none> "
-            "kv_cache_dtype=auto,fp8,fp8_e4m3 mega_attn=*") in out
+            "kv_cache_dtype=auto,fp8,fp8_e4m3 mega_attn=* prefill_context_parallel=off flashinfer_sm120=available") in out
     assert "old: select FLASHINFER_MLA_SPARSE_DSV4 layout=fp8_ds_mla" in out
     assert "new: reject (FLASHMLA_SPARSE_DSV4): FlashMLA's sparse kernels are built for SM90 and SM100 only" in out
 
@@ -53,7 +53,7 @@ def test_json_output_counts_every_changed_input(edited_rules):
     result = run("diff", "--json", os.path.join(REPO, "rules"), edited_rules)
     assert result.returncode == 1
     data = json.loads(result.stdout)
-    assert data["changed"] == sum(c["inputs"] for c in data["changes"]) == 68
+    assert data["changed"] == sum(c["inputs"] for c in data["changes"]) == 184
     assert data["compared"] > 40000
 
 

@@ -124,7 +124,7 @@ def test_rejection_keeps_the_messages_of_the_rules_before_it(rules):
 
 
 @pytest.mark.parametrize("kwargs, blocked", [
-    (dict(platform="cuda", capability="9.0", backend="FLASHMLA_SPARSE"), "backend"),
+    (dict(platform="cuda", capability="9.0", backend="TRITON_MLA"), "backend"),
     (dict(platform="cpu", backend="FLASHMLA_SPARSE_DSV4"), "platform"),
     (dict(platform="cuda", capability="8.0"), "capability"),
     (dict(platform="cuda", capability="9.0", kv_cache_dtype="fp8_e5m2"), "kv_cache_dtype"),
@@ -167,7 +167,7 @@ def test_json_has_the_documented_keys_in_order(rules):
     ok = json.loads(explain(rules, platform="cuda", capability="10.0").to_json())
     assert list(ok) == TOP_KEYS and ok["status"] == "selected" and ok["version"] == 1
     assert list(ok["selection"]) == ["backend", "impl", "layout", "cache_dtype", "torch_dtype",
-                                     "bytes_per_token", "block_size", "is_default"]
+                                     "bytes_per_token", "block_size", "is_default", "hosts"]
     assert list(ok["path"][0]) == ["id", "file", "line", "location", "pack", "table", "action", "target",
                                    "description"]
     assert ok["rewrites"] == [{"attribute": "cache_dtype", "before": "auto", "after": "fp8_ds_mla"}]
@@ -195,7 +195,7 @@ def test_explanations_agree_with_the_evaluator_over_the_space(rules):
         return rules.outcome(query, notes)
 
     kvs = ("auto", "bfloat16", "fp8", "fp8_ds_mla", "fp8_e5m2")
-    backends = (None, *rules.selectable_backends, "FLASHMLA_SPARSE")
+    backends = (None, *rules.selectable_backends, "TRITON_MLA")
     model = rules.default_of("model")
     checked = 0
     for platform in rules.values("platform"):

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Bottom first. A module may import its own layer and the layers below it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation: values, errors, text, the compiled format, the space algebra", (
-        "_version", "record", "text", "suggest", "families", "capability", "codes", "hints", "errors", "values", "artifact",
+        "_version", "record", "text", "suggest", "families", "capability", "codes", "hints", "errors", "values", "artifact", "hosts",
         "space", "scan", "flow")),
     ("engine: sources, load, validate, compile, cache, evaluate; machine detection", (
         "sources", "cache", "load", "validate", "model", "compile", "lower", "build", "ruleset", "alternatives",

@@ -51,6 +51,10 @@ def test_the_wheel_holds_every_package_the_rules_the_schema_and_the_license(dist
     shipped = sorted(str(p.relative_to(ROOT / "rules")) for p in (ROOT / "rules").rglob("*.yaml"))
     assert sorted(n[len("dsv4sel/rules/"):] for n in names
                   if n.startswith("dsv4sel/rules/") and n.endswith(".yaml")) == shipped
+    assert "dsv4sel/vllm_plugin/__init__.py" in names
+    assert any(n.startswith("dsv4sel/rules/compat/vllm-0.33/") for n in names)
+    entry_points = next(zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith("entry_points.txt"))
+    assert "[vllm.general_plugins]" in entry_points and "dsv4sel = dsv4sel.vllm_plugin:register" in entry_points
     assert "dsv4sel/schema/rules.schema.json" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert not any(n.startswith(("kernels/", "rules/", "tests/")) for n in names)

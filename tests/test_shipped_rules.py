@@ -162,7 +162,7 @@ def test_rocm_backend_on_cuda_is_rejected(capability):
         select(platform="cuda", capability=capability, backend="ROCM_FLASHMLA_SPARSE_DSV4", kv_cache_dtype="fp8")
 
 
-@pytest.mark.parametrize("name", ["FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE", "TRITON_MLA", "FLASH_ATTN"])
+@pytest.mark.parametrize("name", ["FLASHINFER_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM120", "TRITON_MLA", "FLASH_ATTN"])
 def test_non_dsv4_backends_are_rejected_naming_the_dsv4_ones(name):
     with pytest.raises(SelectionError) as info:
         select(platform="cuda", capability="9.0", backend=name, kv_cache_dtype="fp8")

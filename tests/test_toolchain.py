@@ -98,19 +98,20 @@ def test_a_clean_check_in_machine_formats():
 
 
 def test_check_takes_shipped_files_and_pack_files_as_arguments():
+    shipped = len(list((REPO / "rules").glob("*.yaml")))
     # a shipped file stands for the shipped rules: checked once, not twice
     r = run("check", "rules/flashmla.yaml")
-    assert r.rc == 0 and r.out.splitlines()[0].startswith("dsv4sel check: 13 files"), r
+    assert r.rc == 0 and r.out.splitlines()[0].startswith(f"dsv4sel check: {shipped} files"), r
     # a pack's file stands for its directory's pack, on top of the default rules
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "examples" / "b12x-pack"),
                                                        os.environ.get("PYTHONPATH", "")]))
     from _cli import environ
     r = run("check", "examples/b12x-pack/dsv4sel_b12x/rules/b12x.yaml", "--allow-impl-module", "dsv4sel_b12x",
             env=environ(PYTHONPATH=env["PYTHONPATH"]))
-    assert r.rc == 0 and r.out.splitlines()[0].startswith("dsv4sel check: 15 files"), r
+    assert r.rc == 0 and r.out.splitlines()[0].startswith(f"dsv4sel check: {shipped + 2} files"), r
     # a test file among the arguments is not a rule file
     r = run("check", "tests/decisions/shipped.yaml")
-    assert r.rc == 0 and "13 files" in r.out, r
+    assert r.rc == 0 and f"{shipped} files" in r.out, r
     r = run("check", "no/such/dir")
     assert r.rc == 2 and "rule path 'no/such/dir' does not exist" in r.err, r
 
@@ -308,9 +309,10 @@ def test_an_installed_pack_named_again_with_rules_loads_once_everywhere(tmp_path
     env = environ(PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
                   DSV4SEL_CACHE_DIR=str(tmp_path / "cache"))
     working_copy = "examples/b12x-pack/dsv4sel_b12x/rules"  # the same package, dsv4sel_b12x.rules
+    once = run("check", "--rules", working_copy, "--allow-impl-module", "dsv4sel_b12x").out.splitlines()[0]
     for rules in (working_copy, str(site / "dsv4sel_b12x" / "rules")):
         check = run("check", "--rules", rules, env=env)
-        assert check.rc == 0 and check.out.splitlines()[0] == "dsv4sel check: 15 files, 80 rules, 11 tables", check
+        assert check.rc == 0 and check.out.splitlines()[0] == once, check  # loaded once, not twice
         explain = run("explain", "--platform", "cuda", "--capability", "12.1", "--rules", rules, env=env)
         assert explain.rc == 0 and "selected  B12X_MLA_SPARSE (platform default)" in explain.out, explain
         diff = run("diff", "--pack", "-", rules, env=env)  # the installed pack is in both sides

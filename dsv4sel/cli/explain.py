@@ -130,6 +130,7 @@ def render(ex, style, detected: bool = False) -> list[str]:
             ["impl", s.impl], ["layout", s.layout], ["cache dtype", s.cache_dtype],
             ["torch dtype", s.torch_dtype_name], ["bytes per token", str(s.bytes_per_token)],
             ["block size", str(s.block_size)],
+            *[[f"{host} class", f"{cls} ({host} {versions})"] for host, cls, versions in s.hosts],
             ["decided by", f"{s.rule.id}  " + style.cyan(s.rule.location) + _pack(s.rule)],
         ] + ([["why", ex.description]] if ex.description else []), style)
     else:

@@ -142,6 +142,8 @@ def wrap_line(line: str, width: int | None) -> list[str]:
 
     plain = _visible(line)
     hang = _hang(plain, width)
+    if hang > width // 2:  # the columns before the last leave it no room: hang under the first one
+        hang = len(plain) - len(plain.lstrip(" ")) + 2
     if plain != line:  # coloured: map the hang column onto the raw string
         seen = raw = 0
         while seen < hang and raw < len(line):

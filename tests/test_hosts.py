@@ -1,0 +1,106 @@
+"""Host classes (`hosts:`): version specs, compile-time checks, and the vLLM plugin's refusals
+(with a stand-in `vllm` module: the real-vLLM tests are tests/test_vllm33.py)."""
+from __future__ import annotations
+
+import sys
+import textwrap
+import types
+
+import pytest
+
+import dsv4sel
+from dsv4sel import hosts
+from dsv4sel.errors import RuleError
+
+
+@pytest.mark.parametrize("version,spec,ok", [
+    ("0.33.0", ">=0.33.0,<0.34", True),
+    ("0.33.7", ">=0.33.0,<0.34", True),
+    ("0.34.0", ">=0.33.0,<0.34", False),
+    ("0.32.9", ">=0.33.0,<0.34", False),
+    ("0.33.0rc1+cu130", ">=0.33.0,<0.34", True),
+    ("0.33.1", "==0.33.*", True),
+    ("0.34.1", "==0.33.*", False),
+    ("0.33.1", "!=0.33.1", False),
+])
+def test_version_matches(version, spec, ok):
+    assert hosts.version_matches(version, spec) is ok
+
+
+@pytest.mark.parametrize("spec", ["0.33", ">=0.33,<", "~=0.33", ">=0.33.*"])
+def test_bad_version_specs_raise(spec):
+    with pytest.raises(ValueError):
+        hosts.parse_versions(spec)
+
+
+def test_shipped_selections_name_vllm_classes():
+    sel = dsv4sel.select(platform="cuda", capability="12.0", kv_cache_dtype="fp8")
+    cls, versions = sel.host_class("vllm")
+    assert cls == "vllm.models.deepseek_v4.nvidia.flashinfer_sparse:DeepseekV4FlashInferSM120Attention"
+    assert versions == ">=0.33.0,<0.34"
+    sel10 = dsv4sel.select(platform="cuda", capability="10.0", kv_cache_dtype="auto",
+                           backend="FLASHINFER_MLA_SPARSE_DSV4")
+    assert sel10.host_class("vllm")[0].endswith(":DeepseekV4FlashInferMLAAttention")
+    assert sel.host_class("sglang") is None
+
+
+def test_every_shipped_selection_names_a_vllm_class():
+    rules = dsv4sel.default_rules()
+    rows = [r for r in rules.rows if r.kind == "select"]
+    assert rows and all(any(h == "vllm" for h, _, _ in r.hosts) for r in rows)
+
+
+def _pack(tmp_path, hosts_yaml):
+    (tmp_path / "x.yaml").write_text(textwrap.dedent(f"""\
+        kind: backend
+        backends: [X_DSV4]
+        hit_policy: first
+        rules:
+          - id: x-any
+            select:
+              impl: dsv4sel.kernels.reference:DeepseekV4ReferenceSparseImpl
+              layout: fp8_ds_mla
+              cache_dtype: fp8_ds_mla
+              torch_dtype: uint8
+              bytes_per_token: 584
+              block_size: 256
+              hosts: {hosts_yaml}
+        """))
+    return tmp_path
+
+
+def test_a_host_class_outside_its_package_is_refused(tmp_path):
+    with pytest.raises(RuleError) as err:
+        dsv4sel.load_rules(paths=[_pack(tmp_path, '{vllm: {class: "os.path:Foo", versions: ">=1.0"}}')])
+    assert "outside the host's package 'vllm'" in str(err.value)
+
+
+def test_hosts_need_class_and_versions(tmp_path):
+    with pytest.raises(RuleError) as err:
+        dsv4sel.load_rules(paths=[_pack(tmp_path, '{vllm: {class: "vllm.x:Foo"}}')])
+    assert "versions" in str(err.value)
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    module = types.ModuleType("vllm")
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    return module
+
+
+def test_plugin_refuses_another_vllm_version_and_patches_nothing(fake_vllm):
+    from dsv4sel import vllm_plugin
+
+    fake_vllm.__version__ = "0.34.0"
+    with pytest.raises(vllm_plugin.PluginError, match="written for vllm >=0.33.0,<0.34 and this is vllm 0.34.0"):
+        vllm_plugin.install()
+    assert vllm_plugin._state["patched"] is None
+
+
+def test_plugin_entry_point_is_declared():
+    import tomllib
+    from pathlib import Path
+
+    meta = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    assert meta["project"]["entry-points"]["vllm.general_plugins"] == {"dsv4sel": "dsv4sel.vllm_plugin:register"}
+    assert any(r.startswith("vllm") for r in meta["project"]["optional-dependencies"]["vllm"])
