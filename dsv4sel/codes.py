@@ -57,6 +57,7 @@ CODES: dict[str, tuple[str, str]] = {
     "DSV408": ("consistency", "selection disagrees with its layout or impl"),
     "DSV409": ("fixpoint", "rewrite is not a fixpoint"),
     "DSV410": ("model", "a backend table never tests `model` though several models are declared"),
+    "DSV411": ("host", "a host class does not resolve where its host is installed in a listed version"),
     "DSV501": ("tests", "a test file where a rule file belongs, or the other way round"),
     "DSV502": ("tests", "no test files at a path"),
     "DSV510": ("tests", "test case failed"),
@@ -65,7 +66,7 @@ CODES: dict[str, tuple[str, str]] = {
 #: verifier finding kind -> its code, where one kind is one code
 _KIND_CODES = {
     "gap": "DSV401", "overlap": "DSV402", "redundant": "DSV403", "shadowed": "DSV404", "dead": "DSV405",
-    "layout": "DSV407", "consistency": "DSV408", "fixpoint": "DSV409", "cycle": "DSV312",
+    "layout": "DSV407", "consistency": "DSV408", "fixpoint": "DSV409", "cycle": "DSV312", "host": "DSV411",
     "dangling": "DSV311", "model": "DSV410",
 }
 
