@@ -18,7 +18,10 @@ and one index. This module imports neither yaml nor jsonschema.
 
 from __future__ import annotations
 
-from array import array
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the array module is the compiler's; the evaluator reads a memoryview
+    from array import array
+
 from operator import itemgetter
 
 #: The largest array the compiled form holds (inputs, i.e. points x backend
@@ -131,6 +134,8 @@ def paint(ids: array, layout: Layout, box, backend_index: int, value: int) -> No
     Dimensions that the cube covers whole, innermost first, join into one
     contiguous block, so a rule that ignores most inputs costs a handful of
     slice assignments, not one per point."""
+    from array import array
+
     order, strides = layout.order, layout.strides
     k = len(order) - 1
     while k >= 0 and box[order[k]] == (1 << len(layout.dims[order[k]][1])) - 1:
@@ -161,13 +166,18 @@ def paint(ids: array, layout: Layout, box, backend_index: int, value: int) -> No
     walk(0, base0)
 
 
-def new_array(layout: Layout, typecode: str = "I") -> array:
+def new_array(layout: Layout, typecode: str = "H") -> array:
+    """A zeroed array for ``layout`` (2-byte entries: fewer than 65,536 outcomes)."""
+    from array import array
+
     return array(typecode, bytes(layout.size * array(typecode).itemsize))
 
 
-def narrowed(ids: array, outcomes: int) -> array:
-    """``ids`` in 2-byte entries when the outcome indices fit."""
-    return array("H", ids) if outcomes < 1 << 16 and ids.typecode != "H" else ids
+def widened(ids: array) -> array:
+    """``ids`` in 4-byte entries, for a space with 65,536 outcomes or more."""
+    from array import array
+
+    return array("I", ids)
 
 
 def all_below(ids: memoryview, limit: int) -> bool:

@@ -51,7 +51,7 @@ def to_table(program: Program) -> dict[str, Any]:
             oid = outcome_ids[item] = len(outcomes)
             outcomes.append(item)
             if oid >= 1 << 16 and ids.typecode == "H":
-                ids = artifact.array("I", ids)
+                ids = artifact.widened(ids)
         artifact.paint(ids, layout, box, backend_index, oid)
 
     for backend_index, backend in enumerate(layout.backends):

@@ -288,12 +288,19 @@ class RuleSet:
             if key not in self.extra_inputs:
                 raise InvalidQuery(f"unknown input {key!r}; the rules declare: "
                                    + ", ".join(BUILTIN + self.extra_inputs))
+        point = {"model": model, "platform": plat, "capability": cap, "kv_cache_dtype": kv}
         for name_ in self.extra_inputs:
             value = given.get(name_, self.default_of(name_))
-            valid = self.values(name_)
+            _values, by, scoped, _default, _fallback = self._inputs[name_]
+            # an input scoped by another (prefill_context_parallel by model) has the values of its parent's value
+            valid = self.values(name_) if scoped is None else tuple(scoped.get(point.get(by), ()))
+            if value not in valid and scoped is not None and value in _values:
+                raise InvalidQuery(f"{name_} {value!r} is not declared for {by} {point.get(by)!r}; "
+                                   f"there it is one of: {', '.join(valid)}")
             if value not in valid:
                 raise self._invalid(name_, value, valid)
             extras.append((name_, value))
+            point[name_] = value
         return Query(model, plat, cap, name, kv, tuple(extras)), tuple(notes)
 
     def _capability(self, platform: str, capability: Any, notes: list[Message]) -> str:

@@ -176,8 +176,6 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
 
     def _replan_library(self, plan: DecodePlan) -> None:
         """Everything derived from the lengths, written into the planned buffers."""
-        import torch
-
         st, device, b, s = plan.state, plan.device, plan.batch, plan.seq_q
         if st["major"] == 10:
             st["keep"] = self._keep(plan.topk_length, b, plan.topk, device, st.get("keep"))

@@ -333,18 +333,12 @@ def _same_device(t: Any, device: Any) -> bool:
     return t.is_cuda if device.type == "cuda" else t.device == device
 
 
-class DeepseekV4FlashMLASparseImpl(SparseMLAImpl):
-    """DeepSeek-V4 sparse decode through FlashMLA's ``flash_mla_with_kvcache``.
+class UsesFlashMLABuild:
+    """For impls that run on FlashMLA: the library is :func:`flashmla_build`'s
+    (the ``flash_mla`` package, else vLLM's bundled build), and availability
+    messages name which build, or what is missing and how to install one."""
 
-    The build is :func:`flashmla_build`'s: the ``flash_mla`` package, else vLLM's bundled FlashMLA.
-    """
-
-    impl_name: ClassVar[str] = "DeepseekV4FlashMLASparseImpl"
     library_name: ClassVar[str] = "flash_mla"
-    supported_layouts: ClassVar[frozenset[str]] = frozenset({"fp8_ds_mla"})
-    targets: ClassVar[Mapping[str, frozenset]] = {"cuda": frozenset({9, 10})}
-    kernel_label: ClassVar[str] = "FlashMLA sparse FP8 decode"
-    built_for: ClassVar[str] = "is built for SM90 and the SM100 family"
 
     @classmethod
     def _import_library(cls) -> Any:
@@ -360,6 +354,19 @@ class DeepseekV4FlashMLASparseImpl(SparseMLAImpl):
         if build.source.startswith("vllm") and build.module is module:
             return build.describe()
         return super()._library_label(module)
+
+
+class DeepseekV4FlashMLASparseImpl(UsesFlashMLABuild, SparseMLAImpl):
+    """DeepSeek-V4 sparse decode through FlashMLA's ``flash_mla_with_kvcache``.
+
+    The build is :func:`flashmla_build`'s: the ``flash_mla`` package, else vLLM's bundled FlashMLA.
+    """
+
+    impl_name: ClassVar[str] = "DeepseekV4FlashMLASparseImpl"
+    supported_layouts: ClassVar[frozenset[str]] = frozenset({"fp8_ds_mla"})
+    targets: ClassVar[Mapping[str, frozenset]] = {"cuda": frozenset({9, 10})}
+    kernel_label: ClassVar[str] = "FlashMLA sparse FP8 decode"
+    built_for: ClassVar[str] = "is built for SM90 and the SM100 family"
 
     @classmethod
     def build(cls) -> FlashMLABuild:

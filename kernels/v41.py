@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from .base import DecodeOutput, DecodePlan, KernelUnavailableError, SparseMLAImpl
 from .flashinfer import ENTRY_POINT, DeepseekV4FlashInferMLASparseImpl
-from .flashmla import FLASHMLA_INSTALL_HINT, flashmla_build, load_flashmla, load_vllm_flashmla
+from .flashmla import UsesFlashMLABuild, load_vllm_flashmla
 from .platform import Capability
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -164,32 +164,16 @@ class _WithoutDecodeAdapter(SparseMLAImpl):
         return reason
 
 
-class DeepseekV41FlashMLASparseImpl(_WithoutDecodeAdapter):
+class DeepseekV41FlashMLASparseImpl(UsesFlashMLABuild, _WithoutDecodeAdapter):
     """DeepSeek-V4.1 sparse decode through FlashMLA (SM90, SM10x): availability only."""
 
     impl_name: ClassVar[str] = "DeepseekV41FlashMLASparseImpl"
-    library_name: ClassVar[str] = "flash_mla"
     supported_layouts: ClassVar[frozenset[str]] = frozenset({"fp8_ds_mla_v41"})
     targets: ClassVar[Mapping[str, frozenset]] = {"cuda": frozenset({9, 10})}
     kernel_label: ClassVar[str] = "FlashMLA DeepSeek-V4.1 sparse decode"
     built_for: ClassVar[str] = "is built for SM90 and the SM100 family"
     other_gpu_hint: ClassVar[str] = " (on SM12x use FLASHINFER_MLA_SPARSE_DSV41)"
     no_adapter_reason: ClassVar[str] = _NO_FLASHMLA_ADAPTER
-
-    @classmethod
-    def _import_library(cls) -> Any:
-        return load_flashmla()  # the flash_mla package, else vLLM's bundled build
-
-    @classmethod
-    def _library_missing_reason(cls, exc: BaseException) -> str:
-        return f"no FlashMLA build ({exc}): {FLASHMLA_INSTALL_HINT}"
-
-    @classmethod
-    def _library_label(cls, module: Any) -> str:
-        build = flashmla_build()
-        if build.source.startswith("vllm") and build.module is module:
-            return build.describe()
-        return super()._library_label(module)
 
 
 class DeepseekV41FlashInferMLASparseImpl(DeepseekV4FlashInferMLASparseImpl):

@@ -13,6 +13,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _verify_programs import DEFAULTS, HEAD, VOCAB  # noqa: E402
 
 import dsv4sel  # noqa: E402
+from _rule_text import BACKEND_HEAD  # noqa: E402
 from dsv4sel.codes import CODES, kind_code  # noqa: E402
 from dsv4sel.sources import default_packs  # noqa: E402
 
@@ -28,19 +29,7 @@ def codes_of(report):
     return [(f.file.rsplit("/", 1)[-1], f.code) for f in report.findings]
 
 
-BACKEND = """\
-kind: backend
-backends: [{name}]
-hit_policy: first
-defaults:
-  impl: dsv4sel.kernels.flashmla:DeepseekV4FlashMLASparseImpl
-  layout: fp8_ds_mla
-  cache_dtype: fp8_ds_mla
-  torch_dtype: uint8
-  bytes_per_token: 584
-  block_size: 256
-rules:
-"""
+BACKEND = BACKEND_HEAD
 
 
 def test_load_and_schema_codes(tmp_path):

@@ -133,3 +133,12 @@ def test_apply_changes_nothing_when_an_attribute_is_missing():
         sel.apply(Config(block_size=16))
     config = Config(cache_dtype="auto")
     assert sel.apply(config) == {"cache_dtype": "auto"} and config.cache_dtype == "fp8_ds_mla"
+
+
+def test_an_input_value_declared_for_another_model_is_an_invalid_query():
+    # prefill_context_parallel is declared per model: only DeepSeek-V4.1 has "on"
+    with pytest.raises(InvalidQuery, match="prefill_context_parallel 'on' is not declared for model "
+                                           "'deepseek_v4'; there it is one of: off"):
+        select(platform="cuda", capability="10.0", prefill_context_parallel="on")
+    sel = select(platform="cuda", capability="10.0", model="deepseek_v4_1", prefill_context_parallel="on")
+    assert sel.backend == "FLASHMLA_SPARSE_DSV41"

@@ -19,20 +19,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _cli import ANSI, REPO, run, run_tty  # noqa: E402
 
 import dsv4sel  # noqa: E402
+from _rule_text import BACKEND_HEAD  # noqa: E402
 from dsv4sel import RuleError  # noqa: E402
 
-UNQUOTED = """\
-kind: backend
-backends: [XX_DSV4]
-hit_policy: first
-defaults:
-  impl: dsv4sel.kernels.flashmla:DeepseekV4FlashMLASparseImpl
-  layout: fp8_ds_mla
-  cache_dtype: fp8_ds_mla
-  torch_dtype: uint8
-  bytes_per_token: 584
-  block_size: 256
-rules:
+UNQUOTED = BACKEND_HEAD.format(name="XX_DSV4") + """\
   - id: xx-other-model
     when: {model: {not: deepseek_v4}}
     reject: {reason: deepseek_v4 only}
