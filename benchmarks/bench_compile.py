@@ -13,7 +13,7 @@ points, each with 30 backend choices. For each size, in fresh processes:
 - warm: a new process reading that cache, then one ``select()``;
 - per call: the memoized ``select()`` in that process.
 
-Beyond :data:`dsv4sel.artifact.MAX_INPUTS` the compiler refuses with one
+Beyond :data:`dsv4sel.engine.artifact.MAX_INPUTS` the compiler refuses with one
 RuleError; the last size shows that.
 """
 
@@ -59,9 +59,9 @@ rules:
 CHILD = r"""
 import json, sys, time, timeit
 t0 = time.perf_counter()
-import dsv4sel, dsv4sel.sources
+import dsv4sel, dsv4sel.engine.sources
 try:
-    rules = dsv4sel.load_rules(paths=[*dsv4sel.sources.default_packs(), sys.argv[1]])
+    rules = dsv4sel.load_rules(paths=[*dsv4sel.engine.sources.default_packs(), sys.argv[1]])
 except dsv4sel.RuleError as exc:
     print(json.dumps({"error": str(exc.problems[0])}))
     raise SystemExit(0)

@@ -34,9 +34,10 @@ import sys
 import time
 import tracemalloc
 
-from dsv4sel.model import DEFAULT_TABLE, InputDecl, Outcome, Program, Rule, Table
-from dsv4sel.values import RuleRef
-from dsv4sel.verifier import verify_program
+from dsv4sel.dsv4.profile import PROFILE  # noqa: E402
+from dsv4sel.engine.model import DEFAULT_TABLE, InputDecl, Outcome, Program, Rule, Table
+from dsv4sel.engine.values import RuleRef
+from dsv4sel.check.verifier import verify_program
 
 PLATFORMS = ("p0", "p1", "p2", "p3")
 KV = tuple(f"kv{i:02d}" for i in range(16))
@@ -138,7 +139,7 @@ def synthetic_program(points: int, rules: int, policy: str = "unique", seed: int
     default.rules.append(Rule(RuleRef("route", "synthetic/defaults.yaml", 2), DEFAULT_TABLE, 0, (),
                               Outcome("use", target=BACKEND)))
     return Program(inputs, default, {BACKEND: table}, (BACKEND,), [*default.rules, *all_rules],
-                   ("dsv4sel.kernels",), ("synthetic/defaults.yaml", "synthetic/syn.yaml"))
+                   ("dsv4sel.kernels",), ("synthetic/defaults.yaml", "synthetic/syn.yaml"), PROFILE)
 
 
 def measure(program: Program, repeat: int = 3) -> dict:

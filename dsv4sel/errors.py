@@ -12,7 +12,7 @@ from .record import Frozen
 
 class Problem(Frozen):
     """One problem in one rule file, located at ``file:line:column`` (1-based),
-    with the stable ``code`` of its kind (``DSV301``...; see :mod:`dsv4sel.codes`),
+    with the stable ``code`` of its kind (``DSV301``...; see :mod:`dsv4sel.engine.codes`),
     set where the problem is found: callers and tests match codes, never text."""
 
     __slots__ = ("file", "line", "column", "message", "code")

@@ -20,8 +20,8 @@ import threading
 from typing import Any
 
 from . import select
-from .platform import detect
-from .values import Selection
+from .dsv4.platform import detect
+from .dsv4.selection import Selection
 
 logger = logging.getLogger("dsv4sel")
 _logged: set[tuple[int, str]] = set()

@@ -114,7 +114,7 @@ def probe_torch() -> tuple[tuple[str, str | None] | None, str]:
     ``torch.version.hip`` means rocm (capability = the gfx arch, e.g.
     ``"gfx942:sramecc+:xnack-"``); CUDA available means cuda (``"major.minor"``);
     an available XPU means xpu (no capability). This is the one place that asks
-    torch: the kernels' dispatch and the core's ``dsv4sel.platform.detect`` use it.
+    torch: the kernels' dispatch and the core's ``dsv4sel.dsv4.platform.detect`` use it.
     """
     torch, problem = import_torch()
     if torch is None:

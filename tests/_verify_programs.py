@@ -2,10 +2,10 @@
 
 A *spec* is plain data: a vocabulary, a default table and backend tables
 with rules. :func:`build` turns it into a real
-:class:`~dsv4sel.compile.Program` (the verifier under test is the real
+:class:`~dsv4sel.engine.compile.Program` (the verifier under test is the real
 one); :func:`to_yaml_files` writes it as rule files for the real pipeline;
 :class:`Reference` answers every question by visiting every input, the
-slow and obvious way, independently of :mod:`dsv4sel.space`/`scan`.
+slow and obvious way, independently of :mod:`dsv4sel.engine.space`/`scan`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
-from dsv4sel.model import DEFAULT_TABLE, InputDecl, Outcome, Program, Rule, Table, render
-from dsv4sel.values import RuleRef
+from dsv4sel.dsv4.profile import PROFILE
+from dsv4sel.engine.model import DEFAULT_TABLE, InputDecl, Outcome, Program, Rule, Table, render
+from dsv4sel.engine.values import RuleRef
 
 IMPL = "dsv4sel.kernels.reference:DeepseekV4ReferenceSparseImpl"
 BASE_FIELDS = {"impl": IMPL, "layout": "fp8_ds_mla", "cache_dtype": "fp8_ds_mla", "torch_dtype": "uint8",
@@ -78,7 +79,7 @@ def build(spec: Spec) -> Program:
             tables[name] = table
             backends.append(name)
     return Program(inputs, default, tables, tuple(backends), all_rules, ("dsv4sel.kernels",),
-                   tuple(dict.fromkeys(t.file for t in [default, *tables.values()])))
+                   tuple(dict.fromkeys(t.file for t in [default, *tables.values()])), PROFILE)
 
 
 def to_yaml_files(spec: Spec) -> dict[str, str]:

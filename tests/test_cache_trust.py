@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 import dsv4sel
-from dsv4sel import cache, sources
-from dsv4sel.ruleset import CorruptTable, RuleSet
+from dsv4sel.dsv4.profile import PROFILE  # noqa: E402
+from dsv4sel.engine import cache, sources
+from dsv4sel.engine.ruleset import CorruptTable
+from dsv4sel.dsv4.rules import RuleSet
 
 from conftest import REPO as _REPO
 
@@ -109,11 +111,11 @@ def test_a_hand_edited_impl_is_neither_named_nor_imported(truth, monkeypatch):
 
 @pytest.fixture(scope="module")
 def fresh_table():
-    from dsv4sel.build import build_program
+    from dsv4sel.engine.build import build_program
 
-    from dsv4sel.lower import to_table
+    from dsv4sel.engine.lower import to_table
 
-    return to_table(build_program(sources.shipped_sources(), dsv4sel.DEFAULT_ALLOWED_IMPL_MODULES))
+    return to_table(build_program(sources.shipped_sources(), dsv4sel.DEFAULT_ALLOWED_IMPL_MODULES, PROFILE))
 
 
 @pytest.mark.parametrize("damage", [

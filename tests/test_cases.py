@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 import dsv4sel
-from dsv4sel.verifier import verify
+from dsv4sel.api import verify
 
 CASES = Path(__file__).with_name("cases")
 FILES = sorted(p for p in CASES.glob("*.yaml"))

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import dsv4sel
-from dsv4sel.values import Query, Selection
+from dsv4sel.dsv4.selection import Query, Selection
 
 from _cli import REPO, run
 
@@ -111,7 +111,7 @@ def test_every_row_is_what_select_says_and_every_selection_has_a_row(matrix, rul
 
 
 def test_unsupported_capabilities_really_select_nothing(matrix, rules):
-    from dsv4sel.probe import extra_combos
+    from dsv4sel.tools.probe import extra_combos
 
     assert matrix["unsupported"], "the shipped rules leave old CUDA capabilities unsupported"
     for u in matrix["unsupported"]:

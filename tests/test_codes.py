@@ -1,4 +1,4 @@
-"""Every problem and finding has a stable code (dsv4sel.codes): each code is held
+"""Every problem and finding has a stable code (dsv4sel.engine.codes): each code is held
 here to a real rule file that produces it, through the real pipeline."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from _verify_programs import DEFAULTS, HEAD, VOCAB  # noqa: E402
 
 import dsv4sel  # noqa: E402
 from _rule_text import BACKEND_HEAD  # noqa: E402
-from dsv4sel.codes import CODES, kind_code  # noqa: E402
-from dsv4sel.sources import default_packs  # noqa: E402
+from dsv4sel.engine.codes import CODES, kind_code  # noqa: E402
+from dsv4sel.engine.sources import default_packs  # noqa: E402
 
 
 def write(directory, files):
@@ -170,7 +170,7 @@ def test_every_code_is_documented_and_classified():
 
 def test_codes_are_set_where_problems_are_found_not_read_from_their_text():
     # a message that reads like another kind of problem keeps its own code
-    from dsv4sel.load import load_text
+    from dsv4sel.engine.load import load_text
 
     _, problems = load_text('kind: "duplicate key"\nkind: x\n', "t.yaml")
     assert [(p.code, p.line) for p in problems] == [("DSV106", 2)]

@@ -20,12 +20,13 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _verify_programs import build, specs  # noqa: E402
 
 import dsv4sel  # noqa: E402
-from dsv4sel import artifact  # noqa: E402
-from dsv4sel.build import build_program  # noqa: E402
-from dsv4sel.lower import to_table  # noqa: E402
-from dsv4sel.ruleset import RuleSet  # noqa: E402
-from dsv4sel.sources import shipped_sources  # noqa: E402
-from dsv4sel.verifier import verify_program  # noqa: E402
+from dsv4sel.dsv4.profile import PROFILE  # noqa: E402
+from dsv4sel.engine import artifact  # noqa: E402
+from dsv4sel.engine.build import build_program  # noqa: E402
+from dsv4sel.engine.lower import to_table  # noqa: E402
+from dsv4sel.dsv4.rules import RuleSet  # noqa: E402
+from dsv4sel.engine.sources import shipped_sources  # noqa: E402
+from dsv4sel.check.verifier import verify_program  # noqa: E402
 
 
 def resolved_row(program, backend, point) -> tuple:
@@ -61,7 +62,7 @@ def assert_table_equals_resolution(program) -> int:
 
 
 def test_the_shipped_rules_compile_to_what_resolution_decides():
-    program = build_program(shipped_sources(), dsv4sel.DEFAULT_ALLOWED_IMPL_MODULES)
+    program = build_program(shipped_sources(), dsv4sel.DEFAULT_ALLOWED_IMPL_MODULES, PROFILE)
     rules = dsv4sel.default_rules()
     assert assert_table_equals_resolution(program) == rules.size
 
@@ -84,7 +85,7 @@ def test_runs_of_set_bits(bits, runs):
 
 
 def test_a_space_beyond_the_compiled_form_is_one_rule_error(monkeypatch):
-    program = build_program(shipped_sources(), dsv4sel.DEFAULT_ALLOWED_IMPL_MODULES)
+    program = build_program(shipped_sources(), dsv4sel.DEFAULT_ALLOWED_IMPL_MODULES, PROFILE)
     size = dsv4sel.default_rules().size
     monkeypatch.setattr(artifact, "MAX_INPUTS", size - 1)
     with pytest.raises(dsv4sel.RuleError) as info:

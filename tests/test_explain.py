@@ -1,4 +1,4 @@
-"""The explanation model (dsv4sel.explain), in process: outcome, path with
+"""The explanation model (dsv4sel.tools.explain), in process: outcome, path with
 file:line, rewrites, why-not per backend, blocked_by, nearest alternatives and
 the JSON layout. Locations are derived from the rule files, never hard-coded."""
 
@@ -11,7 +11,7 @@ import pytest
 
 import dsv4sel
 from dsv4sel import InvalidQuery, SelectionError
-from dsv4sel.explain import BLOCKED_BY, Explanation, explain
+from dsv4sel.tools.explain import BLOCKED_BY, Explanation, explain
 from dsv4sel.record import FrozenError
 
 from _cli import rule_line
@@ -188,7 +188,7 @@ def test_explanations_agree_with_the_evaluator_over_the_space(rules):
     give distinct caches; nothing is suggested when nothing nearby works.
     (RuleSet.outcome is the oracle: select() would build suggestions on every
     rejection, which makes this sweep minutes instead of seconds.)"""
-    from dsv4sel.values import Selection
+    from dsv4sel.dsv4.selection import Selection
 
     def decide(**kwargs):
         query, notes = rules.normalize(**kwargs)

@@ -1,6 +1,6 @@
 """The one definition of ``P.x`` families, read by the compiler and written by cubes and the matrix."""
 
-from dsv4sel.families import compact, family_of, is_family, members
+from dsv4sel.engine.families import compact, family_of, is_family, members
 
 CUDA = ("7.0", "7.5", "9.0", "10.0", "10.3", "11.0", "unknown")
 

@@ -17,8 +17,8 @@ import pytest
 
 import dsv4sel
 from dsv4sel import RuleError
-from dsv4sel.load import MAX_FILE_BYTES
-from dsv4sel.sources import default_packs
+from dsv4sel.engine.load import MAX_FILE_BYTES
+from dsv4sel.engine.sources import default_packs
 
 from _cli import COMMAND, environ
 
@@ -66,7 +66,7 @@ def assert_one_clean_error(proc: subprocess.CompletedProcess, error: str) -> Non
     assert not any(c in text for c in RAW_CONTROL), "a control character reached the output"
 
 
-#: The code each corpus file's problem carries (:mod:`dsv4sel.codes`).
+#: The code each corpus file's problem carries (:mod:`dsv4sel.engine.codes`).
 CODES = {
     "bidi_in_message": "DSV109", "billion_laughs": "DSV108", "deep_nesting": "DSV108", "duplicate_key": "DSV106",
     "escape_in_reason": "DSV109", "escape_in_rule_id": "DSV109", "float_integer": "DSV201",
@@ -107,7 +107,7 @@ def test_the_cli_gives_one_located_error_in_bounded_time_and_memory(path, comman
 def test_select_raises_rule_error_for_a_hostile_pack_on_the_rules_path(tmp_path, monkeypatch):
     pack = pack_with(tmp_path, CORPUS / "billion_laughs.yaml")
     monkeypatch.setenv("DSV4SEL_RULES_PATH", str(pack))
-    monkeypatch.setattr(dsv4sel, "_default", None)
+    monkeypatch.setattr(dsv4sel.api, "_default", None)
     with pytest.raises(RuleError) as info:
         dsv4sel.select(platform="cuda", capability="9.0")
     assert "expands to more than 100000 YAML nodes" in str(info.value)
@@ -185,7 +185,7 @@ def test_a_file_name_with_control_characters_is_shown_escaped(tmp_path):
     ("8.0", 8.0), (".inf", float("inf")),
 ])
 def test_scalars_follow_the_yaml_1_2_core_schema(text, value):
-    from dsv4sel.load import load_text
+    from dsv4sel.engine.load import load_text
 
     loaded, problems = load_text(f"v: {text}\n", "t.yaml")
     assert problems == [] and loaded.data["v"] == value and type(loaded.data["v"]) is type(value)
@@ -193,7 +193,7 @@ def test_scalars_follow_the_yaml_1_2_core_schema(text, value):
 
 def test_aliases_within_bounds_still_work(tmp_path, monkeypatch):
     # the shipped rules share messages through anchors; a bounded expansion keeps that working
-    from dsv4sel.load import load_text
+    from dsv4sel.engine.load import load_text
 
     loaded, problems = load_text("a: &m [x, y]\nb: *m\nc: *m\n", "t.yaml")
     assert problems == [] and loaded.data == {"a": ["x", "y"], "b": ["x", "y"], "c": ["x", "y"]}

@@ -9,7 +9,7 @@ import types
 import pytest
 
 import dsv4sel
-from dsv4sel import hosts
+from dsv4sel.engine import hosts
 from dsv4sel.errors import RuleError
 
 

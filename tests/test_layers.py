@@ -22,25 +22,25 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Bottom first. A module may import its own layer and the layers below it.
+#: A name stands for the module or, for a package, every module in it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation: values, errors, text, the compiled format, the space algebra", (
-        "_version", "record", "text", "suggest", "families", "capability", "codes", "hints", "errors", "values", "artifact", "hosts",
-        "space", "scan", "flow")),
-    ("engine: sources, load, validate, compile, cache, evaluate; machine detection", (
-        "sources", "cache", "load", "validate", "model", "compile", "lower", "build", "ruleset", "alternatives",
-        "platform")),
-    ("verifier: dsv4sel check", ("findings", "cubes", "outcomes", "check_context", "check_tables", "check_flow",
-                                 "check_selections", "verifier")),
-    ("face: the public API", ("__init__",)),
-    ("operator tools and embeddings", (
-        "probe", "explain", "matrix", "diff", "doctor", "testcases", "vllm", "vllm_plugin")),
+    ("foundation: the version, frozen values, the exceptions", ("_version", "record", "errors")),
+    ("engine foundation: results, codes, the compiled format, the space algebra", tuple(f"engine.{m}" for m in (
+        "text", "suggest", "families", "codes", "hints", "values", "profile", "artifact", "hosts",
+        "space", "scan", "flow"))),
+    ("engine: sources, load, validate, compile, lower, cache, evaluate", ("engine",)),
+    ("dsv4: the DeepSeek-V4 profile handed to the engine, and machine detection", ("dsv4",)),
+    ("check: the verifier", ("check",)),
+    ("face: the public API", ("__init__", "api")),
+    ("operator tools and embeddings", ("tools", "vllm", "vllm_plugin")),
     ("cli", ("cli",)),
 )
 #: What the serving path (``import dsv4sel`` + ``select()``) may not import at module level.
-SERVING = ("__init__", "ruleset", "artifact", "values", "errors", "record", "cache", "sources", "capability",
-           "text", "_version", "codes", "suggest")
-COMPILE_ONLY = ("yaml", "jsonschema", "torch", "dsv4sel.load", "dsv4sel.validate", "dsv4sel.compile",
-                "dsv4sel.build", "dsv4sel.verifier")
+SERVING = ("__init__", "api", "engine.ruleset", "engine.artifact", "engine.values", "errors", "record",
+           "engine.cache", "engine.sources", "engine.profile", "dsv4.profile", "dsv4.rules", "dsv4.selection",
+           "engine.text", "_version", "engine.codes", "engine.suggest")
+COMPILE_ONLY = ("yaml", "jsonschema", "torch", "dsv4sel.engine.load", "dsv4sel.engine.validate",
+                "dsv4sel.engine.compile", "dsv4sel.engine.build", "dsv4sel.engine.lower", "dsv4sel.check")
 
 
 def _modules() -> dict[str, Path]:
@@ -83,9 +83,13 @@ def layer_of(module: str) -> int | None:
     if module.startswith("dsv4sel.kernels"):
         return None
     short = module[len("dsv4sel."):] if module != "dsv4sel" else "__init__"
+    best = None  # the longest member naming the module or a package above it
     for index, (_, members) in enumerate(LAYERS):
-        if short in members or short.split(".")[0] in members:
-            return index
+        for member in members:
+            if (short == member or short.startswith(member + ".")) and (best is None or len(member) > best[1]):
+                best = (index, len(member))
+    if best is not None:
+        return best[0]
     raise AssertionError(f"{module} has no layer: add it to LAYERS in tests/test_layers.py")
 
 
@@ -115,7 +119,7 @@ def test_the_core_reaches_the_kernels_only_through_the_platform_probe():
     # impl classes are named by strings in the rules and loaded from the allow-list
     reach = sorted((m, t) for m in MODULES if not m.startswith("dsv4sel.kernels")
                    for t in GRAPH[m] if t.startswith("dsv4sel.kernels"))
-    assert reach == [("dsv4sel.platform", "dsv4sel.kernels.platform")]
+    assert reach == [("dsv4sel.dsv4.platform", "dsv4sel.kernels.platform")]
 
 
 def test_there_is_no_import_cycle():
@@ -142,6 +146,8 @@ def test_there_is_no_import_cycle():
 @pytest.mark.parametrize("short", SERVING)
 def test_the_serving_path_imports_no_compiler_at_module_level(short):
     module = "dsv4sel" if short == "__init__" else f"dsv4sel.{short}"
+    if module not in MODULES:
+        pytest.fail(f"{module} is named in SERVING but does not exist")
     found = imports(module, MODULES[module], module_level_only=True)
     assert not [m for m in found if m in COMPILE_ONLY or m.split(".")[0] in COMPILE_ONLY]
 
@@ -152,6 +158,40 @@ def test_no_module_reads_a_private_attribute_of_the_rule_set():
 
     private = re.compile(r"\b(?:rules|ruleset|old|new)\._[a-z]\w*")
     found = [(str(path.relative_to(ROOT)), match.group())
-             for name, path in MODULES.items() if name != "dsv4sel.ruleset"
+             for name, path in MODULES.items() if name != "dsv4sel.engine.ruleset"
              for match in private.finditer(path.read_text())]
     assert found == []
+
+
+#: What only the DeepSeek-V4 profile may know: its inputs, select fields, words and hosts.
+DOMAIN_WORDS = ("deepseek", "kv_cache_dtype", "cache_dtype", "torch", "bytes_per_token", "block_size",
+                "capability", "platform", "vllm", "attention", "flashmla", "flashinfer")
+
+
+def _code_words(path: Path) -> set[str]:
+    """Identifiers and non-docstring string constants of a module: its code, not its prose."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant) and isinstance(node.body[0].value.value, str)}
+    words = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            words.add(node.value)
+        elif isinstance(node, ast.Name):
+            words.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            words.add(node.attr)
+        elif isinstance(node, ast.arg):
+            words.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            words.add(node.name)
+    return words
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("dsv4sel.engine")))
+def test_the_engine_knows_no_deepseek(module):
+    # the profile (dsv4sel.dsv4.profile) hands the engine what these words mean
+    found = sorted({word for text in _code_words(MODULES[module]) for word in DOMAIN_WORDS if word in text.lower()})
+    assert found == [], f"{module} names DeepSeek-V4 things in its code: {found}"

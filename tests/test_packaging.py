@@ -104,7 +104,7 @@ def test_the_installed_command_runs_its_commands_without_torch(fresh_venv):
 
 
 def test_the_installed_package_selects_with_its_packaged_rules(fresh_venv):
-    code = ("import dsv4sel, dsv4sel.sources as s, sys\n"
+    code = ("import dsv4sel, dsv4sel.engine.sources as s, sys\n"
             "sel = dsv4sel.select(platform='cuda', capability='9.0')\n"
             "print(s.shipped_rules_dir().startswith(sys.prefix), sel.backend, sel.rule.file,\n"
             "      'torch' in sys.modules, 'yaml' in sys.modules)")

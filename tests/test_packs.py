@@ -10,7 +10,7 @@ import pytest
 
 import dsv4sel
 from dsv4sel import RuleError
-from dsv4sel.sources import default_packs, directory_pack
+from dsv4sel.engine.sources import default_packs, directory_pack
 
 from conftest import REPO
 

@@ -164,12 +164,12 @@ def test_a_missing_path_is_a_located_problem(tmp_path):
 def test_a_missing_compiler_dependency_is_named_with_its_fix(write_rules, monkeypatch):
     import sys
 
-    from dsv4sel import validate
+    from dsv4sel.engine import validate
 
-    validate._validator.cache_clear()
+    validate.validator.cache_clear()
     monkeypatch.setitem(sys.modules, "jsonschema", None)  # makes `import jsonschema` fail
     try:
         with pytest.raises(ImportError, match="needs jsonschema to compile rule files.*pip install jsonschema"):
             load(write_rules, use_cache=False)
     finally:
-        validate._validator.cache_clear()
+        validate.validator.cache_clear()

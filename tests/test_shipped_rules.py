@@ -208,7 +208,7 @@ def test_selection_names_the_deciding_rule_file_and_line():
     sel = select(platform="cuda", capability="9.0", kv_cache_dtype="fp8_ds_mla")
     assert sel.rule.id == "flashmla-fp8-ds-mla"
     assert sel.rule.file == "rules/flashmla.yaml"
-    from dsv4sel.sources import shipped_rules_dir
+    from dsv4sel.engine.sources import shipped_rules_dir
 
     with open(shipped_rules_dir() + "/flashmla.yaml") as fh:
         lines = fh.read().splitlines()

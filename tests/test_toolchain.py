@@ -211,19 +211,19 @@ def test_a_pack_alone_gets_one_problem_saying_how_to_add_it(tmp_path):
         dsv4sel.load_rules([str(pack)])
     (problem,) = info.value.problems
     assert problem.code == "DSV306"
-    assert "load_rules([*dsv4sel.sources.default_packs(), DIR])" in problem.message
+    assert "load_rules([*dsv4sel.engine.sources.default_packs(), DIR])" in problem.message
 
 
 def test_allowed_impl_modules_add_to_the_defaults(tmp_path):
     example = REPO / "examples" / "b12x-pack" / "dsv4sel_b12x" / "rules"
-    rules = dsv4sel.load_rules([*dsv4sel.sources.default_packs(), str(example)],
+    rules = dsv4sel.load_rules([*dsv4sel.engine.sources.default_packs(), str(example)],
                                allowed_impl_modules=("dsv4sel_b12x",))
     assert rules.allowed_impl_modules[:2] == ("dsv4sel.kernels", "dsv4sel_b12x")
     assert dsv4sel.select(platform="cuda", capability="9.0", rules=rules).backend == "FLASHMLA_SPARSE_DSV4"
     # and verify() agrees
     sys.path.insert(0, str(REPO / "examples" / "b12x-pack"))
     try:
-        assert dsv4sel.verify([*dsv4sel.sources.default_packs(), str(example)],
+        assert dsv4sel.verify([*dsv4sel.engine.sources.default_packs(), str(example)],
                               allowed_impl_modules="dsv4sel_b12x").ok
     finally:
         sys.path.remove(str(REPO / "examples" / "b12x-pack"))

@@ -18,23 +18,25 @@ from test_cases import case_report  # noqa: E402
 from test_verify_properties import gap_inputs  # noqa: E402
 
 import dsv4sel  # noqa: E402
-from dsv4sel.cubes import describe  # noqa: E402
-from dsv4sel.space import merge  # noqa: E402
-from dsv4sel.findings import VerifyError  # noqa: E402
-from dsv4sel.verifier import verify, verify_program  # noqa: E402
+from dsv4sel.dsv4.profile import PROFILE  # noqa: E402
+from dsv4sel.check.cubes import describe  # noqa: E402
+from dsv4sel.engine.space import merge  # noqa: E402
+from dsv4sel.check.findings import VerifyError  # noqa: E402
+from dsv4sel.api import verify  # noqa: E402
+from dsv4sel.check.verifier import verify_program  # noqa: E402
 
 STRUCTURAL = ("gap", "overlap", "redundant", "shadowed", "dead", "fixpoint", "dangling", "cycle", "vocabulary",
               "schema", "load", "compile")
 
 
 def shipped_program():
-    from dsv4sel import sources
-    from dsv4sel.build import build_program
+    from dsv4sel.engine import sources
+    from dsv4sel.engine.build import build_program
 
     packs = sources.default_packs()
     srcs = [s for p in packs for s in p.sources()]
     allowed = tuple(dict.fromkeys((*dsv4sel.DEFAULT_ALLOWED_IMPL_MODULES, *(m for p in packs for m in p.impl_modules))))
-    return build_program(srcs, allowed)
+    return build_program(srcs, allowed, PROFILE)
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +98,8 @@ def test_import_stays_light_and_verify_stays_a_function():
         import sys, dsv4sel
         heavy = [m for m in ("yaml", "jsonschema", "torch") if m in sys.modules]
         assert not heavy, heavy
-        import dsv4sel.verifier, dsv4sel.findings
-        assert callable(dsv4sel.verify) and dsv4sel.verify is dsv4sel.verifier.verify
+        import dsv4sel.check.verifier, dsv4sel.check.findings
+        assert callable(dsv4sel.verify) and dsv4sel.verify is dsv4sel.api.verify
         assert dsv4sel.VerifyError.__mro__[1] is ValueError
         assert "torch" not in sys.modules
         print("ok")
@@ -213,16 +215,16 @@ def test_benchmark_table_agrees_with_brute_force():
 def test_layouts_can_be_given_and_a_broken_layout_module_is_a_finding(write_rules, monkeypatch):
     from types import SimpleNamespace
 
-    from dsv4sel import outcomes
-    from dsv4sel.build import build_program
-    from dsv4sel.sources import expand
+    from dsv4sel.check import outcomes
+    from dsv4sel.engine.build import build_program
+    from dsv4sel.engine.sources import expand
 
     directory = write_rules({"vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULTS,
                              "a.yaml": HEAD.format(policy="first") + CATCH_ALL})
-    program = build_program(expand(directory), ("dsv4sel.kernels",))
+    program = build_program(expand(directory), ("dsv4sel.kernels",), PROFILE)
     assert verify_program(program).ok  # reject-only: nothing selected, nothing to check
     directory = write_rules({"a.yaml": HEAD.format(policy="first") + "  - id: a-sel\n    select: {}\n"})
-    program = build_program(expand(directory), ("dsv4sel.kernels",))
+    program = build_program(expand(directory), ("dsv4sel.kernels",), PROFILE)
     own = {"fp8_ds_mla": SimpleNamespace(bytes_per_token=600, torch_dtype_name="uint8")}
     (finding,) = verify_program(program, layouts=own).findings
     assert finding.kind == "consistency" and "600" in finding.message

@@ -21,7 +21,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _verify_programs import Reference, Spec, build, specs, to_yaml_files  # noqa: E402
 
 import dsv4sel  # noqa: E402
-from dsv4sel.verifier import verify, verify_program  # noqa: E402
+from dsv4sel.api import verify  # noqa: E402
+from dsv4sel.check.verifier import verify_program  # noqa: E402
 
 # The conftest's autouse cache fixture is function-scoped; it only points the
 # compiled-rules cache at a temp dir, which is harmless to share across examples.

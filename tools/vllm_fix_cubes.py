@@ -19,9 +19,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import dsv4sel  # noqa: E402
-from dsv4sel.cubes import describe  # noqa: E402
-from dsv4sel.space import merge  # noqa: E402
-from dsv4sel.diff import _summary, describe_outcome  # noqa: E402
+from dsv4sel.check.cubes import describe  # noqa: E402
+from dsv4sel.engine.space import merge  # noqa: E402
+from dsv4sel.tools.diff import _summary, describe_outcome  # noqa: E402
 
 COMPAT = os.path.join(ROOT, "rules", "compat", "vllm-0.33")
 FIXES = {

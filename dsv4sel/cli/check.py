@@ -3,7 +3,7 @@
 Prints every finding (``file:line[:column]: severity [kind] message``, then
 the rules involved and one concrete input), the coverage figures (inputs
 that select, reject or are undecided; per requested backend and per rule)
-and a summary line. ``--json`` prints :meth:`dsv4sel.findings.Report.to_dict`
+and a summary line. ``--json`` prints :meth:`dsv4sel.check.findings.Report.to_dict`
 instead. ``--rules`` adds packs on top of the default rule set and
 ``--only-rules`` checks them alone, as for the other subcommands. Exit
 status: 0 clean, 1 findings, 2 unusable input (a path that does not exist,
@@ -57,7 +57,7 @@ def _positional_packs(paths: list[str]) -> list[str]:
     given, a rule file as its directory (a pack is a directory; its other
     files belong to the decision), test files skipped. A missing path is kept
     so that verification reports it."""
-    from ..testcases import _looks_like_tests
+    from ..tools.testcases import _looks_like_tests
 
     out = []
     for path in paths:
@@ -73,9 +73,9 @@ def run(args: argparse.Namespace) -> int:
     if args.only_rules and not (args.rules or args.paths):
         print("dsv4sel check: --only-rules needs at least one --rules PATH", file=sys.stderr)
         return EXIT_USAGE
-    from ..findings import VerifyError
-    from ..sources import default_packs
-    from ..verifier import verify
+    from ..check.findings import VerifyError
+    from ..engine.sources import default_packs
+    from ..api import verify
 
     paths = rule_paths(args)
     if args.paths:

@@ -27,7 +27,7 @@ def add_allow_option(parser) -> None:
 
 def rule_paths(args: argparse.Namespace) -> list | None:
     """The ``paths`` argument for :func:`dsv4sel.load_rules` (None: the default set)."""
-    from ..sources import default_packs
+    from ..engine.sources import default_packs
 
     if not getattr(args, "rules", None):
         return None
@@ -37,7 +37,7 @@ def rule_paths(args: argparse.Namespace) -> list | None:
 
 
 def allowed_modules(args: argparse.Namespace) -> tuple[str, ...] | None:
-    from ..values import DEFAULT_ALLOWED_IMPL_MODULES
+    from ..dsv4.profile import DEFAULT_ALLOWED_IMPL_MODULES
 
     extra = getattr(args, "allow_impl_module", None)
     return (*DEFAULT_ALLOWED_IMPL_MODULES, *extra) if extra else None

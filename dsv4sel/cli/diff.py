@@ -28,8 +28,8 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .. import load_rules
-    from ..diff import describe_outcome, diff
-    from ..sources import default_packs
+    from ..tools.diff import describe_outcome, diff
+    from ..engine.sources import default_packs
     from .common import allowed_modules
 
     allowed = allowed_modules(args)

@@ -1,6 +1,6 @@
 """``dsv4sel doctor``: what this machine is, what the rules pick on it, what can run.
 
-The findings come from :func:`dsv4sel.doctor.build_report`; this module
+The findings come from :func:`dsv4sel.tools.doctor.build_report`; this module
 parses arguments, renders the report (aligned text, or ``--json``) and sets
 the exit status: 0 when the ``auto`` selection's impl can run, 1 when it
 cannot (platform not detected, ``auto`` rejected, impl unavailable), 2 for
@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..doctor import UnknownPlatform, build_report
+    from ..tools.doctor import UnknownPlatform, build_report
     from .common import load
     from .output import error
 

@@ -1,8 +1,8 @@
-"""The human-readable rendering of a :class:`dsv4sel.doctor.Report`."""
+"""The human-readable rendering of a :class:`dsv4sel.tools.doctor.Report`."""
 
 from __future__ import annotations
 
-from ..ruleset import Rejection
+from ..dsv4.rules import Rejection
 from .output import Style, align, where
 
 

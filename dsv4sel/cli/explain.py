@@ -1,6 +1,6 @@
 """``dsv4sel explain``: why this backend and cache format for one query.
 
-Renders a :class:`dsv4sel.explain.Explanation` for people (aligned, coloured
+Renders a :class:`dsv4sel.tools.explain.Explanation` for people (aligned, coloured
 only on a terminal) or, with ``--json``, as one JSON object (keys documented
 in docs/cli.md). Exit 0 when the query selects, 1 when it is rejected, 2 for
 bad arguments or rule files. With a warm compiled cache this command imports
@@ -45,7 +45,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import InvalidQuery
-    from ..explain import explain
+    from ..tools.explain import explain
     from .common import load
     from .options import parse_inputs
     from .output import error
@@ -57,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
     rules = load(args)  # a RuleError reaches cli.main: exit 2 with file:line:column
     platform, capability, detected = args.platform, args.capability, False
     if args.detect:
-        from ..doctor import probe_inputs
-        from ..platform import detect
+        from ..tools.doctor import probe_inputs
+        from ..dsv4.platform import detect
 
         # detect() imports torch through kernels.platform.import_torch, which keeps torch's NumPy warning quiet
         try:
@@ -112,7 +112,7 @@ def _pack(rule) -> str:
 
 def render(ex, style, detected: bool = False) -> list[str]:
     """The human-readable report, one string per line (no colour when ``style`` is off)."""
-    from ..alternatives import flag
+    from ..dsv4.alternatives import flag
     from .output import align, where
 
     q = ex.query

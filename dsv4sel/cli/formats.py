@@ -35,7 +35,7 @@ def _escape_property(text: str) -> str:
 def github(diagnostics) -> str:
     """``::error file=F,line=L,col=C,title=CODE::message`` per diagnostic
     (workflow commands; ``warning`` for warnings)."""
-    from ..codes import title
+    from ..engine.codes import title
 
     out = []
     for d in diagnostics:
@@ -62,7 +62,7 @@ def sarif(diagnostics) -> str:
     import json
 
     from .._version import __version__
-    from ..codes import CODES, title
+    from ..engine.codes import CODES, title
 
     diagnostics = list(diagnostics)
     used = sorted({d.code for d in diagnostics})

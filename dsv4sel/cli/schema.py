@@ -30,10 +30,12 @@ def add_parser(sub) -> None:
 
 
 def path_of(which: str) -> str:
+    from ..dsv4.profile import PROFILE
+
     if which == "tests":
-        from ..testcases import SCHEMA_PATH
+        from ..tools.testcases import SCHEMA_PATH
     else:
-        from ..validate import SCHEMA_PATH
+        return PROFILE.schema
     return SCHEMA_PATH
 
 

@@ -3,7 +3,7 @@
 :func:`safe_streams` wraps ``sys.stdout`` and ``sys.stderr`` for one command:
 
 - control characters are written as ``\\xNN`` escapes (see
-  :mod:`dsv4sel.text`), except the colour sequences ``Style`` writes, and
+  :mod:`dsv4sel.engine.text`), except the colour sequences ``Style`` writes, and
   those only on a terminal that gets colour: text from a rule file, a file
   name or a query can never clear the screen or forge coloured output;
 - characters the stream's encoding lacks become backslash escapes instead of
@@ -23,7 +23,7 @@ import re
 import sys
 from contextlib import contextmanager
 
-from ..text import control_character, escape
+from ..engine.text import control_character, escape
 from .output import colour_wanted
 
 _SGR = re.compile(r"\x1b\[[0-9;]*m")

@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..matrix import build_matrix
+    from ..tools.matrix import build_matrix
     from .common import load
     from .output import error
 

@@ -48,7 +48,7 @@ def _scope(args) -> tuple[set[str] | None, str]:
     (each once, as load_rules loads them), else every rule."""
     if not args.rules:
         return None, "all rules"
-    from ..sources import default_packs, directory_pack, unique_packs
+    from ..engine.sources import default_packs, directory_pack, unique_packs
 
     named = {os.path.realpath(p) for p in args.rules}
     base = [] if args.only_rules else default_packs()
@@ -59,7 +59,7 @@ def _scope(args) -> tuple[set[str] | None, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..testcases import TestFileError, load_cases, run_tests
+    from ..tools.testcases import TestFileError, load_cases, run_tests
     from .common import load
     from .output import error
 

@@ -48,7 +48,7 @@ import threading
 from typing import Any, Callable
 
 from ..errors import SelectionError
-from ..hosts import version_matches
+from ..engine.hosts import version_matches
 
 #: vLLM versions this plugin's targets and config reading are written for.
 SUPPORTED = ">=0.33.0,<0.34"

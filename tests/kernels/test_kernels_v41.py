@@ -21,7 +21,7 @@ import torch
 
 import dsv4sel
 import dsv4sel.kernels as kernels
-from dsv4sel.values import Query
+from dsv4sel.dsv4.selection import Query
 from kernel_fixtures import fake_module, gen, no_libraries  # noqa: F401  (pytest fixtures)
 from dsv4sel.kernels.base import SparseMLAImpl
 from dsv4sel.kernels.errors import KernelUnavailableError, UnsupportedLayoutError
@@ -260,7 +260,7 @@ def test_mega_probe_answers_for_this_machine() -> None:
 
 
 def test_doctor_fills_mega_attn_from_the_probe() -> None:
-    from dsv4sel.doctor import probe_inputs
+    from dsv4sel.tools.doctor import probe_inputs
 
     rules = dsv4sel.default_rules()
     (probe,) = [p for p in probe_inputs(rules, "cpu", None) if p.name == "mega_attn"]
@@ -281,7 +281,7 @@ _lib.define("fused_norm_rope_attn_rope_cast_decode(Tensor q) -> Tensor[]")
 _PROBE_SCRIPT = """
 import sys
 import dsv4sel
-from dsv4sel.doctor import probe_inputs
+from dsv4sel.tools.doctor import probe_inputs
 from dsv4sel.kernels.v41 import DeepseekV41MegaAttnImpl as M
 
 sys.modules["vllm"] = None  # only the fake flash_mla may register the op

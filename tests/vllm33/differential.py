@@ -164,7 +164,7 @@ def main() -> int:
     # dsv4sel diff compat shipped, input by input: every change must be a deliberate fix, i.e. an
     # input where vLLM decides, the compat set agrees with it and the shipped rules do not
     if "compat" in sets:
-        from dsv4sel.diff import _summary
+        from dsv4sel.tools.diff import _summary
 
         verdict = {}
         for name in ("shipped", "compat"):

@@ -27,7 +27,7 @@ def main() -> int:
     args = ap.parse_args()
     oracle.prepare(args.platform)
     import dsv4sel
-    from dsv4sel.sources import shipped_rules_dir
+    from dsv4sel.engine.sources import shipped_rules_dir
 
     rules = (dsv4sel.default_rules() if not args.rules
              else dsv4sel.load_rules(paths=[shipped_rules_dir(), args.rules]))

@@ -1,0 +1,1 @@
+"""``dsv4sel check``: the exact, point-free verifier of a compiled program."""

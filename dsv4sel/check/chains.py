@@ -1,0 +1,114 @@
+"""Checks through the chains of tables: coverage, gaps and broken chains.
+
+:func:`walk` follows every request (no backend, then each backend) through
+its chain of tables cube by cube (:class:`dsv4sel.engine.flow.Flow`) once, and
+returns what the other checks need: the coverage figures, the gap cubes,
+and the regions of the selecting rules. Gaps of several requests merge into
+one compact cube per table."""
+
+from __future__ import annotations
+
+from typing import Iterator, NamedTuple
+
+from .context import CheckContext, table_label
+from .findings import ERROR, BackendCoverage, Counts, Coverage, Finding, RuleCoverage
+from ..engine.space import iter_bits, merge
+
+
+class Walk(NamedTuple):
+    """What one walk of every request found."""
+
+    coverage: Coverage
+    #: (table, box, start, frozenset of routing rule refs) of every gap cube
+    gaps: list
+    #: (start, label, rule, box) of the selecting rules checked region by region
+    regions: list
+    #: id(rule) -> (rule, start, box): one input of each other selecting rule
+    examples: dict
+    #: dangling and cyclic chains (a hand-built Program may have them)
+    chain_findings: list
+
+
+def walk(ctx: CheckContext) -> Walk:
+    program, flow = ctx.program, ctx.flow
+    per_rule: dict[int, int] = {}
+    backends = []
+    totals = {"select": 0, "reject": 0, "undecided": 0}
+    gaps: list[tuple] = []
+    regions: list[tuple] = []
+    examples: dict[int, tuple] = {}
+    chains: dict[tuple, Finding] = {}
+    for start in ctx.starts:
+        counts = {"select": 0, "reject": 0, "undecided": 0}
+        for ev in flow.walk(start):
+            if ev.kind == "decide":
+                counts[ev.rule.outcome.kind] += ev.count
+                per_rule[id(ev.rule)] = per_rule.get(id(ev.rule), 0) + ev.count
+                if ev.rule.outcome.kind != "select":
+                    continue
+                if ev.position in flow.record[ev.table.name]:
+                    for box in ev.scan.regions[ev.position]:
+                        regions.append((start, ev.label, ev.rule, box))
+                elif id(ev.rule) not in examples:
+                    examples[id(ev.rule)] = (ev.rule, start, ev.scan.first[ev.position])
+            elif ev.kind == "route":
+                per_rule[id(ev.rule)] = per_rule.get(id(ev.rule), 0) + ev.count
+            elif ev.kind == "gap":
+                counts["undecided"] += ev.count
+                gaps.append((ev.table, ev.box, start, frozenset(r.ref for r in ev.path)))
+            else:  # dangling or cycle: the compiler rejects both; a hand-built Program may not
+                counts["undecided"] += ev.count
+                chains.setdefault((ev.kind, ev.rule.ref), _chain_finding(ctx, ev, start))
+        table = flow.start_table(start)
+        backends.append(BackendCoverage(start, table.name, table.file, Counts(**counts)))
+        for k in totals:
+            totals[k] += counts[k]
+    won = {}
+    for table in flow.tables.values():
+        full = flow.table_scan(table)
+        for r, rule in enumerate(table.rules):
+            won[id(rule)] = full.won[r]
+    rules = [RuleCoverage(rule.ref, rule.table, rule.outcome.kind, per_rule.get(id(rule), 0),
+                          won.get(id(rule), 0)) for rule in program.rules]
+    coverage = Coverage(ctx.space.size(ctx.space.full), len(ctx.starts), Counts(**totals),
+                        tuple(backends), tuple(rules))
+    return Walk(coverage, gaps, regions, examples, list(chains.values()))
+
+
+def _chain_finding(ctx: CheckContext, ev, start) -> Finding:
+    """One finding per broken ``use:`` rule, not one per region."""
+    rule = ev.rule
+    if ev.kind == "dangling":
+        text = f"rule {rule.ref.id}: `use: {rule.outcome.target}` names a backend without a table"
+    else:
+        text = (f"rule {rule.ref.id}: `use: {rule.outcome.target}` loops back: "
+                + " -> ".join(r.ref.id for r in ev.path))
+    return ctx.finding(ERROR, ev.kind, text, rule.ref, rules=tuple(r.ref for r in ev.path), count=ev.count,
+                       counterexample=ctx.input(ev.box, start), table=ev.table.name)
+
+
+def gap_findings(ctx: CheckContext, gaps) -> Iterator[Finding]:
+    """One finding per compact gap cube, located at the table that has the gap."""
+    # one backend "dimension" more, so that gaps of several requested
+    # backends merge into one cube: backend=<none>,FLASHMLA_SPARSE_DSV4
+    writer, space = ctx.writer, ctx.space
+    position = {b: i for i, b in enumerate(writer.backend_domain)}
+    by_table: dict[str, list] = {}
+    tables = {}
+    for table, box, start, routes in gaps:
+        tables[table.name] = table
+        by_table.setdefault(table.name, []).append((box + (1 << position[start],), routes))
+    for name, items in by_table.items():
+        table = tables[name]
+        for box, routes in merge(items):
+            starts = [writer.backend_domain[i] for i in iter_bits(box[-1])]
+            inner = box[:-1]
+            cubes = tuple(writer.cubes(inner, starts))
+            count = space.size(inner) * len(starts)
+            refs = tuple(sorted(routes, key=lambda r: (r.file, r.line)))
+            via = (" (routed there by " + ", ".join(f"{r.id} ({r.location})" for r in refs) + ")"
+                   if refs else "")
+            yield Finding(
+                ERROR, "gap", f"no rule of {table_label(table)} decides {count} inputs{via}: "
+                + "; ".join(c.text for c in cubes), table.file, table.line, None, rules=refs,
+                counterexample=ctx.input(inner, starts[0]), cubes=cubes, count=count, table=name)

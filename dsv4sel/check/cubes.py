@@ -1,0 +1,152 @@
+"""Grouping point sets into few, compact cubes, and writing cubes for people.
+
+:func:`merge` joins cubes that differ in one dimension only (``A x X`` and
+``A x Y`` become ``A x (X | Y)``), repeatedly, so a gap the scan reports as
+many pieces reads as one or two lines. :class:`CubeWriter` turns a cube over
+the fused dimensions of :mod:`dsv4sel.engine.space` (plus a set of requested
+backends) into public :class:`~dsv4sel.check.findings.Cube` values (per-input
+value lists, read with capability scoped by platform), e.g.
+``model=* platform=cuda capability=12.x backend=<none> kv_cache_dtype=float16``.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+from ..engine.families import compact
+from .findings import Cube, Input
+from ..engine.space import Box, Space, iter_bits
+
+BACKEND = "backend"
+
+
+def describe(values: Sequence[str | None], domain: Sequence[str | None]) -> str:
+    """``*``, a comma list (families compacted) or ``not(...)``, whichever is shortest."""
+    shown = ["<none>" if v is None else v for v in values]
+    full = ["<none>" if v is None else v for v in domain]
+    if set(shown) >= set(full):
+        return "*"
+    plain = compact(shown, full)
+    rest = [v for v in full if v not in set(shown)]
+    negated = compact(rest, full)
+    if len(negated) < len(plain) and len(negated) <= 3:
+        return "not(" + ",".join(negated) + ")"
+    return ",".join(plain)
+
+
+class CubeWriter:
+    """Writes cubes of a :class:`Space` (plus requested backends) as
+    :class:`Cube` values and points as :class:`Input` values."""
+
+    def __init__(self, space: Space, inputs: Mapping[str, object], backends: Sequence[str]):
+        self.space = space
+        self.inputs = inputs
+        self.backend_domain: tuple[str | None, ...] = (None, *backends)
+        names = list(space.input_names)
+        at = names.index("kv_cache_dtype") if "kv_cache_dtype" in names else len(names)
+        #: display order: the inputs as in a Query, the backend before kv_cache_dtype
+        self.order: tuple[str, ...] = tuple(names[:at] + [BACKEND] + names[at:])
+        # tables repeat the same value sets over and over: write each once
+        self._alternatives: dict[tuple[int, int], list[dict]] = {}
+        self._texts: dict[tuple, object] = {}  # value texts and scopes
+
+    def _domain(self, name: str, parents: Sequence[str] | None) -> list[str]:
+        decl = self.inputs[name]
+        if parents is None or decl.by is None:
+            return list(decl.values)
+        seen: dict[str, None] = {}
+        for p in parents:
+            for v in decl.values_for({decl.by: p}):
+                seen.setdefault(v, None)
+        return list(seen)
+
+    def _dim_alternatives(self, d, bits: int) -> list[dict[str, tuple[str, ...]]]:
+        """One dimension's value set as products of per-input value lists."""
+        rows = [d.values[i] for i in iter_bits(bits)]
+        if len(d.inputs) == 1:
+            return [{d.inputs[0]: tuple(r[0] for r in rows)}]
+        by_parent: dict[str, list[tuple[str, ...]]] = {}
+        for row in rows:
+            by_parent.setdefault(row[0], []).append(row[1:])
+        if len(d.inputs) == 2:
+            return self._scoped_groups(d.inputs[0], d.inputs[1], {p: [k[0] for k in kids]
+                                                                 for p, kids in by_parent.items()})
+        # several inputs scoped by one parent (rare): exact products only
+        by_children: dict[tuple, list[str]] = {}
+        for parent, kids in by_parent.items():
+            by_children.setdefault(tuple(kids), []).append(parent)
+        out = []
+        for kids, parents in by_children.items():
+            columns = [tuple(dict.fromkeys(k[j] for k in kids)) for j in range(len(d.inputs) - 1)]
+            product = 1
+            for c in columns:
+                product *= len(c)
+            if product == len(kids):
+                out.append({d.inputs[0]: tuple(parents), **dict(zip(d.inputs[1:], columns))})
+            else:  # not a product: one cube per child combination
+                for k in kids:
+                    out.append({d.inputs[0]: tuple(parents), **{n: (v,) for n, v in zip(d.inputs[1:], k)}})
+        return out
+
+    def _scoped_groups(self, parent: str, child: str, kids_of: dict[str, list[str]]) -> list[dict]:
+        """Parents written together when one child list fits them all, read
+        with scoping: ``platform=cuda,rocm capability=*`` is every declared
+        capability of cuda and of rocm."""
+        decl = self.inputs[child]
+        scope = {p: set(decl.values_for({parent: p})) for p in kids_of}
+        groups: list[tuple[list[str], set[str]]] = []
+        for p, kids in kids_of.items():
+            for members, union in groups:
+                joined = union | set(kids)
+                if all(set(kids_of[q]) == joined & scope[q] for q in (*members, p)):
+                    members.append(p)
+                    union |= set(kids)
+                    break
+            else:
+                groups.append(([p], set(kids)))
+        order = {v: i for i, v in enumerate(decl.values)}
+        return [{parent: tuple(members), child: tuple(sorted(union, key=order.__getitem__))}
+                for members, union in groups]
+
+    def cubes(self, box: Box, backends: Iterable[str | None]) -> list[Cube]:
+        """``box`` x ``backends`` as a list of :class:`Cube` (usually one)."""
+        chosen = set(backends)
+        backend_values = tuple(b for b in self.backend_domain if b in chosen)
+        combos: list[dict] = [{BACKEND: backend_values}]
+        for d, bits in zip(self.space.dims, box):
+            alternatives = self._alternatives.get((d.index, bits))
+            if alternatives is None:
+                alternatives = self._alternatives[(d.index, bits)] = self._dim_alternatives(d, bits)
+            combos = [{**acc, **alt} for acc in combos for alt in alternatives] if len(alternatives) > 1 else [
+                {**acc, **alternatives[0]} for acc in combos]
+        out = []
+        for values in combos:
+            items = tuple((n, values[n]) for n in self.order)
+            scopes = []
+            parts = []
+            for name, vals in items:
+                by = self.inputs[name].by if name != BACKEND else None
+                parents = values[by] if by else None
+                key = (name, vals, parents)
+                text = self._texts.get(key)
+                if text is None:
+                    domain = list(self.backend_domain) if name == BACKEND else self._domain(name, parents)
+                    text = self._texts[key] = f"{name}={describe(vals, domain)}"
+                parts.append(text)
+                if by:
+                    scopes.append(self._scope(name, parents))
+            out.append(Cube(items, " ".join(parts), tuple(scopes)))
+        return out
+
+    def _scope(self, name: str, parents: tuple[str, ...]) -> tuple:
+        key = ("scope", name, parents)
+        hit = self._texts.get(key)
+        if hit is None:
+            decl = self.inputs[name]
+            hit = self._texts[key] = (name, decl.by, tuple((p, tuple(decl.values_for({decl.by: p})))
+                                                           for p in parents))
+        return hit
+
+    def input(self, point: Mapping[str, str], backend: str | None) -> Input:
+        """A point of the space plus a requested backend, as an :class:`Input`."""
+        return Input(tuple((n, backend if n == BACKEND else point[n]) for n in self.order))

@@ -1,0 +1,275 @@
+"""The values :func:`dsv4sel.verify` returns: findings, coverage, the report.
+
+All are frozen dataclasses of plain values (strings, ints, tuples,
+:class:`~dsv4sel.engine.values.RuleRef`), so a report can be compared, hashed,
+pickled and turned into JSON with :meth:`Report.to_dict`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from ..engine.values import RuleRef
+
+ERROR, WARNING = "error", "warning"
+
+#: Every finding kind, with what it means. Stable: scripts may match on them.
+KINDS: dict[str, str] = {
+    "load": "a rule file cannot be read or is not valid YAML",
+    "schema": "a rule file does not match the rule-file schema",
+    "vocabulary": "a rule uses an input or value the vocabulary does not declare",
+    "dangling": "a reference to something that does not exist (a `use:` target without a table)",
+    "compile": "any other problem the compiler reports",
+    "cycle": "`use:` rules route an input in a loop",
+    "gap": "inputs no rule decides (an explicit rejection is a decision; a gap is not)",
+    "overlap": "under hit policy unique, two rules with different outcomes match a common input",
+    "redundant": "two rules with identical outcomes match a common input",
+    "shadowed": "under hit policy first, a rule that matches inputs but never decides one",
+    "dead": "a rule that matches no input at all",
+    "impl": "an impl class that does not resolve inside the allowed modules",
+    "host": "a host class (`hosts:`) that does not resolve where its host is installed in a listed version",
+    "layout": "a layout id that dsv4sel.kernels.layouts does not define",
+    "consistency": "a selection whose torch dtype or bytes per token disagree with its layout, or whose impl "
+                   "does not read its layout",
+    "fixpoint": "selecting again with the rewritten cache dtype gives another selection or rewrites again",
+    "model": "a backend table that never tests `model` selects for every declared model (a warning)",
+}
+
+
+class VerifyError(ValueError):
+    """Verification could not start: a rule path does not exist, a directory
+    holds no rule files, or a RuleSet's files can no longer be found.
+
+    Problems *inside* rule files are not raised: they are findings.
+    """
+
+
+def _show(value: str | None) -> str:
+    return "<none>" if value is None else value
+
+
+@dataclass(frozen=True)
+class Input:
+    """One concrete input of the decision: every input's value plus the
+    requested backend (None: no backend requested, the platform default)."""
+
+    values: tuple[tuple[str, str | None], ...]
+
+    def as_dict(self) -> dict[str, str | None]:
+        return dict(self.values)
+
+    def __str__(self) -> str:
+        return " ".join(f"{k}={_show(v)}" for k, v in self.values)
+
+
+@dataclass(frozen=True)
+class Cube:
+    """A set of inputs written compactly: every input with the values it
+    takes. The set is the product of them, keeping only declared inputs:
+    ``scopes`` lists, for each scoped input (capability), its parent input
+    (platform) and the values declared per parent value, so
+    ``platform=cuda,rocm capability=*`` means every capability of either.
+    ``text`` abbreviates: ``*`` for all declared values, ``12.x`` for a
+    whole family, ``not(a,b)`` for all but a few."""
+
+    values: tuple[tuple[str, tuple[str | None, ...]], ...]
+    text: str
+    scopes: tuple[tuple[str, str, tuple[tuple[str, tuple[str, ...]], ...]], ...] = ()
+
+    def points(self) -> Iterator[dict[str, str | None]]:
+        names = [k for k, _ in self.values]
+        allowed = [(child, parent, {p: set(vals) for p, vals in table})
+                   for child, parent, table in self.scopes]
+        for combo in itertools.product(*(v for _, v in self.values)):
+            point = dict(zip(names, combo))
+            if all(point[child] in table.get(point[parent], ()) for child, parent, table in allowed):
+                yield point
+
+    @property
+    def size(self) -> int:
+        return sum(1 for _ in self.points())
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem found in the rules.
+
+    ``file``/``line``/``column`` locate it (``column`` is None for findings
+    about whole rules, which are located at the rule's line). ``rules`` are
+    the rules involved, each with file and line. ``counterexample`` is one
+    concrete input showing the problem (None for dead rules, which match no
+    input, and for problems found before the space could be analysed).
+    ``cubes`` is the set of inputs concerned (gaps and overlaps) as a union
+    of disjoint cubes, ``count`` its size in inputs (0 when not
+    applicable). ``table`` names the table.
+    """
+
+    severity: str
+    kind: str
+    message: str
+    file: str
+    line: int
+    column: int | None = None
+    rules: tuple[RuleRef, ...] = ()
+    counterexample: Input | None = None
+    cubes: tuple[Cube, ...] = ()
+    count: int = 0
+    table: str | None = None
+    #: the stable code (``DSV401``...; :mod:`dsv4sel.engine.codes`); a problem of a
+    #: stage brings its own, a finding of the verifier takes its kind's
+    code: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.code:
+            from ..engine.codes import kind_code
+
+            object.__setattr__(self, "code", kind_code(self.kind))
+
+    @property
+    def location(self) -> str:
+        col = f":{self.column}" if self.column is not None else ""
+        return f"{self.file}:{self.line}{col}"
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.severity} {self.code} [{self.kind}] {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "severity": self.severity,
+            "kind": self.kind,
+            "message": self.message,
+            "file": self.file,
+            "line": self.line,
+            "column": self.column,
+            "table": self.table,
+            "rules": [{"id": r.id, "file": r.file, "line": r.line} for r in self.rules],
+            "counterexample": self.counterexample.as_dict() if self.counterexample else None,
+            "cubes": [{"text": c.text, "values": {k: list(v) for k, v in c.values}} for c in self.cubes],
+            "count": self.count,
+        }
+
+
+@dataclass(frozen=True)
+class Counts:
+    """How many inputs select, reject, or are undecided (gaps)."""
+
+    select: int = 0
+    reject: int = 0
+    undecided: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.select + self.reject + self.undecided
+
+    def to_dict(self) -> dict[str, int]:
+        return {"select": self.select, "reject": self.reject, "undecided": self.undecided,
+                "total": self.total}
+
+
+@dataclass(frozen=True)
+class BackendCoverage:
+    """The inputs that request ``backend`` (None: no backend requested)."""
+
+    backend: str | None
+    table: str
+    file: str
+    counts: Counts
+
+
+@dataclass(frozen=True)
+class RuleCoverage:
+    """One rule's share of the space.
+
+    ``inputs``: inputs whose decision path includes the rule (for a ``use``
+    rule, the inputs it routes; otherwise those it decides). ``points``:
+    points of its own table's space where it is the first match.
+    """
+
+    rule: RuleRef
+    table: str
+    outcome: str
+    inputs: int
+    points: int
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """The size of the decision space and how the rules divide it.
+
+    ``points`` counts combinations of the vocabulary's inputs; each is asked
+    with every one of ``backend_choices`` (no backend, or one of the declared
+    backends), so ``inputs == points * backend_choices == totals.total``.
+    """
+
+    points: int
+    backend_choices: int
+    totals: Counts
+    backends: tuple[BackendCoverage, ...]
+    rules: tuple[RuleCoverage, ...]
+
+    @property
+    def inputs(self) -> int:
+        return self.points * self.backend_choices
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "points": self.points,
+            "backend_choices": self.backend_choices,
+            "inputs": self.inputs,
+            "totals": self.totals.to_dict(),
+            "backends": [{"backend": b.backend, "table": b.table, "file": b.file, **b.counts.to_dict()}
+                         for b in self.backends],
+            "rules": [{"id": r.rule.id, "file": r.rule.file, "line": r.rule.line, "table": r.table,
+                       "outcome": r.outcome, "inputs": r.inputs, "points": r.points}
+                      for r in self.rules],
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    """The result of verifying a rule set.
+
+    ``findings`` are sorted by file, line, kind. ``coverage`` is None when
+    load, schema or compile problems kept the space from being analysed
+    (``analysed`` False): those problems are then the findings.
+    ``ok`` is True exactly when there are no findings.
+    """
+
+    sources: tuple[str, ...]
+    findings: tuple[Finding, ...]
+    coverage: Coverage | None
+    rule_count: int = 0
+    table_count: int = 0
+    analysed: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    @property
+    def errors(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == ERROR)
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == WARNING)
+
+    def of_kind(self, kind: str) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.kind == kind)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "analysed": self.analysed,
+            "sources": list(self.sources),
+            "rule_count": self.rule_count,
+            "table_count": self.table_count,
+            "findings": [f.to_dict() for f in self.findings],
+            "coverage": self.coverage.to_dict() if self.coverage else None,
+        }

@@ -1,0 +1,92 @@
+"""Spellings of a GPU capability, turned into the vocabulary's canonical form.
+
+People write a CUDA compute capability in many ways; each accepted spelling
+has one meaning, and anything else is refused (never decided as
+``unknown``, which happens only when asked for or when no capability is
+given):
+
+====================================  ==========  ==============================
+spelling                              canonical   note
+====================================  ==========  ==============================
+``9.0``, ``10.3``                     itself      major.minor, as torch prints it
+``(9, 0)`` (tuple or text)            ``9.0``     ``torch.cuda.get_device_capability()``
+``90``, ``100``, ``103``, ``121``     ``9.0`` ... an SM number: the last digit is the minor
+``sm90``, ``sm_90``, ``sm_90a``,      ``9.0``     nvcc arch names; a/f suffixes name the
+``compute_90``                                    same capability
+``9``, ``10``, ``12``                 ``9.0`` ... a major alone (SM 1.x no longer exists,
+                                                  so 10-19 are majors, 20-99 SM numbers)
+``gfx942``, ``gfx942:sramecc+:xnack-``  ``gfx942``  ROCm arch; torch appends target features
+GPU names (``H100``, ``MI300X``)      per data    the vocabulary's ``aliases:``
+====================================  ==========  ==============================
+
+This module knows spellings only; which capabilities exist is the
+vocabulary's business (see :meth:`dsv4sel.engine.ruleset.RuleSet.normalize`).
+"""
+
+from __future__ import annotations
+
+import re
+
+_DOTTED = re.compile(r"(\d{1,2})\.(\d{1,2})")
+_TUPLE_TEXT = re.compile(r"\(\s*(\d{1,2})\s*,\s*(\d{1,2})\s*\)")
+_SM = re.compile(r"(?:sm|compute)_?(\d{1,3})[af]?")
+_DIGITS = re.compile(r"\d{1,3}")
+_GFX = re.compile(r"(gfx[0-9a-f]{3,4})(?::[a-z0-9_+\-:]*)?")
+
+
+def _from_digits(digits: str) -> str:
+    """An SM number or a major alone, as ``major.minor``."""
+    number = int(digits)
+    if len(digits) == 1 or 10 <= number <= 19 and len(digits) == 2:
+        return f"{number}.0"
+    return f"{number // 10}.{number % 10}"
+
+
+def canonical(capability: object) -> str | None:
+    """The canonical text of ``capability``, or None when it is no known spelling.
+
+    ``capability`` is a string or a ``(major, minor)`` tuple of ints (bools and
+    floats are not ints here: ``(9.0, 0)`` is refused, not read as 9.0)."""
+    if isinstance(capability, tuple):
+        if len(capability) == 2 and all(type(x) is int and 0 <= x < 100 for x in capability):
+            return f"{capability[0]}.{capability[1]}"
+        return None
+    if not isinstance(capability, str):
+        return None
+    text = capability.strip().lower()
+    if text == "unknown":
+        return text
+    match = _DOTTED.fullmatch(text) or _TUPLE_TEXT.fullmatch(text)
+    if match:
+        return f"{int(match.group(1))}.{int(match.group(2))}"
+    match = _SM.fullmatch(text) or _DIGITS.fullmatch(text)
+    if match:
+        return _from_digits(match.group(1) if match.re is _SM else match.group(0))
+    match = _GFX.fullmatch(text)
+    if match:
+        return match.group(1)
+    return None
+
+
+def name_tokens(name: str) -> tuple[str, ...]:
+    """A GPU name as lower-case words, ignoring spaces and punctuation."""
+    return tuple(re.findall(r"[a-z0-9]+", name.lower()))
+
+
+def match_alias(name: str, aliases: dict[tuple[str, ...], str]) -> str | None:
+    """The value of the longest alias whose words appear, in order and
+    adjacent, in ``name``: "NVIDIA H100 80GB HBM3" matches ``H100``, and
+    "GH200" does not. ``aliases`` maps :func:`name_tokens` of each alias to
+    its value."""
+    words = name_tokens(name)
+    best: tuple[int, str] | None = None
+    for alias, value in aliases.items():
+        n = len(alias)
+        if n and any(words[i:i + n] == alias for i in range(len(words) - n + 1)):
+            if best is None or n > best[0]:
+                best = (n, value)
+    return best[1] if best else None
+
+
+#: Spellings shown when a capability is refused.
+SPELLINGS = "'9.0', '9', '90', 'sm90', 'sm_90', (9, 0), 'gfx942', a GPU name, or 'unknown'"

@@ -1,0 +1,31 @@
+"""The DeepSeek-V4 profile: what the engine's inputs and select fields mean.
+
+Everything DeepSeek-V4 that the generic engine needs, as data
+(:class:`dsv4sel.engine.profile.Profile`): the inputs every vocabulary
+declares and their order in the lookup key, the fields a selection carries,
+the field that restates the ``--kv-cache-dtype`` input, the words messages
+use, the rule schema, and the modules impl classes may come from.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..engine.profile import Profile
+
+#: Impl classes are imported only from these module prefixes (and their submodules).
+DEFAULT_ALLOWED_IMPL_MODULES: tuple[str, ...] = ("dsv4sel.kernels",)
+
+PROFILE = Profile(
+    subject="DeepSeek-V4 attention",
+    key=("model", "platform", "capability", "backend", "kv_cache_dtype"),
+    select_fields=(("impl", str), ("layout", str), ("cache_dtype", str), ("torch_dtype", str),
+                   ("bytes_per_token", int), ("block_size", int)),
+    # the cache dtype string is left out: `auto` and `bfloat16` on a bf16-row
+    # backend keep different strings for the same bytes
+    same_result=("backend", "impl", "layout", "torch_dtype", "bytes_per_token", "block_size"),
+    # `cache_dtype` is the engine's --kv-cache-dtype as it stands after selection
+    restates=(("cache_dtype", "kv_cache_dtype"),),
+    schema=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schema", "rules.schema.json"),
+    allowed_impl_modules=DEFAULT_ALLOWED_IMPL_MODULES,
+)

@@ -1,0 +1,277 @@
+"""DeepSeek-V4's evaluation: the rule set a query is asked of.
+
+:class:`RuleSet` is the engine's :class:`~dsv4sel.engine.ruleset.CompiledRules`
+with what a DeepSeek-V4 query means: :meth:`RuleSet.normalize` turns raw
+values (``"sm_90"``, ``"H100"``, an enum backend) into a :class:`Query` of
+declared values, :meth:`RuleSet.outcome` turns the compiled row into a
+:class:`Selection` or a :class:`Rejection`, and results are memoized per raw
+query, so a repeated query is one dict probe. This module imports neither
+yaml, jsonschema nor torch.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from ..engine.ruleset import CompiledRules
+from ..engine.values import Message
+from ..errors import InvalidQuery, SelectionError
+from .profile import PROFILE
+from .selection import Query, Selection
+
+_MEMO_LIMIT = 65536
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # importing typing costs ~5 ms; with postponed annotations it is not needed
+    from typing import Any, Mapping
+
+
+def _memo_key(platform, kv_cache_dtype, backend, capability, model, extra) -> tuple | None:
+    """The memo key of a raw query, or None when it must not be memoized.
+
+    Python calls ``9.0 == 9`` and ``True == 1`` equal, so a memo keyed on raw
+    values would answer ``(9.0, 0)`` with what ``(9, 0)`` got. Keys hold
+    exact types only: ``str`` and None as given; a tuple capability or an
+    enum backend under a tag no raw value can equal (so the hot path in
+    :func:`dsv4sel.select`, which probes the memo with raw values, misses
+    them and comes here)."""
+    if type(platform) is not str or type(kv_cache_dtype) is not str or type(model) is not str:
+        return None
+    if backend is not None and type(backend) is not str:
+        name = getattr(backend, "name", None)
+        if type(name) is not str:
+            return None
+        backend = ("enum", name)
+    if capability is not None and type(capability) is not str:
+        if type(capability) is not tuple or not all(type(x) is int for x in capability):
+            return None
+        capability = ("tuple", *capability)
+    key = (platform, kv_cache_dtype, backend, capability, model)
+    if extra:
+        items = sorted(extra.items())  # keyword arguments: the names are str
+        for _name, value in items:
+            if value.__class__ is not str:
+                return None
+        key += tuple(items)
+    return key
+
+
+class Rejection:
+    """A rejected point; :meth:`error` builds a fresh SelectionError to raise."""
+
+    __slots__ = ("ruleset", "query", "reason", "rule", "path", "messages", "gap", "backend", "suggestions")
+
+    def __init__(self, ruleset, query, reason, rule, path, messages=(), gap=False, backend=None):
+        self.ruleset, self.query, self.reason, self.backend = ruleset, query, reason, backend
+        self.suggestions: tuple[str, ...] | None = None
+        self.rule, self.path, self.messages, self.gap = rule, path, messages, gap
+
+    def error(self) -> SelectionError:
+        """A fresh exception to raise; the suggestions are computed once per memoized rejection."""
+        if self.suggestions is None:
+            self.suggestions = self.ruleset.suggestions(self.query)
+        return SelectionError(self.message(), suggestions=self.suggestions,
+                              rule=self.rule, query=self.query, path=self.path)
+
+    def message(self) -> str:
+        q = self.query
+        backend = q.backend or (f"{self.backend} (the default there)" if self.backend
+                                else "the default backend")
+        where = f" [rule {self.rule.id} at {self.rule.location}]" if self.rule else ""
+        return (f"{PROFILE.subject}: no selection for {backend} with kv-cache dtype "
+                f"{q.kv_cache_dtype!r} on {q.platform} {q.capability} ({q.model}): {self.reason}{where}")
+
+
+class RuleSet(CompiledRules):
+    """Compiled DeepSeek-V4 rules: the decision for every point of the declared space.
+
+    Build one with :func:`dsv4sel.load_rules`. Instances are immutable and safe
+    to share between threads (the memo is a plain dict of immutable values).
+    """
+
+    def __init__(self, data: dict[str, Any], digest: str, allowed_impl_modules: tuple[str, ...] | None = None):
+        super().__init__(data, digest, allowed_impl_modules, PROFILE)
+
+    # --------------------------------------------------------- normalization
+    def _invalid(self, what: str, value: Any, valid, hint: str = "", flag_of: str | None = None) -> InvalidQuery:
+        """``flag_of``: the input whose flag the suggestions spell (else the bare value)."""
+        from .alternatives import flag  # the error path only: the cold start loads neither
+        from ..engine.suggest import close_matches
+
+        near = close_matches(value, valid) if isinstance(value, str) else []
+        text = f"unknown {what} {value!r}"
+        text += f"; did you mean {near[0]!r}?" if near else "."
+        text += f" Valid {what} values: {', '.join(valid)}" + hint
+        return InvalidQuery(text, suggestions=tuple(flag(flag_of, n) if flag_of else n for n in near))
+
+    def normalize(self, *, platform: Any, kv_cache_dtype: Any = "auto", backend: Any = None,
+                  capability: Any = None, model: Any = "deepseek_v4",
+                  extra: Mapping[str, Any] | None = None) -> tuple[Query, tuple[Message, ...]]:
+        """Turn raw query values into a :class:`Query` of declared values.
+
+        Raises :class:`InvalidQuery` (a SelectionError) for anything outside the
+        vocabulary. Returns the messages normalization produced (e.g. an
+        undeclared capability decided as ``unknown``)."""
+        notes: list[Message] = []
+        models = self.values("model")
+        if not isinstance(model, str) or model not in models:
+            raise self._invalid("model", model, models)
+        platforms = self.values("platform")
+        plat = platform.lower() if isinstance(platform, str) else platform
+        if plat not in platforms:
+            raise self._invalid("platform", platform, platforms)
+        cap = self._capability(plat, capability, notes)
+        if backend is None or backend == "":
+            name = None
+        else:
+            name = getattr(backend, "name", backend)
+            if not isinstance(name, str):
+                raise InvalidQuery(f"backend must be None, a name or an enum member, not {type(backend).__name__}")
+            name = name.strip().upper()
+            if name not in self._backend_set:
+                others = [b for b in self.backends if b not in self.selectable_backends]
+                hint = (" (or no backend for the platform default)"
+                        + (f"; {len(others)} other vLLM backends are known but not DeepSeek-V4 ones "
+                           "(`dsv4sel table` lists what each backend serves)" if others else ""))
+                from .alternatives import flag
+                from ..engine.suggest import close_matches
+
+                near = close_matches(name, self.backends)
+                text = f"unknown attention backend {name!r}"
+                text += f"; did you mean {near[0]!r}?" if near else "."
+                raise InvalidQuery(text + " DeepSeek-V4 backends: " + ", ".join(self.selectable_backends)
+                                   + hint, suggestions=tuple(flag("backend", n) for n in near))
+        kv = kv_cache_dtype.strip().lower() if isinstance(kv_cache_dtype, str) else kv_cache_dtype
+        kvs = self.values("kv_cache_dtype")
+        if kv not in kvs:
+            raise self._invalid("kv-cache dtype", kv_cache_dtype, kvs, flag_of="kv_cache_dtype")
+        extras = []
+        given = dict(extra or {})
+        for key in given:
+            if key not in self.extra_inputs:
+                raise InvalidQuery(f"unknown input {key!r}; the rules declare: "
+                                   + ", ".join(PROFILE.builtin_inputs + self.extra_inputs))
+        point = {"model": model, "platform": plat, "capability": cap, "kv_cache_dtype": kv}
+        for name_ in self.extra_inputs:
+            value = given.get(name_, self.default_of(name_))
+            by, _ = self.scope(name_)
+            # an input scoped by another (prefill_context_parallel by model) has the values of its parent's value
+            valid = self.values(name_) if by is None else self.values(name_, point.get(by))
+            if value not in valid and by is not None and value in self.values(name_):
+                raise InvalidQuery(f"{name_} {value!r} is not declared for {by} {point.get(by)!r}; "
+                                   f"there it is one of: {', '.join(valid)}")
+            if value not in valid:
+                raise self._invalid(name_, value, valid)
+            extras.append((name_, value))
+            point[name_] = value
+        return Query(model, plat, cap, name, kv, tuple(extras)), tuple(notes)
+
+    def _capability(self, platform: str, capability: Any, notes: list[Message]) -> str:
+        """The declared capability value that ``capability`` spells (see
+        :mod:`dsv4sel.dsv4.capability`), for ``platform``. None means unknown; any
+        other value that is not a known spelling of a declared capability is
+        an :class:`InvalidQuery` naming the nearest valid ones."""
+        default, (_, fallback) = self.default_of("capability"), self.scope("capability")
+        valid = self.values("capability", platform)
+        if capability is None:
+            return default if default in valid else valid[-1]
+        if capability.__class__ is str and capability in valid:
+            return capability  # already canonical: spares the cold start the spelling parser
+        from .capability import SPELLINGS, canonical, match_alias, name_tokens
+        from ..engine.suggest import close_matches
+        from ..engine.text import escape
+
+        text = canonical(capability)
+        if text is None and isinstance(capability, str):
+            aliases = {name_tokens(a): v for a, v in self.aliases("capability")}
+            text = match_alias(capability, aliases)
+        if text in valid:
+            return text
+        shown = ", ".join(valid)
+        if text is not None:  # a valid spelling of a capability this platform does not declare
+            if fallback is not None and fallback in valid:
+                notes.append(Message(f"capability {text!r} is not declared for {platform} in the rule "
+                                     f"vocabulary; deciding as {fallback!r}", "warning"))
+                return fallback
+            return self._refuse_capability(
+                f"{platform} capability {text!r}"
+                + (f" (given as {capability!r})" if capability != text else "")
+                + " is not declared in the rule "
+                f"vocabulary. Declared {platform} capabilities: {shown}. Pass capability 'unknown' to "
+                f"decide without it, or declare it in a rule pack", [v for v in valid if v == "unknown"])
+        names = [a for a, v in self._alias_names("capability") if v in valid]
+        by_lower = {c.lower(): c for c in (*valid, *names)}
+        near = [by_lower[n] for n in close_matches(str(capability).strip().lower(), by_lower, n=3)]
+        if isinstance(capability, str) and "," in capability and canonical(f"({capability})") in valid:
+            near.insert(0, canonical(f"({capability})"))  # "9,0": the parentheses or the dot were meant
+        hint = f"; did you mean {' or '.join(repr(n) for n in dict.fromkeys(near))}?" if near else "."
+        return self._refuse_capability(
+            f"{escape(repr(capability))} is not a {platform} capability{hint} Write it as {SPELLINGS}. "
+            f"Declared {platform} capabilities: {shown}", list(dict.fromkeys(near)))
+
+    def _alias_names(self, name: str) -> list[tuple[str, str]]:
+        return list(self.aliases(name))
+
+    @staticmethod
+    def _refuse_capability(message: str, near: list[str]):
+        from .alternatives import flag
+
+        raise InvalidQuery(message, suggestions=tuple(flag("capability", n) for n in near))
+
+    # ------------------------------------------------------------ evaluation
+    def key(self, query: Query) -> tuple:
+        """The lookup key of a normalized query (in :attr:`key_inputs` order)."""
+        return (query.model, query.platform, query.capability, query.backend,
+                query.kv_cache_dtype, *(v for _, v in query.extra))
+
+    def outcome(self, query: Query, notes: tuple[Message, ...] = ()) -> Selection | Rejection:
+        """The decision for a normalized query (a Selection, or a Rejection to raise)."""
+        index = self._table.get(self.key(query))
+        if index is None:  # pragma: no cover - normalize() admits only declared points
+            return Rejection(self, query, "the query is outside the decision space", None, ())
+        row = self.rows[index]
+        refs = tuple(self.rule(i) for i in row.path)
+        messages = notes + tuple(Message(text, level) for level, text in row.messages)
+        if row.kind == "select":
+            return Selection(
+                backend=row.backend, impl=row.impl, layout=row.layout, cache_dtype=row.cache_dtype,
+                torch_dtype_name=row.torch_dtype, bytes_per_token=row.bytes_per_token,
+                block_size=row.block_size, rewrites=MappingProxyType(dict(row.rewrites)),
+                messages=messages, rule=refs[-1], path=refs, query=query,
+                allowed_impl_modules=self.allowed_impl_modules, hosts=row.hosts)
+        if row.kind == "reject":
+            return Rejection(self, query, row.reason, refs[-1], refs, messages, backend=row.backend)
+        where = "the default-backend decision" if row.table == "<default>" else f"the table of {row.table}"
+        return Rejection(self, query, f"no rule in {where} decides this input (a gap in the rules; "
+                         "`dsv4sel check` lists all gaps)", refs[-1] if refs else None, refs, messages,
+                         gap=True, backend=row.backend)
+
+    def select(self, platform, kv_cache_dtype="auto", backend=None, capability=None,
+               model="deepseek_v4", extra=None) -> Selection:
+        """Like :func:`dsv4sel.select` on this rule set."""
+        memo_key = _memo_key(platform, kv_cache_dtype, backend, capability, model, extra)
+        hit = self.memo.get(memo_key) if memo_key is not None else None
+        if hit is None:
+            query, notes = self.normalize(platform=platform, kv_cache_dtype=kv_cache_dtype, backend=backend,
+                                          capability=capability, model=model, extra=extra)
+            hit = self.outcome(query, notes)
+            if memo_key is not None:
+                if len(self.memo) >= _MEMO_LIMIT:
+                    self.memo.clear()
+                self.memo[memo_key] = hit
+        if hit.__class__ is Selection:
+            return hit
+        raise hit.error()
+
+    # ----------------------------------------------------------- alternatives
+    def alternatives(self, query: Query, limit: int = 4) -> tuple:
+        """The nearest changes of (backend, kv dtype) that select, as
+        :class:`dsv4sel.dsv4.alternatives.Alternative` values, smallest change
+        first (the order and why: :mod:`dsv4sel.dsv4.alternatives`)."""
+        from .alternatives import nearest  # only rejections pay for it
+
+        return nearest(self, query, limit)
+
+    def suggestions(self, query: Query) -> tuple[str, ...]:
+        """Engine flags for :meth:`alternatives`, e.g. ``--kv-cache-dtype fp8``."""
+        return tuple(alt.suggestion for alt in self.alternatives(query))

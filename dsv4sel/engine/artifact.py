@@ -1,0 +1,292 @@
+"""The compiled decision array: written by the compiler, read by the evaluator.
+
+One module owns the encoding in both directions, so a format change touches
+one file. The array holds one outcome index per input of the decision
+space, i.e. per (point, requested backend). Its layout follows the fused
+dimensions of :class:`dsv4sel.engine.space.Space` (an input and the inputs scoped
+by it, such as platform and capability, form one dimension whose values are
+the combinations that exist), with the requested backend outermost:
+
+    offset = backend_index * points + sum(dim_index[d] * stride[d])
+
+The dimensions are laid out smallest first, so the largest one is
+contiguous. The compiler paints whole cubes (the regions the verifier's
+exact scan finds, see :func:`paint`) with slice assignments instead of
+deciding every point in Python; the evaluator's lookup is a few dict probes
+and one index. This module imports neither yaml nor jsonschema.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the array module is the compiler's; the evaluator reads a memoryview
+    from array import array
+
+from operator import itemgetter
+
+#: The largest array the compiled form holds (inputs, i.e. points x backend
+#: choices): 2 bytes each for fewer than 65,536 distinct outcomes. Beyond it
+#: the compiler refuses with one RuleError rather than running out of memory.
+MAX_INPUTS = 1 << 26
+
+
+def _row_type(name: str, fields: str, doc: str) -> type:
+    """A tuple type whose items are also read by name, like a namedtuple. Built
+    by hand because ``typing`` and ``collections.namedtuple`` would cost the
+    cold start a few milliseconds; the rows stay plain tuples for marshal."""
+    names = tuple(fields.split())
+    namespace = {"__slots__": (), "__doc__": doc, "_fields": names,
+                 "__repr__": lambda self: f"{name}({', '.join(f'{n}={v!r}' for n, v in zip(names, self))})"}
+    namespace.update({field: property(itemgetter(i)) for i, field in enumerate(names)})
+    return type(name, (tuple,), namespace)
+
+
+def select_row_type(fields: tuple[str, ...]) -> type:
+    """The row type of a select outcome whose profile fields are ``fields``
+    (:attr:`dsv4sel.engine.profile.Profile.select_fields`, in order)."""
+    made = _SELECT_ROWS.get(fields)
+    if made is None:
+        made = _SELECT_ROWS[fields] = _row_type(
+            "SelectRow", " ".join(("kind", "backend", *fields, "rewrites", "messages", "path", "hosts")),
+            """A compiled outcome: ``backend`` serves, with the profile's select fields by name.
+    ``rewrites`` are ``(field, value)`` pairs; ``messages`` ``(level, text)`` pairs, every rule's
+    on the path in order; ``path`` the indices of the rules consulted (the deciding rule last);
+    ``hosts`` the serving engines' own classes, ``(host, "module:Class", versions)``
+    (:mod:`dsv4sel.engine.hosts`).""")
+    return made
+
+
+_SELECT_ROWS: dict[tuple[str, ...], type] = {}
+RejectRow = _row_type("RejectRow", "kind backend reason path messages",
+                      "A compiled outcome: the deciding rule rejects, for ``reason``.")
+GapRow = _row_type("GapRow", "kind backend table path",
+                   "A compiled outcome: no rule of ``table`` decides (``check`` lists these).")
+GapRow.messages = property(lambda self: ())
+
+#: Any compiled outcome (a type for annotations); ``row.kind`` is "select", "reject" or "gap".
+Row = tuple
+
+
+def stored(row: tuple) -> tuple:
+    """``row`` as marshal stores it (a plain tuple)."""
+    return tuple(row)
+
+
+def loaded(data: tuple, select_row: type) -> tuple:
+    """A stored row as its type (``select_row`` for select rows, from
+    :func:`select_row_type`); raises on a row of an unknown kind or the wrong length."""
+    kind = {"select": select_row, "reject": RejectRow, "gap": GapRow}[data[0]]
+    if len(data) != len(kind._fields):
+        raise ValueError(f"a {data[0]} row has {len(data)} fields, not {len(kind._fields)}")
+    return kind(data)
+
+
+class Layout:
+    """Where each (point, backend) lives in the flat array.
+
+    ``dims`` lists, per dimension, the names of its inputs and its value
+    tuples (see :class:`dsv4sel.engine.space.Dim`), in the space's order;
+    ``backends`` the backend choices (None first: the platform default);
+    ``order`` the dimensions in memory order, outermost first.
+    """
+
+    def __init__(self, dims, backends, order=None):
+        self.dims = tuple((tuple(names), tuple(tuple(v) for v in values)) for names, values in dims)
+        self.backends = tuple(backends)
+        self.order = tuple(order) if order is not None else tuple(
+            sorted(range(len(self.dims)), key=lambda d: len(self.dims[d][1])))
+        strides = [0] * len(self.dims)
+        stride = 1
+        for d in reversed(self.order):
+            strides[d] = stride
+            stride *= len(self.dims[d][1])
+        self.strides = tuple(strides)
+        self.points = stride
+        self.size = stride * len(self.backends)
+
+    @classmethod
+    def for_space(cls, space, backends) -> "Layout":
+        return cls([(d.inputs, d.values) for d in space.dims], (None, *backends))
+
+    def as_data(self) -> dict:
+        return {"dims": self.dims, "backends": self.backends, "order": self.order}
+
+    @classmethod
+    def from_data(cls, data: dict) -> "Layout":
+        return cls(data["dims"], data["backends"], data["order"])
+
+
+def _runs(bits: int):
+    """(start, length) of each run of consecutive set bits, lowest first."""
+    start = 0
+    while bits:
+        skip = (bits & -bits).bit_length() - 1
+        bits >>= skip
+        start += skip
+        length = (~bits & (bits + 1)).bit_length() - 1  # trailing ones
+        yield start, length
+        bits >>= length
+        start += length
+
+
+def paint(ids: array, layout: Layout, box, backend_index: int, value: int) -> None:
+    """Set every input of ``box`` (a cube of the space, one bit mask per
+    dimension) requested with backend ``backend_index`` to ``value``.
+
+    Dimensions that the cube covers whole, innermost first, join into one
+    contiguous block, so a rule that ignores most inputs costs a handful of
+    slice assignments, not one per point."""
+    from array import array
+
+    order, strides = layout.order, layout.strides
+    k = len(order) - 1
+    while k >= 0 and box[order[k]] == (1 << len(layout.dims[order[k]][1])) - 1:
+        k -= 1
+    base0 = backend_index * layout.points
+    if k < 0:
+        ids[base0:base0 + layout.points] = array(ids.typecode, [value]) * layout.points
+        return
+    inner = strides[order[k]]
+    runs = [(start * inner, length * inner) for start, length in _runs(box[order[k]])]
+    fills: dict[int, array] = {}
+    for length in {n for _, n in runs}:
+        fills[length] = array(ids.typecode, [value]) * length
+
+    def walk(j: int, base: int) -> None:
+        if j == k:
+            for start, length in runs:
+                ids[base + start:base + start + length] = fills[length]
+            return
+        d = order[j]
+        stride, bits, i = strides[d], box[d], 0
+        while bits:
+            if bits & 1:
+                walk(j + 1, base + i * stride)
+            bits >>= 1
+            i += 1
+
+    walk(0, base0)
+
+
+def new_array(layout: Layout, typecode: str = "H") -> array:
+    """A zeroed array for ``layout`` (2-byte entries: fewer than 65,536 outcomes)."""
+    from array import array
+
+    return array(typecode, bytes(layout.size * array(typecode).itemsize))
+
+
+def widened(ids: array) -> array:
+    """``ids`` in 4-byte entries, for a space with 65,536 outcomes or more."""
+    from array import array
+
+    return array("I", ids)
+
+
+def all_below(ids: memoryview, limit: int) -> bool:
+    """Whether every entry of ``ids`` is below ``limit`` (a cache entry is
+    untrusted: an index past the outcomes must be found before any lookup).
+
+    ``max()`` costs ~20 ns an entry (0.6 s at 30 million); for 2-byte entries
+    the test runs on the bytes instead (translate and big-int AND run in C):
+    an entry ``hi * 256 + lo`` is below ``limit`` when ``hi`` is below the last
+    allowed high byte, or equal to it with ``lo`` not above the last low."""
+    if limit <= 0:
+        return len(ids) == 0
+    if ids.format != "H" or limit > 1 << 16:
+        return max(ids, default=0) < limit
+    raw = ids.cast("B").tobytes()
+    if ids_little_endian() is False:  # pragma: no cover - no big-endian CI machine
+        return max(ids, default=0) < limit
+    top_high, top_low = divmod(limit - 1, 256)
+    highs, lows = raw[1::2], raw[0::2]
+    if top_high == 0:  # fewer than 256 outcomes, the usual case: every high byte is 0
+        return highs.count(0) == len(highs) and (top_low == 255 or 1 not in lows.translate(
+            bytes(1 if b > top_low else 0 for b in range(256))))
+    above = bytes(1 if b > top_high else 0 for b in range(256))
+    if 1 in highs.translate(above):
+        return False
+    if top_low == 255:
+        return True
+    at_top = bytes(1 if b == top_high else 0 for b in range(256))
+    low_above = bytes(1 if b > top_low else 0 for b in range(256))
+    return not (int.from_bytes(highs.translate(at_top), "little")
+                & int.from_bytes(lows.translate(low_above), "little"))
+
+
+def ids_little_endian() -> bool:
+    import sys
+
+    return sys.byteorder == "little"
+
+
+class OutcomeTable:
+    """Read-only mapping from a key ``(*key_inputs)`` to an outcome index, over
+    the array :func:`paint` filled. ``key_inputs`` names each key position
+    (``backend`` among them); ``data`` is :meth:`Layout.as_data` plus
+    ``typecode`` and ``ids`` (raw bytes)."""
+
+    def __init__(self, data: dict, key_inputs):
+        self.layout = layout = Layout.from_data(data)
+        self.key_inputs = tuple(key_inputs)
+        position = {name: i for i, name in enumerate(self.key_inputs)}
+        self._backend_at = position["backend"]
+        self._backends = {b: i * layout.points for i, b in enumerate(layout.backends)}
+        lookups = []
+        for (names, values), stride in zip(layout.dims, layout.strides):
+            if len(names) == 1:
+                index = {v[0]: i * stride for i, v in enumerate(values)}
+                lookups.append((position[names[0]], None, index))
+            else:
+                index = {v: i * stride for i, v in enumerate(values)}
+                lookups.append((None, tuple(position[n] for n in names), index))
+        self._lookups = tuple(lookups)
+        self.ids = memoryview(data["ids"]).cast(data["typecode"])
+        if len(self.ids) != layout.size:
+            raise ValueError(f"the decision array holds {len(self.ids)} entries, its layout {layout.size}")
+
+    def get(self, key: tuple, default=None):
+        """The outcome index of ``key``, or ``default`` when the key is outside the space."""
+        try:
+            offset = self._backends.get(key[self._backend_at])
+            if offset is None:
+                return default
+            for at, fused, index in self._lookups:
+                step = index.get(key[at] if fused is None else tuple(key[i] for i in fused))
+                if step is None:
+                    return default
+                offset += step
+        except (IndexError, TypeError):
+            return default
+        return self.ids[offset]
+
+    def __getitem__(self, key: tuple) -> int:
+        value = self.get(key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __contains__(self, key) -> bool:
+        return self.get(key) is not None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def keys(self):
+        """Every key, backend outermost, then the dimensions in the space's order."""
+        import itertools
+
+        layout = self.layout
+        where = {n: (d, k) for d, (names, _) in enumerate(layout.dims) for k, n in enumerate(names)}
+        slots = [("backend", None) if n == "backend" else where[n] for n in self.key_inputs]
+        for backend in layout.backends:
+            for combo in itertools.product(*(values for _, values in layout.dims)):
+                yield tuple(backend if d == "backend" else combo[d][k] for d, k in slots)
+
+    __iter__ = keys
+
+    def items(self):
+        for key in self.keys():
+            yield key, self[key]
+
+    def values(self):
+        return iter(self.ids)

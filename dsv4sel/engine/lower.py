@@ -1,0 +1,136 @@
+"""Stage 4, lower: a :class:`~dsv4sel.engine.model.Program` -> the compiled form.
+
+:func:`to_table` produces the plain data (dicts, tuples, str, int, bytes)
+that :class:`dsv4sel.engine.ruleset.RuleSet` loads, from memory or from the
+marshal cache; the array's format is :mod:`dsv4sel.engine.artifact`'s. See
+``docs/compiled-form.md`` for how it is built and what it costs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import artifact
+from ..errors import Problem, RuleError
+from .flow import Flow
+from .model import Program, render, template_fields
+from .ruleset import COMPILED_FORMAT
+from .space import Space
+
+
+def to_table(program: Program) -> dict[str, Any]:
+    """The compiled form of ``program`` that :class:`dsv4sel.engine.ruleset.RuleSet` loads, as plain
+    data (dicts, tuples, str, int, bytes) for memory or marshal.
+
+    Built from the same exact machinery as ``dsv4sel check``: the chain
+    of tables is walked cube by cube (:class:`dsv4sel.engine.flow.Flow`), each
+    deciding rule's win regions are split only by the inputs its texts
+    name (``{kv_cache_dtype}``...), and each region is painted into the
+    array at once (:func:`dsv4sel.engine.artifact.paint`). The cost grows with
+    the number of regions, not of points. Raises RuleError when the space
+    is larger than the compiled form holds."""
+    space = Space(program.inputs)
+    layout = artifact.Layout.for_space(space, program.backends)
+    if layout.size > artifact.MAX_INPUTS:
+        where = program.default_table
+        raise RuleError([Problem(where.file, where.line, 1, (
+            f"the decision space has {layout.points:,} points x {len(layout.backends)} backend choices "
+            f"= {layout.size:,} inputs; the compiled form holds at most {artifact.MAX_INPUTS:,}. "
+            "Declare fewer input values, or split the vocabulary into rule sets loaded separately"),
+            code="DSV314")])
+    profile = program.profile
+    select_row = artifact.select_row_type(profile.field_names)
+    rule_index = {id(rule): i for i, rule in enumerate(program.rules)}
+    outcomes: list[tuple] = []
+    outcome_ids: dict[tuple, int] = {}
+    ids = artifact.new_array(layout, "H")
+    flow = Flow(program, space, needs=lambda rule: True)
+
+    def store(item: tuple, box, backend_index: int) -> None:
+        nonlocal ids
+        oid = outcome_ids.get(item)
+        if oid is None:
+            oid = outcome_ids[item] = len(outcomes)
+            outcomes.append(item)
+            if oid >= 1 << 16 and ids.typecode == "H":
+                ids = artifact.widened(ids)
+        artifact.paint(ids, layout, box, backend_index, oid)
+
+    for backend_index, backend in enumerate(layout.backends):
+        for event in flow.walk(backend):
+            if event.kind == "gap":
+                path = tuple(rule_index[id(r)] for r in event.path)
+                store(artifact.GapRow(("gap", event.label, event.table.name, path)), event.box, backend_index)
+            elif event.kind == "decide":
+                rules = (*event.path, event.rule)
+                labels = _labels(backend, rules)
+                path = tuple(rule_index[id(r)] for r in rules)
+                for region in event.scan.regions.get(event.position, ()):
+                    for values, box in space.split_by(region, _template_inputs(rules, profile)):
+                        store(_row(rules, labels, path, values, profile, select_row), box, backend_index)
+            elif event.kind in ("dangling", "cycle"):  # pragma: no cover - the builder refuses both
+                raise AssertionError(f"a {event.kind} use chain reached the compiled form")
+    table = {**layout.as_data(), "typecode": ids.typecode, "ids": ids.tobytes()}
+    return {
+        "format": COMPILED_FORMAT,
+        "key": profile.key,
+        "fields": profile.field_names,
+        "inputs": [(d.name, d.values, d.by, d.scoped, d.default, d.fallback, d.probe, d.aliases)
+                   for d in program.inputs.values()],
+        "backends": program.backends,
+        "selectable": tuple(b for b in program.backends
+                            if any(o.kind == "select" and o.backend == b for o in outcomes)),
+        "rules": [(r.ref.id, r.ref.file, r.ref.line, r.ref.pack, r.table) for r in program.rules],
+        "outcomes": [artifact.stored(o) for o in outcomes],
+        "table": table,
+        "allowed": program.allowed_impl_modules,
+        "sources": program.sources,
+        "descriptions": tuple(program.descriptions.get(r.ref) for r in program.rules),
+    }
+
+def _labels(backend: str | None, rules: tuple) -> tuple:
+    """The backend whose table each rule of a chain belongs to."""
+    labels, current = [], backend
+    for rule in rules:
+        labels.append(current)
+        if rule.outcome.kind == "use":
+            current = rule.outcome.target
+    return tuple(labels)
+
+def _template_inputs(rules: tuple, profile) -> tuple[str, ...]:
+    """The inputs a chain's rendered texts depend on: its ``{placeholders}``,
+    and the input a rewritten field restates (``Profile.restates``), since a
+    rewrite to that input's own value changes nothing and is dropped."""
+    names: dict[str, None] = {}
+    for rule in rules:
+        outcome = rule.outcome
+        texts = [text for _, text in outcome.messages]
+        if outcome.kind == "reject":
+            texts.append(outcome.reason)
+        elif outcome.kind == "select":
+            for key, value in outcome.fields:
+                if isinstance(value, str):
+                    texts.append(value)
+                elif key == "rewrites":
+                    names.update(dict.fromkeys(i for f, i in profile.restates if f in value))
+        for text in texts:
+            names.update(dict.fromkeys(template_fields(text)))
+    names.pop("backend", None)
+    return tuple(names)
+
+def _row(rules: tuple, labels: tuple, path: tuple, values: dict[str, str], profile, select_row: type) -> tuple:
+    """The outcome row of a chain, rendered with ``values`` (see ``Program.resolve``)."""
+    messages: list[tuple[str, str]] = []
+    for rule, label in zip(rules, labels):
+        point = dict(values, backend=label or "")
+        messages.extend((level, render(text, point)) for level, text in rule.outcome.messages)
+    last, label = rules[-1], labels[-1]
+    point = dict(values, backend=label or "")
+    if last.outcome.kind == "reject":
+        return artifact.RejectRow(("reject", label, render(last.outcome.reason, point), path, tuple(messages)))
+    f = {k: render(v, point) if isinstance(v, str) else v for k, v in last.outcome.fields}
+    restated = dict(profile.restates)
+    rewrites = tuple(sorted((k, v) for k, v in f.get("rewrites", {}).items()
+                            if not (k in restated and v == values.get(restated[k]))))
+    return select_row(("select", label, *(f[name] for name in profile.field_names), rewrites, tuple(messages),
+                       path, tuple(f.get("hosts", ()))))

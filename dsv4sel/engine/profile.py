@@ -1,0 +1,57 @@
+"""What a domain tells the engine: the :class:`Profile`.
+
+The engine compiles and evaluates decision tables over any finite space; it
+does not know what its inputs and select fields mean. A profile is the data
+that says it: the inputs every vocabulary must declare and the order of the
+lookup key, the fields a select outcome carries and their types, which field
+restates an input, and the words messages use. The engine reads a profile;
+it never imports one (DeepSeek-V4's is :data:`dsv4sel.dsv4.profile.PROFILE`).
+"""
+
+from __future__ import annotations
+
+from ..record import Frozen
+
+#: The input that picks a table: ``backend: NAME`` in a rule file names the table
+#: a rule belongs to, and the key holds the requested one (None: the default).
+SELECTOR = "backend"
+
+
+class Profile(Frozen):
+    """A domain's description of its decision tables.
+
+    ``subject`` names what is decided, for messages ("DeepSeek-V4
+    attention"). ``key`` is the order of the built-in inputs in the lookup
+    key, :data:`SELECTOR` among them; inputs that rule packs declare follow
+    them. ``select_fields`` are ``(name, type)`` pairs, every one required in
+    a select outcome, in the order a compiled row stores them (``int`` or
+    ``str``; a ``str`` field may be a template such as ``"{kv_cache_dtype}"``).
+    ``same_result`` lists the fields that decide whether two selections store
+    the same data the same way. ``restates`` pairs a select field with the
+    input whose value it spells (a rewrite of the field to the input's own
+    value changes nothing and is dropped; ``check`` re-selects with the
+    rewritten value to prove a rewrite is a fixpoint). ``schema`` is the path
+    of the rule files' JSON Schema; ``allowed_impl_modules`` the modules impl
+    classes may come from by default."""
+
+    __slots__ = ("subject", "key", "select_fields", "same_result", "restates", "schema", "allowed_impl_modules")
+    subject: str
+    key: tuple[str, ...]
+    select_fields: tuple[tuple[str, type], ...]
+    same_result: tuple[str, ...]
+    restates: tuple[tuple[str, str], ...]
+    schema: str
+    allowed_impl_modules: tuple[str, ...]
+
+    @property
+    def builtin_inputs(self) -> tuple[str, ...]:
+        """The inputs every vocabulary must declare (the key without the selector)."""
+        return tuple(name for name in self.key if name != SELECTOR)
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.select_fields)
+
+    def restated_input(self, field: str) -> str | None:
+        """The input ``field`` spells, or None."""
+        return dict(self.restates).get(field)

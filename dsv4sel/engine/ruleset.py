@@ -1,0 +1,217 @@
+"""Stage 5, evaluate: the compiled, immutable rules and their read API.
+
+:class:`CompiledRules` is built from the plain data of
+``dsv4sel.engine.lower.to_table``: every point of the decision space maps to
+an outcome index in a dense array (:class:`~dsv4sel.engine.artifact.OutcomeTable`),
+so a decision costs one indexed lookup. It checks that data (it may come from
+an untrusted cache), holds the memo a domain's ``select`` probes first, and
+answers read-only questions (:meth:`CompiledRules.index`, :meth:`~CompiledRules.row`,
+:meth:`~CompiledRules.items`...) that every tool uses. What a query means,
+how it is normalized and what a selection looks like is the domain's (for
+DeepSeek-V4, :class:`dsv4sel.dsv4.rules.RuleSet`). This module imports
+neither yaml, jsonschema nor torch.
+"""
+
+from __future__ import annotations
+
+from .artifact import OutcomeTable, Row, all_below, loaded, select_row_type
+from .profile import Profile
+from .values import RuleRef, check_impl_allowed
+
+#: Version of the data ``dsv4sel.engine.lower.to_table`` writes and :class:`CompiledRules` reads.
+COMPILED_FORMAT = 4  # 4: the key order and select fields are stored, as the profile gave them
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # importing typing costs ~5 ms; with postponed annotations it is not needed
+    from typing import Any, Mapping
+
+
+class CorruptTable(ValueError):
+    """Compiled data that is not what ``dsv4sel.engine.lower.to_table`` writes (a
+    damaged or hand-edited cache entry); :func:`dsv4sel.load_rules` rebuilds it."""
+
+
+class CompiledRules:
+    """Compiled rules: the decision for every point of the declared space.
+
+    Instances are immutable apart from :attr:`memo` and safe to share between
+    threads (the memo is a plain dict of immutable values).
+    """
+
+    def __init__(self, data: dict[str, Any], digest: str, allowed_impl_modules: tuple[str, ...] | None,
+                 profile: Profile):
+        """``data`` is ``to_table``'s result, possibly read back from the cache:
+        it is checked here against ``profile`` (the domain it was compiled
+        for), and :class:`CorruptTable` raised when it is not what the
+        compiler writes. ``allowed_impl_modules`` is the process's allow-list
+        (default: the one the data was compiled with); every impl the data
+        names must lie inside it."""
+        self.profile = profile
+        try:
+            self._load(data)
+        except CorruptTable:
+            raise
+        except Exception as exc:  # any shape error of untrusted data
+            raise CorruptTable(f"compiled rules are damaged: {type(exc).__name__}: {exc}") from None
+        self.digest = digest
+        if allowed_impl_modules is None:
+            allowed_impl_modules = tuple(data["allowed"])
+        self.allowed_impl_modules: tuple[str, ...] = tuple(allowed_impl_modules)
+        impls = {row.impl for row in self.rows if row.kind == "select"} | set(self.probes.values())
+        for impl in impls:
+            try:
+                check_impl_allowed(impl, self.allowed_impl_modules)
+            except Exception as exc:
+                raise CorruptTable(f"compiled rules name an impl outside the allowed modules: {exc}") from None
+        #: raw query -> the domain's result; a domain's select() probes it first (its hot path)
+        self.memo: dict[tuple, Any] = {}
+
+    def _load(self, data: dict[str, Any]) -> None:
+        if data.get("format") != COMPILED_FORMAT:
+            raise CorruptTable(f"compiled format {data.get('format')!r}, expected {COMPILED_FORMAT}")
+        profile = self.profile
+        if tuple(data["key"]) != profile.key or tuple(data["fields"]) != profile.field_names:
+            raise CorruptTable("the compiled rules were built for another profile")
+        self._inputs = {}
+        self._alias_spellings: dict[str, tuple] = {}
+        for name, values, by, scoped, default, fallback, probe, aliases in data["inputs"]:
+            self._inputs[name] = (tuple(values), by, dict(scoped) if scoped else None, default, fallback)
+            self._alias_spellings[name] = tuple((str(a), str(v)) for a, v in aliases)
+        #: input name -> impl class whose is_available() tells which value this machine has
+        self.probes: dict[str, str] = {row[0]: row[6] for row in data["inputs"] if row[6]}
+        builtin = profile.builtin_inputs
+        #: the inputs rule packs declare beyond the profile's, in declaration order
+        self.extra_inputs: tuple[str, ...] = tuple(n for n in self._inputs if n not in builtin)
+        if any(n not in self._inputs for n in builtin):
+            raise CorruptTable("compiled rules lack a built-in input")
+        self.backends: tuple[str, ...] = tuple(data["backends"])
+        self._backend_set = frozenset(self.backends)
+        #: backends that select something somewhere in the space (the others only reject)
+        self.selectable_backends: tuple[str, ...] = tuple(data["selectable"])
+        self._rule_rows = data["rules"]
+        for rid, file, line, pack, table in self._rule_rows:
+            if not (type(rid) is str and type(file) is str and type(line) is int and type(table) is str):
+                raise CorruptTable("a compiled rule row is malformed")
+        self._rules: dict[int, RuleRef] = {}
+        for row in data["outcomes"]:
+            self._check_row(row)
+        select_row = select_row_type(profile.field_names)
+        #: every distinct outcome of the space, typed (:mod:`dsv4sel.engine.artifact`); :meth:`index` points into it
+        self.rows: tuple[Row, ...] = tuple(loaded(row, select_row) for row in data["outcomes"])
+        #: the order of a lookup key: the profile's inputs, then the packs' in declaration order
+        self.key_inputs: tuple[str, ...] = (*profile.key, *self.extra_inputs)
+        self._table = OutcomeTable(data["table"], self.key_inputs)
+        if tuple(self._table.layout.backends) != (None, *self.backends) or not all_below(
+                self._table.ids, len(self.rows)):
+            raise CorruptTable("the compiled decision array does not fit its outcomes")
+        self.sources: tuple[str, ...] = tuple(data["sources"])
+        descriptions = data.get("descriptions") or ()
+        if not all(d is None or type(d) is str for d in descriptions):
+            raise CorruptTable("a compiled rule description is malformed")
+        self._data_descriptions: tuple[str | None, ...] = tuple(descriptions)
+
+    def _check_row(self, row: tuple) -> None:
+        """One outcome row has the shape ``to_table`` writes for this profile."""
+        n_rules = len(self._rule_rows)
+        kind = row[0]
+        if kind == "select":
+            n = len(self.profile.select_fields)
+            backend, fields = row[1], row[2:2 + n]
+            rewrites, messages, path, hosts = row[2 + n:]
+            ok = (type(backend) is str and len(fields) == n
+                  and all(type(value) is kind_ for value, (_, kind_) in zip(fields, self.profile.select_fields))
+                  and all(type(k) is str for k, _ in rewrites)
+                  and all(type(level) is str and type(text) is str for level, text in messages)
+                  and all(type(x) is str for host in hosts for x in host))
+        elif kind == "reject":
+            _, backend, reason, path, messages = row
+            ok = type(reason) is str and (backend is None or type(backend) is str)
+        elif kind == "gap":
+            _, backend, table, path = row
+            ok = type(table) is str
+        else:
+            ok, path = False, ()
+        if not ok or not all(type(i) is int and 0 <= i < n_rules for i in path) or (kind != "gap" and not path):
+            raise CorruptTable(f"a compiled {kind!r} outcome row is malformed")
+
+    # ------------------------------------------------------------ vocabulary
+    def values(self, name: str, parent: str | None = None) -> tuple[str, ...]:
+        """Declared values of input ``name`` (of one value of its parent, for
+        an input scoped by another, when ``parent`` names that value)."""
+        if name == "backend":
+            return self.backends
+        values, by, scoped, _, _ = self._inputs[name]
+        if scoped is not None and parent is not None:
+            return tuple(scoped.get(parent, ()))
+        return values
+
+    def declared_at(self, name: str, value: str, point: Mapping[str, str]) -> bool:
+        """Whether ``value`` of input ``name`` is declared where ``point`` is: for
+        an input scoped by another (``by:``), among the values listed for the
+        parent's value in ``point``; otherwise among all its values."""
+        values, by, scoped, _, _ = self._inputs[name]
+        if scoped is None:
+            return value in values
+        return value in scoped.get(point.get(by), ())
+
+    def scope(self, name: str) -> tuple[str | None, str | None]:
+        """``(parent input, fallback)`` of input ``name``: the input its values
+        are scoped by (None when unscoped) and the value an undeclared
+        spelling decides as (None when refused)."""
+        _, by, _, _, fallback = self._inputs[name]
+        return by, fallback
+
+    def default_of(self, name: str) -> str | None:
+        return self._inputs[name][3]
+
+    def aliases(self, name: str) -> tuple[tuple[str, str], ...]:
+        """``(alias, value)`` pairs: other spellings of values of input ``name`` (e.g. GPU names)."""
+        return self._alias_spellings.get(name, ())
+
+    def rule(self, index: int) -> RuleRef:
+        ref = self._rules.get(index)
+        if ref is None:
+            rid, file, line, pack, _table = self._rule_rows[index]
+            ref = self._rules[index] = RuleRef(rid, file, line, pack)
+        return ref
+
+    @property
+    def rules(self) -> tuple[RuleRef, ...]:
+        return tuple(self.rule(i) for i in range(len(self._rule_rows)))
+
+    def description(self, index: int) -> str | None:
+        """The `description:` of rule ``index`` (None when it has none)."""
+        descriptions = self._data_descriptions
+        return descriptions[index] if index < len(descriptions) else None
+
+    def rule_table(self, index: int) -> str:
+        return self._rule_rows[index][4]
+
+    @property
+    def size(self) -> int:
+        """Number of points in the decision space (backend included)."""
+        return len(self._table)
+
+    def keys(self):
+        return self._table.keys()
+
+    # ------------------------------------------------------- the read API
+    def index(self, key: tuple) -> int | None:
+        """The index into :attr:`rows` of the outcome at ``key`` (a tuple in
+        :attr:`key_inputs` order, backend None for the default), or None
+        outside the space. Tools that ask many points compare indices."""
+        return self._table.get(key)
+
+    def row(self, key: tuple) -> Row | None:
+        """The compiled outcome at ``key`` (see :meth:`index`)."""
+        index = self._table.get(key)
+        return None if index is None else self.rows[index]
+
+    def items(self):
+        """Every ``(key, index)`` of the space (backend outermost)."""
+        return self._table.items()
+
+    def same_result(self, a: Row, b: Row) -> bool:
+        """Both rows select, and agree on the profile's ``same_result`` fields."""
+        return a.kind == b.kind == "select" and all(
+            getattr(a, name) == getattr(b, name) for name in self.profile.same_result)

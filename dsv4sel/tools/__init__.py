@@ -1,0 +1,1 @@
+"""The operator tools behind the CLI: each returns values, none renders."""
