@@ -27,10 +27,10 @@ from .dsv4.profile import DEFAULT_ALLOWED_IMPL_MODULES  # noqa: E402
 from .dsv4.rules import RuleSet  # noqa: E402
 from .dsv4.selection import Query, Selection  # noqa: E402
 from .engine.values import Message, RuleRef  # noqa: E402
-from .errors import ImplLoadError, InvalidQuery, Problem, RuleError, SelectionError  # noqa: E402
+from .errors import ImplLoadError, InvalidQuery, Loc, Problem, RuleError, SelectionError  # noqa: E402
 
 __all__ = [
-    "DEFAULT_ALLOWED_IMPL_MODULES", "ImplLoadError", "InvalidQuery", "Message", "Problem", "Query",
+    "DEFAULT_ALLOWED_IMPL_MODULES", "ImplLoadError", "InvalidQuery", "Loc", "Message", "Problem", "Query",
     "RuleError", "RuleRef", "RuleSet", "Selection", "SelectionError", "default_rules", "load_rules",
     "select", "__version__", "verify", "verify_program", "Report", "Finding", "VerifyError",
 ]

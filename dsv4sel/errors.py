@@ -10,6 +10,22 @@ from __future__ import annotations
 from .record import Frozen
 
 
+class Loc(Frozen):
+    """A place in a rule file: ``file``, the 1-based ``line`` and ``column``
+    (None: the whole line, as for a rule). The one location type: problems,
+    findings and rule references each give theirs as ``.loc``, and
+    ``str(loc)`` is the one spelling, ``file:line[:column]``."""
+
+    __slots__ = ("file", "line", "column")
+    _defaults = {"column": None}
+    file: str
+    line: int
+    column: int | None
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}" if self.column is None else f"{self.file}:{self.line}:{self.column}"
+
+
 class Problem(Frozen):
     """One problem in one rule file, located at ``file:line:column`` (1-based),
     with the stable ``code`` of its kind (``DSV301``...; see :mod:`dsv4sel.engine.codes`),
@@ -17,8 +33,12 @@ class Problem(Frozen):
 
     __slots__ = ("file", "line", "column", "message", "code")
 
+    @property
+    def loc(self) -> Loc:
+        return Loc(self.file, self.line, self.column)
+
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.column}: {self.message}"
+        return f"{self.loc}: {self.message}"
 
 
 class RuleError(ValueError):

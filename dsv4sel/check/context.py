@@ -24,7 +24,7 @@ class CheckContext:
     def __init__(self, program, layouts=None):
         self.program = program
         self.space = Space(program.inputs)
-        self.writer = CubeWriter(self.space, program.inputs, program.backends)
+        self.writer = CubeWriter(self.space, program.inputs, program.backends, program.profile.key)
         self.flow = Flow(program, self.space, needs=needs_regions)
         self.checker = FieldChecker(tuple(program.allowed_impl_modules), layouts)
         #: every request: no backend (the platform default), then each backend

@@ -38,13 +38,16 @@ class CubeWriter:
     """Writes cubes of a :class:`Space` (plus requested backends) as
     :class:`Cube` values and points as :class:`Input` values."""
 
-    def __init__(self, space: Space, inputs: Mapping[str, object], backends: Sequence[str]):
+    def __init__(self, space: Space, inputs: Mapping[str, object], backends: Sequence[str],
+                 key: Sequence[str] = ()):
         self.space = space
         self.inputs = inputs
         self.backend_domain: tuple[str | None, ...] = (None, *backends)
         names = list(space.input_names)
-        at = names.index("kv_cache_dtype") if "kv_cache_dtype" in names else len(names)
-        #: display order: the inputs as in a Query, the backend before kv_cache_dtype
+        # the backend where the profile's key has it (after the inputs before it there), else last
+        before = key[:list(key).index(BACKEND)] if BACKEND in key else names
+        at = max((names.index(n) + 1 for n in before if n in names), default=0)
+        #: display order: the inputs as in a lookup key, the backend where the profile puts it
         self.order: tuple[str, ...] = tuple(names[:at] + [BACKEND] + names[at:])
         # tables repeat the same value sets over and over: write each once
         self._alternatives: dict[tuple[int, int], list[dict]] = {}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..engine.values import RuleRef
+from ..errors import Loc
 
 ERROR, WARNING = "error", "warning"
 
@@ -131,9 +132,13 @@ class Finding:
             object.__setattr__(self, "code", kind_code(self.kind))
 
     @property
+    def loc(self) -> Loc:
+        return Loc(self.file, self.line, self.column)
+
+    @property
     def location(self) -> str:
-        col = f":{self.column}" if self.column is not None else ""
-        return f"{self.file}:{self.line}{col}"
+        """``file:line[:column]``: ``str(self.loc)``."""
+        return str(self.loc)
 
     def __str__(self) -> str:
         return f"{self.location}: {self.severity} {self.code} [{self.kind}] {self.message}"

@@ -82,7 +82,7 @@ class Alternative(Frozen):
 
 def nearest(rules, query: Query, limit: int = LIMIT) -> tuple[Alternative, ...]:
     """The nearest changes of (backend, kv dtype) that select on ``rules`` (a
-    :class:`~dsv4sel.engine.ruleset.RuleSet`), keeping the platform, capability,
+    :class:`~dsv4sel.dsv4.rules.RuleSet`), keeping the platform, capability,
     model and pack inputs; at most ``limit``, in the order of the module
     docstring; empty when nothing on this platform and capability works."""
     backends = [query.backend] if query.backend is not None else []

@@ -20,7 +20,7 @@ GPU names (``H100``, ``MI300X``)      per data    the vocabulary's ``aliases:``
 ====================================  ==========  ==============================
 
 This module knows spellings only; which capabilities exist is the
-vocabulary's business (see :meth:`dsv4sel.engine.ruleset.RuleSet.normalize`).
+vocabulary's business (see :meth:`dsv4sel.dsv4.rules.RuleSet.normalize`).
 """
 
 from __future__ import annotations

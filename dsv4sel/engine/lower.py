@@ -1,7 +1,7 @@
 """Stage 4, lower: a :class:`~dsv4sel.engine.model.Program` -> the compiled form.
 
 :func:`to_table` produces the plain data (dicts, tuples, str, int, bytes)
-that :class:`dsv4sel.engine.ruleset.RuleSet` loads, from memory or from the
+that :class:`~dsv4sel.engine.ruleset.CompiledRules` loads, from memory or from the
 marshal cache; the array's format is :mod:`dsv4sel.engine.artifact`'s. See
 ``docs/compiled-form.md`` for how it is built and what it costs.
 """
@@ -19,7 +19,7 @@ from .space import Space
 
 
 def to_table(program: Program) -> dict[str, Any]:
-    """The compiled form of ``program`` that :class:`dsv4sel.engine.ruleset.RuleSet` loads, as plain
+    """The compiled form of ``program`` that :class:`~dsv4sel.engine.ruleset.CompiledRules` loads, as plain
     data (dicts, tuples, str, int, bytes) for memory or marshal.
 
     Built from the same exact machinery as ``dsv4sel check``: the chain

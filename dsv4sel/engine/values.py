@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ..errors import ImplLoadError
+from ..errors import ImplLoadError, Loc
 from ..record import Frozen
 
 TYPE_CHECKING = False
@@ -24,11 +24,16 @@ class RuleRef(Frozen):
     pack: str
 
     def __str__(self) -> str:
-        return f"{self.id} ({self.file}:{self.line})"
+        return f"{self.id} ({self.loc})"
+
+    @property
+    def loc(self) -> Loc:
+        return Loc(self.file, self.line)
 
     @property
     def location(self) -> str:
-        return f"{self.file}:{self.line}"
+        """``file:line``: ``str(self.loc)``."""
+        return str(self.loc)
 
 
 class Message(str):

@@ -1,4 +1,4 @@
-"""Read-only probes of a compiled :class:`~dsv4sel.engine.ruleset.RuleSet`.
+"""Read-only probes of a compiled :class:`~dsv4sel.dsv4.rules.RuleSet`.
 
 ``explain``, ``table`` and ``doctor`` all ask the same questions of the
 precomputed decision table: what happens at one point, which backends can
