@@ -580,8 +580,9 @@ class OpaqueRecordLayout(_BytePagesLayout):
 class Fp8DsMlaV41Layout(OpaqueRecordLayout):
     """``fp8_ds_mla_v41``: DeepSeek-V4.1's fp8 main / sliding-window record, 528 B/token.
 
-    vLLM's V4.1 backends store it for kv-cache dtype ``fp8_ds_mla``; FlashInfer
-    reads it with ``kv_cache_format="fp8_dsv41"``. Pages: ``block_size * 528`` bytes.
+    vLLM 0.33's V4.1 layers store it for kv-cache dtype ``fp8_ds_mla`` on SM100 only
+    (FlashMLA decodes it in its SM100 kernels); on SM90, SM12x and ROCm they keep V4's
+    584-byte ``fp8_ds_mla`` record. Pages: ``block_size * 528`` bytes.
     """
 
     name: str = "fp8_ds_mla_v41"

@@ -3,19 +3,18 @@
 The V4.1 rules name three impls, one per vLLM backend:
 
 ``DeepseekV41FlashMLASparseImpl`` (``FLASHMLA_SPARSE_DSV41``; CUDA SM90, SM10x)
-    Reads ``fp8_ds_mla_v41`` (528 B/token). ``is_available`` checks the target
-    and that ``flash_mla`` imports. ``forward_decode`` always raises
+    Reads ``fp8_ds_mla_v41`` (528 B/token) on SM10x and ``fp8_ds_mla``
+    (584 B/token) on SM90: FlashMLA decodes V4.1's record only in its SM100
+    kernels, so vLLM 0.33 keeps V4's record on Hopper. ``is_available`` checks
+    the target and that ``flash_mla`` imports. ``forward_decode`` always raises
     :class:`KernelUnavailableError`: FlashMLA's V4.1 decode has no documented
     Python API, so there is nothing to map arguments to.
 ``DeepseekV41FlashInferMLASparseImpl`` (``FLASHINFER_MLA_SPARSE_DSV41``; SM10x, SM12x)
-    SM10x reads ``bf16_row`` / ``fp8_e4m3_row`` with exactly the V4 TRTLLM-gen
-    mapping of :mod:`dsv4sel.kernels.flashinfer`. SM12x reads
-    ``fp8_ds_mla_v41`` with the V4 packed-sparse mapping plus
-    ``kv_cache_format="fp8_dsv41"`` (FlashInfer's name for the 528-byte V4.1
-    record); the swa / compressed caches are uint8 ``(num_blocks, block_size,
-    528)`` views with strides ``(page_bytes, 528, 1)``. On SM12x
-    ``is_available`` also requires an entry point that accepts
-    ``kv_cache_format`` (flashinfer-python 0.7.4 does).
+    Exactly the V4 mappings of :mod:`dsv4sel.kernels.flashinfer`: SM10x reads
+    ``bf16_row`` / ``fp8_e4m3_row`` (TRTLLM-gen), SM12x reads V4's 584-byte
+    ``fp8_ds_mla`` record (packed sparse, FlashInfer's default
+    ``kv_cache_format``, as vLLM 0.33's SM120 V4.1 layer calls it; V4.1's
+    528-byte record is written on SM100 only).
 ``DeepseekV41MegaAttnImpl`` (``FLASHMLA_MEGA_ATTN_DSV41``; SM10x only)
     Reads ``fp8_ds_mla_v41`` (main / sliding-window cache) and ``nvfp4_ds_mla``
     (288 B/token compressed cache). ``is_available`` checks the target and
@@ -38,8 +37,8 @@ impls without an adapter its reason says that dsv4sel itself cannot call it.
 The V4.1 layouts have no verified codec (:class:`~dsv4sel.kernels.layouts.OpaqueRecordLayout`):
 ``write_kv`` raises :class:`UnsupportedLayoutError`, and ``fallback="reference"``
 does not run the torch reference on them (the reference cannot read them);
-``KernelUnavailableError`` is raised instead. On ``bf16_row`` / ``fp8_e4m3_row``
-the FlashInfer impl's reference fallback works as for V4.
+``KernelUnavailableError`` is raised instead. On ``bf16_row``, ``fp8_e4m3_row``
+and ``fp8_ds_mla`` the FlashInfer impl's reference fallback works as for V4.
 
 Importing this module imports neither torch nor a kernel library.
 """
@@ -47,11 +46,11 @@ Importing this module imports neither torch nor a kernel library.
 from __future__ import annotations
 
 import importlib
-import inspect
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from .base import DecodeOutput, DecodePlan, KernelUnavailableError, SparseMLAImpl
-from .flashinfer import ENTRY_POINT, DeepseekV4FlashInferMLASparseImpl
+from .errors import UnsupportedLayoutError
+from .flashinfer import DeepseekV4FlashInferMLASparseImpl
 from .flashmla import UsesFlashMLABuild, load_vllm_flashmla
 from .platform import Capability
 
@@ -63,14 +62,11 @@ __all__ = [
     "DeepseekV41FlashInferMLASparseImpl",
     "DeepseekV41MegaAttnImpl",
     "DeepseekV41ROCMAiterMLASparseImpl",
-    "FLASHINFER_DSV41_FORMAT",
     "MEGA_OP_NAMESPACE",
     "MEGA_OP",
     "MEGA_OP_PROVIDERS",
 ]
 
-#: FlashInfer's ``kv_cache_format`` for DeepSeek-V4.1's 528-byte fp8 record.
-FLASHINFER_DSV41_FORMAT = "fp8_dsv41"
 #: The mega-attention decode op: ``torch.ops.<namespace>.<op>``.
 MEGA_OP_NAMESPACE = "_flashmla_C"
 MEGA_OP = "fused_norm_rope_attn_rope_cast_decode"
@@ -82,10 +78,19 @@ MEGA_OP = "fused_norm_rope_attn_rope_cast_decode"
 #: only when the op is not registered yet and the target is an SM10x GPU.
 MEGA_OP_PROVIDERS: tuple[str, ...] = ("flash_mla", "vllm._flashmla_C")
 
-#: FlashInfer V4.1 layouts by GPU major: SM10x plain rows as for V4, SM12x the 528-byte record.
+#: FlashInfer V4.1 layouts by GPU major, the same as V4's: SM10x plain rows, SM12x V4's 584-byte
+#: fp8_ds_mla record. vLLM 0.33 writes V4.1's 528-byte record on SM100 only (its
+#: ``_use_v41_mxfp8_kv_record``), where FlashInfer reads plain rows, so FlashInfer never sees it.
 _FI_LAYOUTS_BY_MAJOR: Mapping[int, frozenset[str]] = {
     10: frozenset({"bf16_row", "fp8_e4m3_row"}),
-    12: frozenset({"fp8_ds_mla_v41"}),
+    12: frozenset({"fp8_ds_mla"}),
+}
+
+#: FlashMLA V4.1 layouts by GPU major: V4.1's 528-byte record is decoded by the SM100 kernels
+#: only; on SM90 vLLM 0.33 keeps V4's 584-byte record (``_use_v41_mxfp8_kv_record``).
+_FLASHMLA_LAYOUTS_BY_MAJOR: Mapping[int, frozenset[str]] = {
+    9: frozenset({"fp8_ds_mla"}),
+    10: frozenset({"fp8_ds_mla_v41"}),
 }
 
 _NO_FLASHMLA_ADAPTER = (
@@ -165,24 +170,45 @@ class _WithoutDecodeAdapter(SparseMLAImpl):
 
 
 class DeepseekV41FlashMLASparseImpl(UsesFlashMLABuild, _WithoutDecodeAdapter):
-    """DeepSeek-V4.1 sparse decode through FlashMLA (SM90, SM10x): availability only."""
+    """DeepSeek-V4.1 sparse decode through FlashMLA (SM90, SM10x): availability only.
+
+    The record depends on the GPU: V4.1's 528-byte ``fp8_ds_mla_v41`` on SM10x,
+    V4's 584-byte ``fp8_ds_mla`` on SM90 (FlashMLA decodes V4.1's record in its
+    SM100 kernels only).
+    """
 
     impl_name: ClassVar[str] = "DeepseekV41FlashMLASparseImpl"
-    supported_layouts: ClassVar[frozenset[str]] = frozenset({"fp8_ds_mla_v41"})
-    targets: ClassVar[Mapping[str, frozenset]] = {"cuda": frozenset({9, 10})}
+    #: The record the kernels read, by GPU major; checked when the impl is given a CUDA capability.
+    layouts_by_major: ClassVar[Mapping[int, frozenset[str]]] = _FLASHMLA_LAYOUTS_BY_MAJOR
+    supported_layouts: ClassVar[frozenset[str]] = frozenset().union(*_FLASHMLA_LAYOUTS_BY_MAJOR.values())
+    targets: ClassVar[Mapping[str, frozenset]] = {"cuda": frozenset(_FLASHMLA_LAYOUTS_BY_MAJOR)}
     kernel_label: ClassVar[str] = "FlashMLA DeepSeek-V4.1 sparse decode"
     built_for: ClassVar[str] = "is built for SM90 and the SM100 family"
     other_gpu_hint: ClassVar[str] = " (on SM12x use FLASHINFER_MLA_SPARSE_DSV41)"
     no_adapter_reason: ClassVar[str] = _NO_FLASHMLA_ADAPTER
 
+    def __init__(self, layout: str, block_size: int, **kwargs: Any) -> None:
+        """As :class:`~dsv4sel.kernels.base.SparseMLAImpl`; with a CUDA ``capability`` the layout
+        must be the record that GPU's kernels read (the two records differ in size, so a cache of
+        the other one would be addressed wrongly)."""
+        super().__init__(layout, block_size, **kwargs)
+        readable = None
+        if self.capability is not None and self.platform in (None, "cuda"):
+            readable = self.layouts_by_major.get(self.capability[0])
+        if readable is not None and self.layout.name not in readable:
+            raise UnsupportedLayoutError(
+                f"{self.impl_name}: on SM{self.capability[0]}x FlashMLA's V4.1 kernels read "
+                f"{', '.join(sorted(readable))}, not {self.layout.name}"
+            )
+
 
 class DeepseekV41FlashInferMLASparseImpl(DeepseekV4FlashInferMLASparseImpl):
     """DeepSeek-V4.1 sparse decode through ``trtllm_batch_decode_sparse_mla_dsv4``.
 
-    SM10x: the V4 TRTLLM-gen mapping on plain rows, unchanged. SM12x: the V4
-    packed mapping on ``fp8_ds_mla_v41`` pages plus
-    ``kv_cache_format="fp8_dsv41"``. Constructor arguments: see
-    :class:`~dsv4sel.kernels.flashinfer.DeepseekV4FlashInferMLASparseImpl`.
+    The V4 call, unchanged: SM10x the TRTLLM-gen mapping on plain rows, SM12x
+    the packed mapping on ``fp8_ds_mla`` pages with FlashInfer's default
+    ``kv_cache_format`` (V4's record, which V4.1 keeps off SM100). Constructor
+    arguments: see :class:`~dsv4sel.kernels.flashinfer.DeepseekV4FlashInferMLASparseImpl`.
     """
 
     impl_name: ClassVar[str] = "DeepseekV41FlashInferMLASparseImpl"
@@ -190,25 +216,6 @@ class DeepseekV41FlashInferMLASparseImpl(DeepseekV4FlashInferMLASparseImpl):
     targets: ClassVar[Mapping[str, frozenset]] = {"cuda": frozenset(_FI_LAYOUTS_BY_MAJOR)}
     kernel_label: ClassVar[str] = "FlashInfer DeepSeek-V4.1 sparse decode"
     supported_layouts: ClassVar[frozenset[str]] = frozenset().union(*_FI_LAYOUTS_BY_MAJOR.values())
-
-    @classmethod
-    def _entry_point_reason(cls, module: Any, capability: Capability | None) -> str | None:
-        if capability is None or capability[0] != 12:
-            return None  # SM10x reads plain rows: the V4 call, no format keyword
-        try:
-            params = inspect.signature(getattr(module, ENTRY_POINT)).parameters
-        except (TypeError, ValueError):  # not introspectable (a C function): trust it
-            return None
-        if "kv_cache_format" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-            return None
-        return (
-            f"flashinfer's {ENTRY_POINT} has no kv_cache_format argument, so it cannot read DeepSeek-V4.1's "
-            f"528-byte record (kv_cache_format={FLASHINFER_DSV41_FORMAT!r}): upgrade flashinfer-python "
-            "(0.7.4 has it)"
-        )
-
-    def _packed_format_kwargs(self) -> dict[str, Any]:
-        return {"kv_cache_format": FLASHINFER_DSV41_FORMAT}
 
 
 class _MegaOpMissing(ImportError):

@@ -10,11 +10,14 @@ V40_IMPLS = ("dsv4sel.kernels.flashmla:", "dsv4sel.kernels.flashinfer:", "dsv4se
              "dsv4sel.kernels.reference:")
 
 
-def test_sm12x_defaults_to_flashinfer_dsv41_in_blocks_of_64():
-    sel = dsv4sel.select(capability="12.0", **V41)
+@pytest.mark.parametrize("capability", ["12.0", "12.1"])
+def test_sm12x_defaults_to_flashinfer_dsv41_on_v4s_record_in_blocks_of_128(capability):
+    # vLLM 0.33 writes V4.1's 528-byte record on SM100 only; FlashInfer-V4.1's kernel block is always 128
+    sel = dsv4sel.select(capability=capability, **V41)
     assert (sel.backend, sel.layout, sel.bytes_per_token, sel.block_size) == (
-        "FLASHINFER_MLA_SPARSE_DSV41", "fp8_ds_mla_v41", 528, 64)
-    assert dict(sel.rewrites) == {"cache_dtype": "fp8_ds_mla"}
+        "FLASHINFER_MLA_SPARSE_DSV41", "fp8_ds_mla", 584, 128)
+    assert (sel.cache_dtype, sel.torch_dtype_name, dict(sel.rewrites)) == ("fp8_ds_mla", "uint8", {"cache_dtype": "fp8_ds_mla"})
+    assert sel.host_class("vllm")[0].endswith(":DeepseekV4FlashInferSM120Attention")
 
 
 def test_sm100_gets_mega_attention_when_available():
@@ -31,9 +34,23 @@ def test_sm100_falls_back_to_flashmla_dsv41_without_mega_attention_and_says_why(
     assert any("mega-attention is unavailable" in m for m in sel.messages)
 
 
-def test_sm90_uses_flashmla_dsv41_in_blocks_of_64():
-    sel = dsv4sel.select(capability="9.0", **V41)
-    assert (sel.backend, sel.block_size, sel.bytes_per_token) == ("FLASHMLA_SPARSE_DSV41", 64, 528)
+@pytest.mark.parametrize("kv", ["auto", "fp8", "fp8_ds_mla"])
+def test_sm90_uses_flashmla_dsv41_on_v4s_record_in_blocks_of_64(kv):
+    # FlashMLA decodes V4.1's 528-byte record only in its SM100 kernels: Hopper keeps V4's 584-byte one
+    sel = dsv4sel.select(capability="9.0", kv_cache_dtype=kv, **V41)
+    assert (sel.backend, sel.layout, sel.bytes_per_token, sel.block_size) == ("FLASHMLA_SPARSE_DSV41", "fp8_ds_mla", 584, 64)
+    assert sel.cache_dtype == "fp8_ds_mla"
+
+
+@pytest.mark.parametrize("capability", ["10.0", "10.3"])
+def test_the_528_byte_record_is_selected_on_sm100_only(capability):
+    sel = dsv4sel.select(capability=capability, backend="FLASHMLA_SPARSE_DSV41", **V41)
+    assert (sel.layout, sel.bytes_per_token, sel.block_size) == ("fp8_ds_mla_v41", 528, 128)
+    rules = dsv4sel.default_rules()
+    # an unknown CUDA capability is taken as SM100 by FlashMLA-V4.1 (with the default rules' warning)
+    where = {key[1:3] for key, index in rules.items() if rules.rows[index].kind == "select"
+             and rules.rows[index].layout == "fp8_ds_mla_v41" and key[2] != "unknown"}
+    assert where == {("cuda", "10.0"), ("cuda", "10.3")}
 
 
 def test_nvfp4_ds_mla_is_kept_by_mega_attention_only():

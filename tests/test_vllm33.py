@@ -65,7 +65,8 @@ def reports(tmp_path_factory):
     for platform, report in built.items():
         found[platform]["construct"] = report
     summary = {p: {"inputs": r["inputs"], "vllm": r["vllm"], "seconds": r["seconds"],
-                   "sets": {n: {"agree": s["agree"], "disagree": len(s["disagree"])}
+                   "sets": {n: {"agree": s["agree"], "disagree": len(s["disagree"]),
+                                "sizes_compared": s["sizes_compared"], "sizes_not_compared": s["sizes_not_compared"]}
                             for n, s in r["sets"].items()},
                    "plugin": {k: (len(v) if k == "disagree" else v) for k, v in r["plugin"].items()
                               if k != "replaced"},
@@ -123,6 +124,20 @@ def test_compat_rules_equal_vllm_where_it_decides(reports, platform):
     assert s["agree"] > 0
 
 
+@pytest.mark.skipif(not COMPAT.is_dir(), reason="rules/compat/vllm-0.33 is not in this checkout")
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_kv_record_and_block_size_are_compared_wherever_vllm_decides_them(reports, platform):
+    """Every selection the compat set shares with vLLM had its KV record and kernel block size
+    compared, except on CUDA with no capability (vLLM reads both from the GPU it runs on); the
+    plugin's path had them compared too."""
+    r = reports[platform]
+    s = r["sets"]["compat"]
+    assert s["sizes_compared"] + s["sizes_not_compared"] == r["vllm"]["select"]
+    assert s["sizes_compared"] > 0 and r["plugin"]["sizes_compared"] > 0
+    if platform != "cuda":
+        assert s["sizes_not_compared"] == 0
+
+
 #: Names vLLM 0.33's AttentionConfig refuses although dsv4sel's default path uses them as table
 #: names: the compat set shares their tables with the platform default, so its fp8 rewrite shows
 #: through them too.
@@ -146,7 +161,9 @@ def test_compat_and_shipped_differ_only_by_the_deliberate_fixes(reports, platfor
 def test_real_layers_are_the_class_the_rules_name(reports, platform):
     """Real construction (VllmConfig, gloo group, set_current_vllm_config, the layer's __init__)
     for a sample of inputs: the built layer is the rule's vLLM class with the Selection's cache
-    dtype and torch dtype, or SelectionError came first with the cache config untouched."""
+    dtype and torch dtype, its sliding-window cache spec has the Selection's bytes per token and
+    vLLM's engine sets the Selection's block size, or SelectionError came first with the cache
+    config untouched."""
     c = reports[platform]["construct"]
     bad = [row for row in c["rows"] if not row["ok"]]
     assert bad == [], bad[:5]

@@ -41,6 +41,12 @@ PACKED_V41 = ["fp8_ds_mla", "nvfp4_ds_mla"]
 OLD_CUDA = ["7.x", "8.x", "11.0"]
 V4_PACKED_ALL = FP8_V4_PACKED + ["fp8_ds_mla"]       # what V4.0's packed resolver selects
 V41_PACKED_ALL = ["auto", "fp8", "fp8_ds_mla", "nvfp4_ds_mla"]  # what V4.1's packed resolver selects  # CUDA capabilities no DeepSeek-V4 kernel runs on
+# vLLM 0.33's V4.1 layers write V4.1's 528-byte record (fp8_ds_mla_v41) only on the SM100 family
+# (deepseek_v41/attention.py: _use_v41_mxfp8_kv_record); on every other capability and platform
+# they keep V4's 584-byte fp8_ds_mla record. Where the compat set builds a V4.1 packed class
+# beyond SM100, that part of the rule selects this record (the kernel block size stays the
+# backend's: FlashMLA-V4.1 64 on SM90 only, FlashInfer and mega-attention 128).
+V4_RECORD = {"layout": "fp8_ds_mla", "bytes_per_token": 584}
 
 
 def use(rid, when, target, description=None):
@@ -110,6 +116,29 @@ class Table:
         i = self.index(rid)
         self.rules[i:i] = new
 
+    def insert_after(self, rid, new):
+        i = self.index(rid) + 1
+        self.rules[i:i] = new
+
+    def v4_record_copy(self, rid, fix, what, new_id=None, select=None, **when):
+        """After rule ``rid`` (kept where vLLM writes V4.1's record), a copy of it whose conditions
+        are ``when`` applied to its own, selecting V4's record (plus ``select``): vLLM 0.33 builds
+        ``what`` there too, and off SM100 that class keeps V4's record."""
+        r = copy.deepcopy(self.rule(rid))
+        r["id"] = new_id or f"vllm033-{rid}-v4-record"
+        r["description"] = (f"{fix}: vLLM 0.33 builds {what} here too; off SM100 it writes V4's 584-byte "
+                            "record (fp8_ds_mla), not V4.1's.")
+        w = dict(r.get("when") or {})
+        for k, v in when.items():
+            if v is None:
+                w.pop(k, None)
+            else:
+                w[k] = v
+        r["when"] = w
+        r["select"] = {**r.get("select", {}), **V4_RECORD, **(select or {})}
+        self.insert_after(rid, [r])
+        return r
+
     def when(self, rid, fix, **changes):
         """Change a rule's conditions (None drops one) and note the fix in its description."""
         r = self.rule(rid)
@@ -173,18 +202,32 @@ def edit(name, t: Table):
     elif name == "flashmla_dsv41.yaml":
         t.insert_before("flashmla-dsv41-other-model", v4_ignored("vllm033-flashmla-dsv41"))
         anywhere = {"not": "rocm"}
-        t.when("flashmla-dsv41-fp8-ds-mla", "F2", platform=anywhere, capability={"not": "9.x"})
-        t.when("flashmla-dsv41-fp8", "F2", platform=anywhere, capability={"not": "9.x"})
+        what = "V4.1's FlashMLA class (any capability, CPU and XPU)"
+        # the SM100 rules stay (CUDA unknown with them, as shipped); SM90 has its own rules
+        t.v4_record_copy("flashmla-dsv41-fp8-ds-mla", "F2", what, platform=anywhere, capability={"not": "9.x"})
+        t.v4_record_copy("flashmla-dsv41-fp8", "F2", what, platform=anywhere, capability={"not": "9.x"})
         r = t.rule("flashmla-dsv41-nvfp4")
         del r["reject"]
         r["select"] = {"cache_dtype": "nvfp4_ds_mla"}
         r["description"] = "F4: vLLM 0.33 keeps nvfp4_ds_mla on V4.1's FlashMLA class."
-        t.when("flashmla-dsv41-nvfp4", "F2", platform=anywhere, capability=None)
+        r["when"]["capability"] = ["10.x", "unknown"]
+        # vLLM's resolver keeps nvfp4_ds_mla off SM100 too, on V4's record (its layer's __init__
+        # then raises ValueError: nvfp4_ds_mla needs V4.1's records)
+        t.v4_record_copy("flashmla-dsv41-nvfp4", "F4", "V4.1's FlashMLA class with nvfp4_ds_mla (SM90 blocks of 64)",
+                         new_id="vllm033-flashmla-dsv41-nvfp4-sm9x", select={"block_size": 64}, capability="9.x")
+        t.v4_record_copy("vllm033-flashmla-dsv41-nvfp4-sm9x", "F2/F4",
+                         "V4.1's FlashMLA class with nvfp4_ds_mla (any capability, CPU and XPU)",
+                         new_id="vllm033-flashmla-dsv41-nvfp4-v4-record", select={"block_size": 128},
+                         platform=anywhere, capability=None)
 
     elif name == "flashmla_mega_dsv41.yaml":
         t.insert_before("mega-dsv41-other-model", v4_ignored("vllm033-mega"))
         # named explicitly, vLLM builds mega-attention on every non-ROCm platform and capability,
         # mega ops or not: its selects move before the rejections, widened
+        # (on SM100 with V4.1's record; everywhere else with V4's, which vLLM's mega layer keeps there.
+        # No mega kernel reads V4's record, and a rule must name an impl that reads its layout, so
+        # those rows name FlashMLA-V4.1's impl: vLLM's mega layer is a subclass of its FlashMLA-V4.1
+        # layer, and that impl is the one reading this record, on SM90)
         moved = []
         for rid in ("mega-dsv41-fp8-ds-mla", "mega-dsv41-default-nvfp4", "mega-dsv41-nvfp4"):
             r = copy.deepcopy(t.rule(rid))
@@ -192,7 +235,12 @@ def edit(name, t: Table):
             r["id"] = "vllm033-" + rid
             r["when"] = {**r["when"], "platform": {"not": "rocm"}}
             r["description"] = "F2: vLLM 0.33 builds mega-attention wherever it is named (not on ROCm)."
-            moved.append(r)
+            sm100 = {**r, "when": {**r["when"], "capability": "10.x"}}
+            v4 = {**copy.deepcopy(r), "id": r["id"] + "-v4-record",
+                  "select": {**r["select"], **V4_RECORD, "impl": "dsv4sel.kernels.v41:DeepseekV41FlashMLASparseImpl"},
+                  "description": r["description"][:-1] + "; off SM100 with V4's 584-byte record (fp8_ds_mla), "
+                                 "which no mega kernel reads: the impl named is FlashMLA-V4.1's."}
+            moved += [sm100, v4]
         t.insert_before("mega-dsv41-not-sm10x", moved)
     elif name == "rocm.yaml":
         t.insert_before("rocm-other-model", v41_ignored("vllm033-rocm"))

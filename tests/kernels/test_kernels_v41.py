@@ -3,9 +3,12 @@
 The V4.1 records (``fp8_ds_mla_v41``, ``nvfp4_ds_mla``) are known by size
 only: these tests pin the sizes the rules and vLLM use, and that every
 attempt to encode or decode their bytes fails loudly instead of guessing.
-The impls are checked for their availability answers (no GPU or kernel
+vLLM 0.33 writes the 528-byte record on SM100 only; SM90 (FlashMLA) and SM12x
+(FlashInfer) keep V4's 584-byte ``fp8_ds_mla``, and the impls' per-GPU layouts
+say so. The impls are checked for their availability answers (no GPU or kernel
 library here), the FlashInfer V4.1 argument mapping against a recording fake
-``flashinfer.mla``, and the clear errors of the two paths dsv4sel cannot call.
+``flashinfer.mla`` (call for call the V4 one), and the clear errors of the two
+paths dsv4sel cannot call.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ def random_indices(b, s, k, capacity, gen, skip_fraction=0.2):
 @pytest.mark.parametrize(
     ("name", "bytes_per_token", "page_64", "page_128"),
     [
-        ("fp8_ds_mla_v41", 528, 64 * 528, 128 * 528),  # V4.1 fp8 record; blocks of 64 (SM90/SM12x) and 128
+        ("fp8_ds_mla_v41", 528, 64 * 528, 128 * 528),  # V4.1 fp8 record (SM100, where blocks are 128)
         ("nvfp4_ds_mla", 288, 64 * 288, 128 * 288),  # V4.1 NVFP4 compressed-cache record
     ],
 )
@@ -146,8 +149,9 @@ def test_availability_report_on_a_cpu_machine_reports_the_v41_impls_unavailable(
 @pytest.mark.parametrize(
     ("impl", "layout", "width"),
     [
-        (DeepseekV41FlashMLASparseImpl, "fp8_ds_mla_v41", 528),
-        (DeepseekV41FlashInferMLASparseImpl, "fp8_ds_mla_v41", 528),
+        (DeepseekV41FlashMLASparseImpl, "fp8_ds_mla_v41", 528),  # SM100
+        (DeepseekV41FlashMLASparseImpl, "fp8_ds_mla", 584),  # SM90 keeps V4's record
+        (DeepseekV41FlashInferMLASparseImpl, "fp8_ds_mla", 584),  # SM12x keeps V4's record
         (DeepseekV41FlashInferMLASparseImpl, "bf16_row", 512),
         (DeepseekV41FlashInferMLASparseImpl, "fp8_e4m3_row", 512),
         (DeepseekV41MegaAttnImpl, "fp8_ds_mla_v41", 528),
@@ -165,9 +169,10 @@ def test_v41_kv_cache_shape(impl, layout, width) -> None:
 @pytest.mark.parametrize(
     ("impl", "layout"),
     [
-        (DeepseekV41FlashMLASparseImpl, "fp8_ds_mla"),  # V4's 584-byte record is not V4.1's
         (DeepseekV41FlashMLASparseImpl, "nvfp4_ds_mla"),
-        (DeepseekV41FlashInferMLASparseImpl, "fp8_ds_mla"),
+        (DeepseekV41FlashMLASparseImpl, "bf16_row"),
+        # the 528-byte record is written on SM100 only, where FlashInfer reads plain rows
+        (DeepseekV41FlashInferMLASparseImpl, "fp8_ds_mla_v41"),
         (DeepseekV41FlashInferMLASparseImpl, "nvfp4_ds_mla"),
         (DeepseekV41MegaAttnImpl, "bf16_row"),
         (DeepseekV41MegaAttnImpl, "fp8_ds_mla"),
@@ -178,8 +183,24 @@ def test_v41_impls_reject_layouts_they_do_not_read(impl, layout) -> None:
         impl(layout, 64)
 
 
+@pytest.mark.parametrize(
+    ("capability", "reads", "refuses"),
+    [((9, 0), "fp8_ds_mla", "fp8_ds_mla_v41"), ("10.0", "fp8_ds_mla_v41", "fp8_ds_mla"),
+     ("10.3", "fp8_ds_mla_v41", "fp8_ds_mla")],
+)
+def test_flashmla_v41_reads_the_record_of_the_gpu_it_is_given(capability, reads, refuses) -> None:
+    """vLLM 0.33 writes V4.1's 528-byte record only where FlashMLA's SM100 kernels read it; on SM90
+    the cache is V4's 584-byte one. The two differ in size, so the other one is refused."""
+    impl = DeepseekV41FlashMLASparseImpl(reads, 64, platform="cuda", capability=capability)
+    assert impl.layout.name == reads
+    with pytest.raises(UnsupportedLayoutError, match=f"read {reads}, not {refuses}$"):
+        DeepseekV41FlashMLASparseImpl(refuses, 64, platform="cuda", capability=capability)
+    # without a capability either record is accepted: the GPU decides which one the cache holds
+    assert DeepseekV41FlashMLASparseImpl(refuses, 64).layout.name == refuses
+
+
 def test_write_kv_on_a_v41_record_raises_instead_of_guessing_bytes() -> None:
-    impl = DeepseekV41FlashInferMLASparseImpl("fp8_ds_mla_v41", 64)
+    impl = DeepseekV41FlashMLASparseImpl("fp8_ds_mla_v41", 64)
     cache = impl.allocate_kv_cache(2)
     with pytest.raises(UnsupportedLayoutError, match="no verified codec"):
         impl.write_kv(cache, torch.ones(1, 512), torch.tensor([0]))
@@ -330,7 +351,7 @@ def test_flashmla_v41_decode_raises_that_dsv4sel_has_no_adapter(fake_module, no_
     if library == "present":
         fake_module("flash_mla")
     q, cache, idx = _v41_decode_args()
-    impl = DeepseekV41FlashMLASparseImpl("fp8_ds_mla_v41", 64, fallback=fallback, platform="cuda", capability=(9, 0))
+    impl = DeepseekV41FlashMLASparseImpl("fp8_ds_mla_v41", 64, fallback=fallback, platform="cuda", capability=(10, 0))
     with caplog.at_level(logging.WARNING), pytest.raises(KernelUnavailableError) as info:
         impl.forward_decode(q, cache, idx, softmax_scale=SCALE)
     assert info.value.impl == "DeepseekV41FlashMLASparseImpl"
@@ -338,6 +359,18 @@ def test_flashmla_v41_decode_raises_that_dsv4sel_has_no_adapter(fake_module, no_
     if fallback == "reference":
         assert "fallback='reference' cannot stand in" in info.value.reason
         assert "fp8_ds_mla_v41" in info.value.reason
+    assert not [r for r in caplog.records if "running the torch reference" in r.getMessage()]
+
+
+@pytest.mark.parametrize("fallback", ["error", "reference"])
+def test_flashmla_v41_on_sm90_has_no_adapter_either(caplog, fallback) -> None:
+    """SM90's cache is V4's fp8_ds_mla, which the reference could decode, but V4.1's FlashMLA decode
+    has no documented API: no answer is produced rather than one from another model's path."""
+    q, cache, idx = _v41_decode_args("fp8_ds_mla")
+    impl = DeepseekV41FlashMLASparseImpl("fp8_ds_mla", 64, fallback=fallback, platform="cuda", capability=(9, 0))
+    with caplog.at_level(logging.WARNING), pytest.raises(KernelUnavailableError) as info:
+        impl.forward_decode(q, cache, idx, softmax_scale=SCALE)
+    assert info.value.reason == NO_FLASHMLA_ADAPTER
     assert not [r for r in caplog.records if "running the torch reference" in r.getMessage()]
 
 
@@ -354,29 +387,52 @@ def test_mega_decode_raises_that_dsv4sel_has_no_adapter(no_libraries, layout, fa
 
 
 # ---------------------------------------------------------------------------
-# FlashInfer V4.1 mapping
+# FlashInfer V4.1 mapping: the V4 calls, on SM12x over V4's 584-byte record
 # ---------------------------------------------------------------------------
 
 
-def _recording_trtllm_dsv4(query, swa_kv_cache, workspace_buffer, sparse_indices=None, compressed_kv_cache=None,
-                           sparse_topk_lens=None, seq_lens=None, out=None, bmm1_scale=1.0, bmm2_scale=1.0,
-                           sinks=None, kv_layout="HND", cum_seq_lens_q=None, max_q_len=None, enable_pdl=None,
-                           swa_topk_lens=None, extra_sparse_indices=None, extra_sparse_topk_lens=None,
-                           kv_cache_format="fp8"):
-    """flashinfer.mla.trtllm_batch_decode_sparse_mla_dsv4's signature (0.7.4), recording each call.
+def _recording_trtllm_dsv4(query, swa_kv_cache, workspace_buffer, **kwargs):
+    """flashinfer.mla.trtllm_batch_decode_sparse_mla_dsv4, recording exactly the arguments passed.
 
-    The V4.1 record cannot be decoded here, so the result is a marker that
-    shows whether the impl hands back the right heads: ``2 * query``.
+    For the SM12x packed convention it also computes what the kernel returns on its default
+    record, V4's fp8_ds_mla (the torch reference over the pages behind the views), so a wrong
+    view, stride or length makes the numbers differ. A ``kv_cache_format`` other than that
+    default names another record, which these caches do not hold: the fake refuses it, as the
+    kernel would read garbage. On SM10x (plain rows) it returns the marker ``2 * query``.
     """
-    _recording_trtllm_dsv4.calls.append(dict(locals()))
-    return (query.float() * 2).to(torch.bfloat16)
+    _recording_trtllm_dsv4.calls.append({"query": query, "swa_kv_cache": swa_kv_cache,
+                                         "workspace_buffer": workspace_buffer, **kwargs})
+    if kwargs.get("kv_cache_format", "fp8") != "fp8":
+        raise AssertionError(f"kv_cache_format={kwargs['kv_cache_format']!r}: these pages hold V4's fp8_ds_mla record")
+    if swa_kv_cache.dtype != torch.uint8:
+        return (query.float() * 2).to(torch.bfloat16)
+    b, s = query.shape[:2]
+    layout = get_layout("fp8_ds_mla")
+    extra = {}
+    if kwargs.get("compressed_kv_cache") is not None:
+        comp = kwargs["compressed_kv_cache"]
+        extra = dict(extra_cache=pages_from_view(comp, layout.page_bytes(comp.shape[1])),
+                     extra_indices=kwargs["extra_sparse_indices"],
+                     extra_topk_length=kwargs["extra_sparse_topk_lens"].view(b, s)[:, 0])
+    out, _ = sparse_mla_decode(
+        query, pages_from_view(swa_kv_cache, layout.page_bytes(swa_kv_cache.shape[1])), layout,
+        kwargs["sparse_indices"], kwargs["bmm1_scale"], kwargs.get("sinks"), kwargs["swa_topk_lens"].view(b, s)[:, 0],
+        **extra,
+    )
+    return out.to(torch.bfloat16)
 
 
-def _old_trtllm_dsv4(query, swa_kv_cache, workspace_buffer, sparse_indices=None, compressed_kv_cache=None,
-                     sparse_topk_lens=None, seq_lens=None, out=None, bmm1_scale=1.0, bmm2_scale=1.0, sinks=None,
-                     kv_layout="HND", swa_topk_lens=None, extra_sparse_indices=None, extra_sparse_topk_lens=None):
-    """A FlashInfer from before kv_cache_format (V4's 584-byte record only)."""
-    raise AssertionError("must not be called for a V4.1 record")
+def pages_from_view(view, page_bytes):
+    """What a kernel sees through a page view: the uint8 pages from its base pointer and page stride."""
+    raw = view.view(torch.uint8)
+    return raw.as_strided((view.shape[0], page_bytes), (view.stride(0), 1), raw.storage_offset())
+
+
+def _filled(layout, num_blocks, block_size, gen):
+    cache = layout.allocate(num_blocks, block_size)
+    n = num_blocks * block_size
+    layout.write(cache, torch.randn(n, 512, generator=gen), torch.arange(n))
+    return cache
 
 
 @pytest.fixture
@@ -385,71 +441,73 @@ def recording_flashinfer(fake_module):
     return fake_module("flashinfer.mla", trtllm_batch_decode_sparse_mla_dsv4=_recording_trtllm_dsv4)
 
 
-def test_flashinfer_v41_availability_needs_kv_cache_format_on_sm12x_only(fake_module) -> None:
+def _old_trtllm_dsv4(query, swa_kv_cache, workspace_buffer, sparse_indices=None, compressed_kv_cache=None,
+                     sparse_topk_lens=None, seq_lens=None, out=None, bmm1_scale=1.0, bmm2_scale=1.0, sinks=None,
+                     kv_layout="HND", swa_topk_lens=None, extra_sparse_indices=None, extra_sparse_topk_lens=None):
+    """A FlashInfer from before kv_cache_format existed (V4's 584-byte record only)."""
+    return (query.float() * 2).to(torch.bfloat16)
+
+
+def test_flashinfer_v41_layouts_per_gpu_are_v4s() -> None:
+    assert DeepseekV41FlashInferMLASparseImpl.layouts_by_major == {
+        10: {"bf16_row", "fp8_e4m3_row"}, 12: {"fp8_ds_mla"},
+    }
+    assert DeepseekV41FlashInferMLASparseImpl.layouts_by_major == DeepseekV4FlashInferMLASparseImpl.layouts_by_major
+
+
+def test_flashinfer_v41_sm12x_needs_no_kv_cache_format_keyword(fake_module) -> None:
+    """V4's record is FlashInfer's default format, so a FlashInfer without the keyword serves SM12x."""
     fake_module("flashinfer.mla", trtllm_batch_decode_sparse_mla_dsv4=_old_trtllm_dsv4)
-    ok, reason = DeepseekV41FlashInferMLASparseImpl.is_available("cuda", (12, 0))
-    assert ok is False and "kv_cache_format" in reason and "fp8_dsv41" in reason
-    assert DeepseekV41FlashInferMLASparseImpl.is_available("cuda", (10, 0))[0] is True
-    assert DeepseekV4FlashInferMLASparseImpl.is_available("cuda", (12, 0))[0] is True, "V4 needs no format keyword"
-    fake_module("flashinfer.mla", trtllm_batch_decode_sparse_mla_dsv4=_recording_trtllm_dsv4)
-    ok, reason = DeepseekV41FlashInferMLASparseImpl.is_available("cuda", "12.1")
-    assert ok is True and "cuda 12.1 supported" in reason
+    for capability in ((12, 0), "12.1", (10, 0)):
+        ok, reason = DeepseekV41FlashInferMLASparseImpl.is_available("cuda", capability)
+        assert ok is True and "supported" in reason, (capability, reason)
+    q, cache, idx = _v41_decode_args("fp8_ds_mla", heads=8)
+    impl = DeepseekV41FlashInferMLASparseImpl("fp8_ds_mla", 64, platform="cuda", capability=(12, 0), workspace_bytes=64)
+    got = impl.forward_decode(q, cache, idx, softmax_scale=SCALE)
+    assert torch.equal(got.out, (q.float() * 2).to(torch.bfloat16))
 
 
-def test_flashinfer_v41_sm12x_decode_with_an_old_flashinfer_raises_the_reason(fake_module) -> None:
-    fake_module("flashinfer.mla", trtllm_batch_decode_sparse_mla_dsv4=_old_trtllm_dsv4)
-    q, cache, idx = _v41_decode_args()
-    impl = DeepseekV41FlashInferMLASparseImpl("fp8_ds_mla_v41", 64, platform="cuda", capability=(12, 0))
-    with pytest.raises(KernelUnavailableError, match="kv_cache_format"):
-        impl.forward_decode(q, cache, idx, softmax_scale=SCALE)
-
-
-def test_flashinfer_v41_sm12x_maps_the_528_byte_record(recording_flashinfer, gen) -> None:
+def test_flashinfer_v41_sm12x_is_the_v4_packed_call_over_584_byte_pages(recording_flashinfer, gen) -> None:
     block_size, b, s, heads = 64, 2, 2, 20
-    layout = get_layout("fp8_ds_mla_v41")
-    swa, comp = layout.allocate(2, block_size), layout.allocate(3, block_size)
-    window = random_indices(b, s, 128, 2 * block_size, gen)
-    compressed = random_indices(b, s, 30, 3 * block_size, gen)
-    q = torch.randn(b, s, heads, 512, generator=gen).to(torch.bfloat16)
-    sink = torch.randn(heads, generator=gen)
-    topk_length, extra_topk_length = torch.tensor([128, 40]), torch.tensor([7, 30])
-    impl = DeepseekV41FlashInferMLASparseImpl(
-        "fp8_ds_mla_v41", block_size, platform="cuda", capability="12.0", workspace_bytes=64
+    layout = get_layout("fp8_ds_mla")
+    swa, comp = _filled(layout, 2, block_size, gen), _filled(layout, 3, block_size, gen)
+    args = dict(
+        q=torch.randn(b, s, heads, 512, generator=gen).to(torch.bfloat16), kv_cache=swa,
+        indices=random_indices(b, s, 128, 2 * block_size, gen), softmax_scale=SCALE,
+        attn_sink=torch.randn(heads, generator=gen), topk_length=torch.tensor([128, 40]), extra_kv_cache=comp,
+        extra_indices=random_indices(b, s, 30, 3 * block_size, gen), extra_topk_length=torch.tensor([7, 30]),
     )
-    got = impl.forward_decode(
-        q, swa, window, softmax_scale=SCALE, attn_sink=sink, topk_length=topk_length,
-        extra_kv_cache=comp, extra_indices=compressed, extra_topk_length=extra_topk_length,
-    )
-    (call,) = _recording_trtllm_dsv4.calls
+    outputs = [cls("fp8_ds_mla", block_size, platform="cuda", capability="12.0", workspace_bytes=64).forward_decode(**args)
+               for cls in (DeepseekV4FlashInferMLASparseImpl, DeepseekV41FlashInferMLASparseImpl)]
+    v4, v41 = _recording_trtllm_dsv4.calls
+    assert "kv_cache_format" not in v41, "FlashInfer's default format is V4's record, the one V4.1 keeps on SM12x"
+    assert v41.keys() == v4.keys()
+    for key, value in v4.items():
+        if isinstance(value, torch.Tensor):
+            assert value.dtype == v41[key].dtype and torch.equal(value, v41[key]), key
+        else:
+            assert value == v41[key], key
     page = layout.page_bytes(block_size)
-    assert call["kv_cache_format"] == "fp8_dsv41"
-    assert call["query"].shape == (b, s, 32, 512) and call["query"].dtype == torch.bfloat16
-    assert not call["query"][:, :, heads:].any(), "padded heads must be zero"
     for name, cache, blocks in (("swa_kv_cache", swa, 2), ("compressed_kv_cache", comp, 3)):
-        view = call[name]
-        assert view.dtype == torch.uint8 and view.shape == (blocks, block_size, 528), name
-        assert view.stride() == (page, 528, 1) and view.data_ptr() == cache.data_ptr(), name
-    assert call["sparse_indices"].dtype == torch.int32 and torch.equal(call["sparse_indices"], window.int())
-    assert torch.equal(call["extra_sparse_indices"], compressed.int())
-    assert call["swa_topk_lens"].tolist() == [128, 128, 40, 40]
-    assert call["extra_sparse_topk_lens"].tolist() == [7, 7, 30, 30]
-    assert call["bmm1_scale"] == pytest.approx(SCALE) and call["bmm2_scale"] == 1.0
-    assert call["sinks"].dtype == torch.float32 and call["sinks"].shape == (32,)
-    assert torch.equal(call["sinks"][:heads], sink) and not call["sinks"][heads:].any()
-    assert call["kv_layout"] == "HND" and call["workspace_buffer"].numel() == 64
-    assert call["seq_lens"] is None and call["sparse_topk_lens"] is None
-    assert got.lse is None
-    assert torch.equal(got.out, (q.float() * 2).to(torch.bfloat16)), "the first h heads of the kernel output"
+        view = v41[name]
+        assert view.dtype == torch.uint8 and view.shape == (blocks, block_size, 584), name
+        assert view.stride() == (page, 584, 1) and view.data_ptr() == cache.data_ptr(), name
+    assert v41["query"].shape == (b, s, 32, 512) and not v41["query"][:, :, heads:].any(), "padded heads are zero"
+    out, _ = sparse_mla_decode(
+        args["q"], swa, "fp8_ds_mla", args["indices"], SCALE, args["attn_sink"], args["topk_length"],
+        extra_cache=comp, extra_indices=args["extra_indices"], extra_topk_length=args["extra_topk_length"],
+    )
+    assert outputs[1].lse is None
+    torch.testing.assert_close(outputs[1].out.float(), out, atol=1e-2, rtol=1e-2)
+    assert torch.equal(outputs[0].out, outputs[1].out)
 
 
 @pytest.mark.parametrize("layout", ["bf16_row", "fp8_e4m3_row"])
 def test_flashinfer_v41_sm10x_is_the_v4_trtllm_gen_call(recording_flashinfer, gen, layout) -> None:
     block_size = 64
     lay = get_layout(layout)
-    swa, comp = lay.allocate(2, block_size), lay.allocate(3, block_size)
+    swa, comp = _filled(lay, 2, block_size, gen), _filled(lay, 3, block_size, gen)
     n_swa, n_comp = 2 * block_size, 3 * block_size
-    lay.write(swa, torch.randn(n_swa, 512, generator=gen), torch.arange(n_swa))
-    lay.write(comp, torch.randn(n_comp, 512, generator=gen), torch.arange(n_comp))
     args = dict(
         q=torch.randn(2, 1, 16, 512, generator=gen).to(torch.bfloat16), kv_cache=swa,
         indices=random_indices(2, 1, 128, n_swa, gen), softmax_scale=SCALE, attn_sink=torch.randn(16, generator=gen),
@@ -459,7 +517,7 @@ def test_flashinfer_v41_sm10x_is_the_v4_trtllm_gen_call(recording_flashinfer, ge
     for cls in (DeepseekV4FlashInferMLASparseImpl, DeepseekV41FlashInferMLASparseImpl):
         cls(layout, block_size, platform="cuda", capability=(10, 0), workspace_bytes=64).forward_decode(**args)
     v4, v41 = _recording_trtllm_dsv4.calls
-    assert v41["kv_cache_format"] == "fp8", "SM10x passes no format keyword: FlashInfer's default applies"
+    assert "kv_cache_format" not in v41, "SM10x passes no format keyword: FlashInfer's default applies"
     assert v41.keys() == v4.keys()
     for key, value in v4.items():
         if isinstance(value, torch.Tensor):
@@ -470,7 +528,7 @@ def test_flashinfer_v41_sm10x_is_the_v4_trtllm_gen_call(recording_flashinfer, ge
 
 @pytest.mark.parametrize(
     ("layout", "capability", "needle"),
-    [("fp8_ds_mla_v41", (10, 0), "plain"), ("bf16_row", (12, 0), "packed fp8_ds_mla_v41")],
+    [("fp8_ds_mla", (10, 0), "plain"), ("bf16_row", (12, 0), "packed fp8_ds_mla layout")],
 )
 def test_flashinfer_v41_layout_must_match_the_gpu_generation(recording_flashinfer, layout, capability, needle) -> None:
     q, cache, idx = _v41_decode_args(layout, heads=8)
@@ -480,26 +538,19 @@ def test_flashinfer_v41_layout_must_match_the_gpu_generation(recording_flashinfe
     assert _recording_trtllm_dsv4.calls == []
 
 
-def test_flashinfer_v41_reference_fallback_refuses_the_v41_record(no_libraries, caplog) -> None:
-    q, cache, idx = _v41_decode_args()
-    impl = DeepseekV41FlashInferMLASparseImpl("fp8_ds_mla_v41", 64, fallback="reference")
-    with caplog.at_level(logging.WARNING), pytest.raises(KernelUnavailableError) as info:
-        impl.forward_decode(q, cache, idx, softmax_scale=SCALE)  # CPU tensors: FlashInfer cannot run
-    assert "not cpu" in info.value.reason
-    assert "fallback='reference' cannot stand in: the torch reference cannot read fp8_ds_mla_v41" in info.value.reason
-    assert not [r for r in caplog.records if "running the torch reference" in r.getMessage()]
-
-
-def test_flashinfer_v41_reference_fallback_still_serves_plain_rows(no_libraries, gen) -> None:
-    layout = get_layout("bf16_row")
-    cache = layout.allocate(2, 8)
-    layout.write(cache, torch.randn(16, 512, generator=gen), torch.arange(16))
+@pytest.mark.parametrize("layout", ["fp8_ds_mla", "bf16_row"])
+def test_flashinfer_v41_reference_fallback_serves_the_records_it_reads(no_libraries, gen, caplog, layout) -> None:
+    """Both are layouts with a codec (SM12x's is V4's record), so the torch reference can stand in."""
+    lay = get_layout(layout)
+    cache = _filled(lay, 2, 8, gen)
     q = torch.randn(1, 1, 4, 512, generator=gen)
     idx = random_indices(1, 1, 6, 16, gen)
-    impl = DeepseekV41FlashInferMLASparseImpl("bf16_row", 8, fallback="reference")
-    got = impl.forward_decode(q, cache, idx, softmax_scale=SCALE)
-    out, lse = sparse_mla_decode(q, cache, "bf16_row", idx, SCALE)
+    impl = DeepseekV41FlashInferMLASparseImpl(layout, 8, fallback="reference")
+    with caplog.at_level(logging.WARNING):
+        got = impl.forward_decode(q, cache, idx, softmax_scale=SCALE)  # CPU tensors: FlashInfer cannot run
+    out, lse = sparse_mla_decode(q, cache, layout, idx, SCALE)
     assert torch.equal(got.out, out.to(torch.bfloat16)) and torch.equal(got.lse, lse)
+    assert [r for r in caplog.records if "running the torch reference" in r.getMessage()]
 
 
 # ---------------------------------------------------------------------------
@@ -540,3 +591,31 @@ def test_every_selection_of_the_shipped_rules_resolves_to_an_impl_that_reads_its
     assert {f"dsv4sel.kernels.v41:{cls.__name__}" for cls in V41_IMPLS} <= seen_impls
     # nvfp4_ds_mla is the compressed cache's record: the rules name it as a cache dtype, not a layout
     assert "fp8_ds_mla_v41" in seen_layouts
+
+
+def test_every_v41_cuda_selection_names_the_record_its_gpu_reads() -> None:
+    """vLLM 0.33's sizes, per GPU: the 528-byte V4.1 record on SM100 only (FlashMLA, 128-token
+    blocks); SM90 FlashMLA keeps V4's 584-byte record in blocks of 64; SM12x FlashInfer keeps it
+    in blocks of 128; SM100 FlashInfer reads plain rows. Every selecting CUDA input of the shipped
+    rules names a layout the impl reads on that GPU, with that layout's size."""
+    rules = dsv4sel.default_rules()
+    seen = set()
+    for key, index in rules.items():
+        row = rules.rows[index]
+        model, platform, capability = key[:3]
+        if row.kind != "select" or model != "deepseek_v4_1" or platform != "cuda" or capability == "unknown":
+            continue
+        cls = kernels.load_impl(row.impl)
+        major = int(capability.split(".")[0])
+        by_major = getattr(cls, "layouts_by_major", {major: cls.supported_layouts})
+        assert row.layout in by_major[major], (key, row.impl, row.layout)
+        assert get_layout(row.layout).bytes_per_token == row.bytes_per_token, (key, row.layout, row.bytes_per_token)
+        seen.add((cls.__name__, major, row.layout, row.bytes_per_token, row.block_size))
+    assert seen == {
+        ("DeepseekV41FlashMLASparseImpl", 9, "fp8_ds_mla", 584, 64),
+        ("DeepseekV41FlashMLASparseImpl", 10, "fp8_ds_mla_v41", 528, 128),
+        ("DeepseekV41MegaAttnImpl", 10, "fp8_ds_mla_v41", 528, 128),
+        ("DeepseekV41FlashInferMLASparseImpl", 10, "bf16_row", 1024, 128),
+        ("DeepseekV41FlashInferMLASparseImpl", 10, "fp8_e4m3_row", 512, 128),
+        ("DeepseekV41FlashInferMLASparseImpl", 12, "fp8_ds_mla", 584, 128),
+    }

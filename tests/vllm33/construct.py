@@ -7,8 +7,13 @@ vLLM's one-rank gloo process group, ``set_current_vllm_config``) with a small De
 model config, then does what vLLM's decoder layer does: asks the model module for the layer
 class (``_select_dsv4_attn_cls``, or the class AMD/CPU/XPU V4.0 hard-code) and constructs it
 with ``prefix=``. With the plugin installed the class must be the one the shipped rules name,
-the layer's ``kv_cache_dtype`` / ``kv_cache_torch_dtype`` the Selection's, and the cache config
-rewritten as the rules say; or SelectionError is raised with the cache config untouched.
+the layer's ``kv_cache_dtype`` / ``kv_cache_torch_dtype`` the Selection's, the cache config
+rewritten as the rules say, the bytes per token of the KV cache spec vLLM builds for the layer's
+sliding-window cache (``swa_cache_layer.get_kv_cache_spec(...).state_content_size_bytes``: the
+packed record, or the plain row) the Selection's ``bytes_per_token``, and the block size vLLM's
+engine sets for the layers built (``current_platform.update_block_size_for_backend``, no
+``--block-size``) the Selection's ``block_size``; or SelectionError is raised with the cache
+config untouched.
 Hardware stand-ins beyond :mod:`stubs`: ``torch.cuda.Event`` / ``torch.xpu.Event`` objects.
 """
 from __future__ import annotations
@@ -80,6 +85,7 @@ def main() -> int:
         torch.xpu.Event = _Event
     from vllm.config import AttentionConfig, CacheConfig, VllmConfig, set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.platforms import current_platform  # the platform object stubs.setup() installed
 
     import dsv4sel
     import dsv4sel.vllm_plugin as plugin
@@ -101,8 +107,9 @@ def main() -> int:
         stubs.set_device(cap, platform)
         oracle.FLASHINFER_SM120["available"] = fi == "available"
         cfg = VllmConfig(cache_config=CacheConfig(cache_dtype=kv), attention_config=AttentionConfig(backend=backend))
+        # is_hybrid: read by update_block_size_for_backend (DeepSeek-V4 has no mamba layers)
         object.__setattr__(cfg, "model_config", types.SimpleNamespace(
-            hf_config=hf_config(), max_model_len=4096, dtype=torch.bfloat16))
+            hf_config=hf_config(), max_model_len=4096, dtype=torch.bfloat16, is_hybrid=False))
         try:
             expected = rules.select(platform=platform, capability=None if cap == "unknown" else cap,
                                     backend=backend, kv_cache_dtype=kv, model=model,
@@ -117,6 +124,11 @@ def main() -> int:
                 source = getattr(importlib.import_module(module), attr)
                 cls = source(cfg) if attr.startswith("_select") else source
                 layer = cls(cfg, prefix="model.layers.0.attn", topk_indices_buffer=None, aux_stream_list=None)
+                bytes_per_token = layer.swa_cache_layer.get_kv_cache_spec(cfg).state_content_size_bytes
+                # the engine's choice over every attention layer this config holds (this layer's and
+                # its sliding-window cache's backends), as vLLM makes it before allocating the cache
+                current_platform.update_block_size_for_backend(cfg)
+                block_size = cfg.cache_config.block_size
             except SelectionError as exc:
                 ok = isinstance(expected, SelectionError) and cfg.cache_config.cache_dtype == kv
                 row.update(result="SelectionError", message=str(exc).splitlines()[0][:200], ok=ok)
@@ -124,10 +136,11 @@ def main() -> int:
                 row.update(result=type(exc).__name__, message=str(exc)[:300], ok=False)
             else:
                 got = (f"{type(layer).__module__}:{type(layer).__qualname__}", layer.kv_cache_dtype,
-                       str(layer.kv_cache_torch_dtype).removeprefix("torch."), cfg.cache_config.cache_dtype)
+                       str(layer.kv_cache_torch_dtype).removeprefix("torch."), cfg.cache_config.cache_dtype,
+                       bytes_per_token, block_size)
                 want = None if isinstance(expected, SelectionError) else (
                     expected.host_class("vllm")[0], expected.cache_dtype, expected.torch_dtype_name,
-                    expected.rewrites.get("cache_dtype", kv))
+                    expected.rewrites.get("cache_dtype", kv), expected.bytes_per_token, expected.block_size)
                 row.update(result="built", got=list(got), want=want and list(want), ok=got == want)
         counts["mismatch" if not row["ok"] else ("built" if row["result"] == "built" else "rejected")] += 1
         rows.append(row)

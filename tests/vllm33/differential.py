@@ -6,8 +6,11 @@ Enumerates every input of the shipped rules' decision space on PLATFORM (each mo
 capability, backend choice, kv-cache dtype and pack input), asks vLLM (:mod:`oracle`) and each
 rule set, and writes a JSON report: per rule set, how many inputs agree, disagree, are refused
 by vLLM's config classes before any DeepSeek-V4 code runs, or are left undecided by vLLM (an
-assert or NotImplementedError), plus every disagreement. Run in a fresh process per platform:
-vLLM fixes its platform on first import.
+assert or NotImplementedError), plus every disagreement. A selection agrees when the layer
+class, cache dtype, torch dtype and cache-config rewrite are vLLM's and, where vLLM decides
+them (:func:`oracle.sizes_decided`), so are the KV record (the layout's, in vLLM's terms) and
+the kernel block size; ``sizes_compared`` / ``sizes_not_compared`` count those selections. Run
+in a fresh process per platform: vLLM fixes its platform on first import.
 """
 from __future__ import annotations
 
@@ -21,6 +24,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import oracle  # noqa: E402
 import stubs  # noqa: E402
+
+
+#: dsv4sel's layouts in the terms of :func:`oracle.sizes`: which record vLLM's layer writes.
+#: fp8_ds_mla is V4's 584-byte record, fp8_ds_mla_v41 V4.1's 528-byte one (kernels/layouts.py);
+#: construct.py checks the byte counts on real layers.
+RECORD_OF_LAYOUT = {"fp8_ds_mla": "v4", "fp8_ds_mla_v41": "v41", "bf16_row": "rows", "fp8_e4m3_row": "rows"}
+SELECT_KEYS = ("class", "cache_dtype", "torch_dtype", "cache_config")
 
 
 def _pcp(extra: dict) -> int:
@@ -39,15 +49,23 @@ def dsv4sel_outcome(rules, model, platform, capability, backend, kv, extra) -> d
     host = sel.host_class("vllm")
     return {"kind": "select", "class": host[0] if host else None, "cache_dtype": sel.cache_dtype,
             "torch_dtype": sel.torch_dtype_name, "cache_config": sel.rewrites.get("cache_dtype", kv),
-            "rule": sel.rule.location}
+            "sizes": {"record": RECORD_OF_LAYOUT[sel.layout], "block_size": sel.block_size},
+            "layout": sel.layout, "bytes_per_token": sel.bytes_per_token, "rule": sel.rule.location}
+
+
+def _same_selection(v: dict, d: dict) -> bool:
+    """vLLM's selection ``v`` (its own, or with the plugin) and dsv4sel's ``d`` name the same class,
+    dtypes and rewrite, and the same record and block size wherever vLLM decides those."""
+    if d["kind"] != "select" or any(v[k] != d[k] for k in SELECT_KEYS):
+        return False
+    return v["sizes"] is None or v["sizes"] == d["sizes"]
 
 
 def agrees(v: dict, d: dict) -> bool:
     if v["kind"] == "reject":
         return d["kind"] == "reject"
     if v["kind"] == "select":
-        return d["kind"] == "select" and all(v[k] == d[k] for k in ("class", "cache_dtype", "torch_dtype",
-                                                                     "cache_config"))
+        return _same_selection(v, d)
     raise ValueError(v["kind"])
 
 
@@ -81,9 +99,12 @@ def plugin_outcome(model, platform, capability, backend, kv, extra) -> dict:
         return {"kind": "error", "error": type(exc).__name__, "message": str(exc)[:160]}
     finally:
         config_module._current_vllm_config = None
+    # the class the plugin made vLLM build writes the record and takes the block size vLLM's own
+    # code gives it there: the rules' sizes must be those (dsv4sel cannot change them)
     return {"kind": "select", "class": oracle._cls_path(cls), "cache_dtype": str(cache_dtype),
             "torch_dtype": str(torch_dtype).removeprefix("torch."),
-            "cache_config": str(cfg.cache_config.cache_dtype)}
+            "cache_config": str(cfg.cache_config.cache_dtype),
+            "sizes": oracle.sizes(model, cls) if oracle.sizes_decided(platform, capability) else None}
 
 
 def plugin_agrees(p: dict, d: dict) -> bool:
@@ -91,8 +112,7 @@ def plugin_agrees(p: dict, d: dict) -> bool:
         return True  # vLLM's config refused the value: dsv4sel is never asked
     if d["kind"] == "reject":
         return p["kind"] == "reject" and p["untouched"]
-    return p["kind"] == "select" and all(p[k] == d[k] for k in ("class", "cache_dtype", "torch_dtype",
-                                                                 "cache_config"))
+    return p["kind"] == "select" and _same_selection(p, d)
 
 
 def main() -> int:
@@ -115,7 +135,7 @@ def main() -> int:
                   key=lambda k: tuple("" if x is None else x for x in k))
     report = {"platform": args.platform, "inputs": len(keys), "vllm": {}, "sets": {}}
     per_set = {name: {"agree": 0, "disagree": [], "refused": {"dsv4sel_rejects": 0, "dsv4sel_selects": []},
-                      "undecided": {}} for name in sets}
+                      "undecided": {}, "sizes_compared": 0, "sizes_not_compared": 0} for name in sets}
     for key in keys:
         model, platform, cap, backend, kv, *extra_values = key
         extra = dict(zip(extra_names, extra_values))
@@ -133,16 +153,19 @@ def main() -> int:
                     slot["refused"]["dsv4sel_selects"].append(row)
             elif v["kind"] == "undecided":
                 slot["undecided"][v["error"]] = slot["undecided"].get(v["error"], 0) + 1
-            elif agrees(v, d):
-                slot["agree"] += 1
             else:
-                slot["disagree"].append(row)
+                if v["kind"] == "select" and d["kind"] == "select":
+                    slot["sizes_not_compared" if v["sizes"] is None else "sizes_compared"] += 1
+                if agrees(v, d):
+                    slot["agree"] += 1
+                else:
+                    slot["disagree"].append(row)
     # the same inputs through vLLM with the plugin installed (shipped rules)
     import dsv4sel.vllm_plugin as plugin
 
     replaced = plugin.install(sets["shipped"])
     plugin_report = {"replaced": [f"{m}.{a}" for m, a in replaced], "agree": 0, "refused": 0,
-                     "selects": 0, "rejects": 0, "disagree": []}
+                     "selects": 0, "rejects": 0, "sizes_compared": 0, "disagree": []}
     for key in keys:
         model, platform, cap, backend, kv, *extra_values = key
         extra = dict(zip(extra_names, extra_values))
@@ -156,6 +179,7 @@ def main() -> int:
         elif plugin_agrees(p, d):
             plugin_report["agree"] += 1
             plugin_report["selects" if p["kind"] == "select" else "rejects"] += 1
+            plugin_report["sizes_compared"] += int(p["kind"] == "select" and p["sizes"] is not None)
         else:
             plugin_report["disagree"].append({"input": {"model": model, "capability": cap, "backend": backend,
                                                         "kv": kv, **extra}, "plugin": p, "dsv4sel": d})
@@ -196,7 +220,8 @@ def main() -> int:
             fh.write(text + "\n")
     summary = {name: {"agree": s["agree"], "disagree": len(s["disagree"]),
                       "refused": s["refused"]["dsv4sel_rejects"] + len(s["refused"]["dsv4sel_selects"]),
-                      "undecided": sum(s["undecided"].values())} for name, s in per_set.items()}
+                      "undecided": sum(s["undecided"].values()), "sizes_compared": s["sizes_compared"],
+                      "sizes_not_compared": s["sizes_not_compared"]} for name, s in per_set.items()}
     print(json.dumps({"platform": args.platform, "inputs": len(keys), "vllm": report["vllm"],
                       "summary": summary,
                       "diff": {k: (v if isinstance(v, int) else len(v)) for k, v in report.get("diff", {}).items()},

@@ -10,8 +10,10 @@ stubbed (:mod:`stubs`): the device capability / gfx arch and whether FlashMLA's 
 kernels are built (``mega_attn``). The model topology is real config data: 64 heads in 8
 ``wo_a`` groups at TP 1, which mega-attention serves.
 
-An outcome is a dict: ``{"kind": "select", "class", "cache_dtype", "torch_dtype", "cache_config"}``
-(``cache_config`` = ``cache_dtype`` after the call), ``{"kind": "reject", "error", "message"}``
+An outcome is a dict: ``{"kind": "select", "class", "cache_dtype", "torch_dtype", "cache_config",
+"sizes"}`` (``cache_config`` = ``cache_dtype`` after the call; ``sizes``: see :func:`sizes`, None
+where vLLM decides them from a CUDA capability the input does not give),
+``{"kind": "reject", "error", "message"}``
 for a ValueError (vLLM decided to refuse), ``{"kind": "refused", ...}`` when vLLM's config
 classes refuse the value before any DeepSeek-V4 code runs, or ``{"kind": "undecided",
 "error", "message"}`` for any other exception (an assert, NotImplementedError...).
@@ -122,6 +124,39 @@ def resolve(model: str, cls, kv: str, cache_config):
     return fn(cls.use_fp8_ds_mla_layout, kv, cache_config, _packed_default(cls))
 
 
+def sizes(model: str, cls) -> dict:
+    """vLLM 0.33's KV-cache format for a layer class on the (stubbed) device, from vLLM's own code:
+
+    ``record``: ``"rows"`` when the class's layout flag (``use_fp8_ds_mla_layout``, the flag its
+    ``__init__`` hands the resolver) says plain rows; else which packed record the layer writes:
+    a V4.1 layer asks ``deepseek_v41.attention._use_v41_mxfp8_kv_record()`` (its ``__init__`` takes
+    the record width from it: V4.1's own ``"v41"`` record or V4's ``"v4"``), a V4.0 layer has only
+    ``"v4"`` (``deepseek_v4/attention.py`` knows no other). Their byte sizes are checked on real
+    layers by construct.py.
+    ``block_size``: the kernel block size vLLM takes for the class's attention backend when no
+    ``--block-size`` is given, ``backend_cls.get_preferred_block_size(CacheConfig.DEFAULT_BLOCK_SIZE)``
+    (what ``Platform.update_block_size_for_backend`` asks a lone backend).
+    """
+    from vllm.config import CacheConfig
+
+    if not cls.use_fp8_ds_mla_layout:
+        record = "rows"
+    elif model == "deepseek_v4":
+        record = "v4"
+    else:
+        v41 = importlib.import_module("vllm.models.deepseek_v41.attention")
+        record = "v41" if v41._use_v41_mxfp8_kv_record() else "v4"
+    return {"record": record, "block_size": cls.backend_cls.get_preferred_block_size(CacheConfig.DEFAULT_BLOCK_SIZE)}
+
+
+def sizes_decided(platform: str, capability: str | None) -> bool:
+    """Whether vLLM decides the sizes for this input. Its V4.1 record and FlashMLA block size
+    follow the CUDA capability family; with none (the input's ``unknown``, which a CUDA machine
+    never reports to vLLM) its family checks answer False for every family, which is no decision
+    for any GPU. CPU and XPU have no capability: there vLLM's answer is its real one."""
+    return not (platform == "cuda" and capability in (None, "unknown"))
+
+
 def decide(model: str, platform: str, capability: str, backend: str | None, kv: str, mega_attn: str,
            pcp: int = 1) -> dict:
     stubs.set_device(capability, platform)
@@ -144,4 +179,5 @@ def decide(model: str, platform: str, capability: str, backend: str | None, kv: 
         return {"kind": "undecided", "error": type(exc).__name__, "message": str(exc)[:200]}
     return {"kind": "select", "class": _cls_path(cls), "cache_dtype": str(cache_dtype),
             "torch_dtype": str(torch_dtype).removeprefix("torch."),
-            "cache_config": str(cfg.cache_config.cache_dtype)}
+            "cache_config": str(cfg.cache_config.cache_dtype),
+            "sizes": sizes(model, cls) if sizes_decided(platform, capability) else None}
