@@ -128,7 +128,7 @@ class RuleSet(CompiledRules):
             if not isinstance(name, str):
                 raise InvalidQuery(f"backend must be None, a name or an enum member, not {type(backend).__name__}")
             name = name.strip().upper()
-            if name not in self._backend_set:
+            if name not in self.backends:
                 others = [b for b in self.backends if b not in self.selectable_backends]
                 hint = (" (or no backend for the platform default)"
                         + (f"; {len(others)} other vLLM backends are known but not DeepSeek-V4 ones "
@@ -226,7 +226,7 @@ class RuleSet(CompiledRules):
 
     def outcome(self, query: Query, notes: tuple[Message, ...] = ()) -> Selection | Rejection:
         """The decision for a normalized query (a Selection, or a Rejection to raise)."""
-        index = self._table.get(self.key(query))
+        index = self.index(self.key(query))
         if index is None:  # pragma: no cover - normalize() admits only declared points
             return Rejection(self, query, "the query is outside the decision space", None, ())
         row = self.rows[index]

@@ -85,7 +85,6 @@ class CompiledRules:
         if any(n not in self._inputs for n in builtin):
             raise CorruptTable("compiled rules lack a built-in input")
         self.backends: tuple[str, ...] = tuple(data["backends"])
-        self._backend_set = frozenset(self.backends)
         #: backends that select something somewhere in the space (the others only reject)
         self.selectable_backends: tuple[str, ...] = tuple(data["selectable"])
         self._rule_rows = data["rules"]
