@@ -8,7 +8,10 @@ functions that need them.
 
 ``IMPLS`` lists the attention implementations as ``"module:Class"`` strings,
 the same spelling the rule files use; :func:`load_impl` resolves one and
-:func:`availability_report` asks each whether it can run here.
+:func:`availability_report` asks each whether it can run here, through
+:func:`dsv4sel.kernels.platform.impl_availability`, the same question
+``dsv4sel doctor`` asks of the impls the rules name (which it loads through
+the rule set's allow-list instead).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import NamedTuple
 __all__ = ["IMPLS", "ImplStatus", "availability_report", "load_impl"]
 
 #: Every attention implementation this package provides, in the spelling the
-#: rules use (``module:Class``). Order is stable: the doctor prints it as is.
+#: rules use (``module:Class``). Order is stable: :func:`availability_report` keeps it.
 IMPLS: tuple[str, ...] = (
     "dsv4sel.kernels.flashmla:DeepseekV4FlashMLASparseImpl",
     "dsv4sel.kernels.flashinfer:DeepseekV4FlashInferMLASparseImpl",
@@ -57,13 +60,17 @@ def availability_report(platform: str | None = None, capability: object = None) 
     """Ask every impl in :data:`IMPLS` whether it can run on (platform, capability).
 
     ``None`` for both means "this machine". Never raises: an impl whose class
-    cannot even be loaded is reported unavailable with the error as reason.
+    cannot even be loaded, or whose check raises, is reported unavailable with
+    the error as reason.
     """
+    from .platform import impl_availability
+
     report: list[ImplStatus] = []
     for spec in IMPLS:
         try:
-            ok, reason = load_impl(spec).is_available(platform, capability)
-        except Exception as exc:  # the doctor must print a line, not a traceback
-            ok, reason = False, f"cannot load {spec}: {type(exc).__name__}: {exc}"
-        report.append(ImplStatus(spec, bool(ok), str(reason)))
+            cls = load_impl(spec)
+        except Exception as exc:  # a line of the report, not a traceback
+            report.append(ImplStatus(spec, False, f"cannot load {spec}: {type(exc).__name__}: {exc}"))
+            continue
+        report.append(ImplStatus(spec, *impl_availability(cls, platform, capability)))
     return report

@@ -8,6 +8,9 @@ tuple as torch reports for them, so ``gfx942`` is ``(9, 4)`` and ``gfx950`` is
 
 Nothing here imports torch at module level, and the detectors never raise: a
 machine without torch is simply a ``cpu`` machine with no capability.
+:func:`impl_availability` is the one question "can this impl class run on
+(platform, capability)", asked without raising: :func:`dsv4sel.kernels.availability_report`
+asks it of every impl here, ``dsv4sel doctor`` of every impl the rules name.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ __all__ = [
     "import_torch",
     "probe_torch",
     "require_torch",
+    "impl_availability",
 ]
 
 PLATFORMS: frozenset[str] = frozenset({"cuda", "rocm", "xpu", "cpu"})
@@ -169,3 +173,18 @@ def device_target(device: Any) -> tuple[str, Capability | None]:
         return (dev.type, None)
     except Exception:
         return ("cpu", None)
+
+
+def impl_availability(cls: Any, platform: str | None = None, capability: Any = None) -> tuple[bool, str]:
+    """``cls.is_available(platform, capability)`` as ``(ok, reason)``; ``None``
+    for both asks about this machine. Never raises: a class without an
+    ``is_available()`` classmethod, or one whose check raises (an adapter's
+    bug), is reported unavailable with the reason."""
+    is_available = getattr(cls, "is_available", None)
+    if not callable(is_available):
+        return False, f"{cls.__name__} has no is_available() classmethod"
+    try:
+        ok, reason = is_available(platform, capability)
+    except Exception as exc:  # a kernel adapter's bug is a finding, not a crash
+        return False, f"is_available() raised {type(exc).__name__}: {exc}"
+    return bool(ok), str(reason)

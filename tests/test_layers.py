@@ -109,6 +109,14 @@ def test_no_import_runs_up_a_layer(module):
     assert upward == [], f"{module} ({LAYERS[mine][0]}) imports a higher layer: {upward}"
 
 
+def test_every_import_of_the_package_names_a_module_of_it():
+    # a relative import one dot short (``from ..engine import x`` in a subpackage) names
+    # nothing; the graph above would drop it silently and only running the code would tell
+    missing = sorted((m, t) for m, path in MODULES.items() for t in imports(m, path)
+                     if t.split(".")[0] == "dsv4sel" and t not in MODULES)
+    assert missing == []
+
+
 def test_the_kernels_never_import_the_core():
     reach = sorted((m, t) for m in MODULES if m.startswith("dsv4sel.kernels")
                    for t in imports(m, MODULES[m]) if t.startswith("dsv4sel") and not t.startswith("dsv4sel.kernels"))

@@ -19,9 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import dsv4sel  # noqa: E402
-from dsv4sel.check.cubes import describe  # noqa: E402
-from dsv4sel.engine.space import merge  # noqa: E402
-from dsv4sel.tools.diff import _summary, describe_outcome  # noqa: E402
+from dsv4sel.cli.render.diff import outcome  # noqa: E402
+from dsv4sel.tools.diff import cubes, summarizer  # noqa: E402
 
 COMPAT = os.path.join(ROOT, "rules", "compat", "vllm-0.33")
 FIXES = {
@@ -75,8 +74,9 @@ def categorize(compat, shipped, tags):
 
     groups: dict[tuple, list] = {}
     examples: dict[tuple, tuple] = {}
+    compat_at, shipped_at = summarizer(compat), summarizer(shipped)
     for key in keys:
-        (before, group_before), (after, group_after) = _summary(compat, key), _summary(shipped, key)
+        (before, group_before), (after, group_after) = compat_at(key), shipped_at(key)
         if before == after:
             continue
         path = compat.row(key).path
@@ -86,7 +86,7 @@ def categorize(compat, shipped, tags):
             fix = "F2"
         elif key[kv_at] in E4M3_ALIASES:
             fix = "F3"
-        elif key[kv_at] not in PLAIN or (before[0] == "select" and before[3].endswith("_row")
+        elif key[kv_at] not in PLAIN or (before.kind == "select" and before.layout.endswith("_row")
                                            and key[kv_at] == "fp8_ds_mla"):
             fix = "F4"  # fp8_ds_mla on a plain-row layer: vLLM's own validator rejects it
         else:
@@ -122,15 +122,10 @@ def render() -> str:
         out += [f"## {fix}: {title}", "", f"{n} inputs, {len(items)} groups.", "", "```text"]
         for before, after, boxes in sorted(items, key=lambda x: -len(x[2])):
             out.append(f"{len(boxes)} inputs:")
-            for box, _ in merge((b, frozenset()) for b in boxes):
-                parts = []
-                for name, bits, domain in zip(names, box, domains):
-                    chosen = [v for i, v in enumerate(domain) if bits >> i & 1]
-                    parts.append(f"{name}={describe(chosen, domain)}")
-                out.append("  " + " ".join(parts))
-            out.append(f"  vLLM 0.33: {describe_outcome(before)}")
-            out.append(f"  dsv4sel:   {describe_outcome(after)}")
-            if len(boxes) > 1 and (before[0] == "reject" or after[0] == "reject" or "{" in str(before)):
+            out += ["  " + cube for cube in cubes(names, domains, boxes)]
+            out.append(f"  vLLM 0.33: {outcome(before)}")
+            out.append(f"  dsv4sel:   {outcome(after)}")
+            if len(boxes) > 1 and (before.kind == "reject" or after.kind == "reject" or "{" in str(before)):
                 out.append("  (e.g.; texts and dtypes follow each input)")
             out.append("")
         out[-1:] = ["```", ""]

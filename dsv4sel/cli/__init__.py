@@ -1,7 +1,9 @@
 """The ``dsv4sel`` command: explain, check, test, table, doctor, diff, schema, completion.
 
 Each subcommand lives in its own module with ``add_parser(subparsers)`` and
-``run(args) -> int``. Exit codes: 0 success, 1 a finding or a rejection,
+``run(args) -> int``: it parses, calls one tool (:mod:`dsv4sel.tools`, the
+verifier), renders the value it returns with :mod:`dsv4sel.cli.render` and
+sets the exit status. Exit codes: 0 success, 1 a finding or a rejection,
 2 unusable input (bad arguments, bad rule files), 3 an internal error. No
 traceback reaches the user: expected errors print one message; anything else
 is reported as a bug in one line (``DSV4SEL_DEBUG=1`` shows the traceback).
@@ -83,7 +85,7 @@ def _run(argv: list[str] | None) -> int:
 
 def _wrapped(text: str) -> str:
     """``text`` wrapped to the terminal's width when stderr is one."""
-    from .output import output_width, wrap_lines
+    from .render.text import output_width, wrap_lines
 
     return "\n".join(wrap_lines(text.split("\n"), output_width(sys.stderr)))
 

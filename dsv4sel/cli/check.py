@@ -3,7 +3,8 @@
 Prints every finding (``file:line[:column]: severity [kind] message``, then
 the rules involved and one concrete input), the coverage figures (inputs
 that select, reject or are undecided; per requested backend and per rule)
-and a summary line. ``--json`` prints :meth:`dsv4sel.check.findings.Report.to_dict`
+and a summary line (:mod:`dsv4sel.cli.render.check` renders the verifier's
+report). ``--json`` prints :meth:`dsv4sel.check.findings.Report.to_dict`
 instead. ``--rules`` adds packs on top of the default rule set and
 ``--only-rules`` checks them alone, as for the other subcommands. Exit
 status: 0 clean, 1 findings, 2 unusable input (a path that does not exist,
@@ -14,14 +15,12 @@ in dsv4sel). Never a traceback.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 from .common import add_rules_option, allowed_modules, rule_paths
 from .exits import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
-from .formats import Diagnostic, add_format_option
-from .output import Style, align
+from .options import add_format_option
 
 EXAMPLES = """\
 examples:
@@ -88,66 +87,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"dsv4sel check: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.format == "json":
-        print(json.dumps(report.to_dict(), indent=2))
+        from .render.data import document
+
+        sys.stdout.write(document(report.to_dict()))
     elif args.format in ("github", "sarif"):
-        from .formats import github, sarif
+        from .render.check import diagnostics
+        from .render.diagnostics import github, sarif
 
-        diagnostics = [Diagnostic(f.code, f.severity, f.message, f.file, f.line, f.column)
-                       for f in report.findings]
-        sys.stdout.write(github(diagnostics) if args.format == "github" else sarif(diagnostics))
+        found = diagnostics(report)
+        sys.stdout.write(github(found) if args.format == "github" else sarif(found))
     else:
-        from .output import wrapped
+        from .render.check import text
+        from .render.text import wrapped
 
-        sys.stdout.write(wrapped(render(report)))
+        sys.stdout.write(wrapped(text(report)))
     return EXIT_OK if report.ok else EXIT_FINDINGS
-
-
-def _table(rows: list[tuple], right: set[int]) -> list[str]:
-    """Rows aligned in columns; columns in ``right`` (numbers) right-aligned; never coloured."""
-    return align([[str(c) for c in row] for row in rows], Style(False), right=right)
-
-
-def render(report) -> str:
-    """The human-readable report (the text ``dsv4sel check`` prints)."""
-    head = f"dsv4sel check: {len(report.sources)} files"
-    if report.analysed:
-        head += f", {report.rule_count} rules, {report.table_count} tables"
-    lines = [head]
-    for f in report.findings:
-        lines.append(str(f))
-        if f.rules:
-            lines.append("    rules:   " + ", ".join(f"{r.id} ({r.location})" for r in f.rules))
-        if f.counterexample is not None:
-            lines.append(f"    e.g.:    {f.counterexample}")
-    cov = report.coverage
-    if cov is not None:
-        t = cov.totals
-        lines += ["", f"coverage: {cov.points} points x {cov.backend_choices} backend choices "
-                  f"(none or one of {cov.backend_choices - 1} backends) = {cov.inputs} inputs",
-                  f"  select {t.select}, reject {t.reject}, undecided {t.undecided}", ""]
-        rows = [("backend", "first table", "select", "reject", "undecided")]
-        groups: dict[tuple, list] = {}
-        for b in cov.backends:  # backends sharing one table have identical figures
-            groups.setdefault((b.table, b.backend is None), []).append(b)
-        for members in groups.values():
-            b = members[0]
-            name = "<none>" if b.backend is None else b.backend
-            if len(members) > 1:
-                name += f" +{len(members) - 1} more, each"
-            # the default decision may span several files (packs add default rules)
-            where = b.file if b.backend is not None else "<default-backend decision>"
-            rows.append((name, where, b.counts.select, b.counts.reject, b.counts.undecided))
-        lines += _table(rows, {2, 3, 4}) + [""]
-        rows = [("rule", "location", "outcome", "inputs", "points")]
-        rows += [(r.rule.id, r.rule.location, r.outcome, r.inputs, r.points) for r in cov.rules]
-        lines += _table(rows, {3, 4}) + [""]
-    if report.ok:
-        lines.append(f"clean: all {cov.inputs} inputs are decided; no rule overlaps, shadows or repeats "
-                     "another, and every selection resolves and is consistent")
-    else:
-        e, w = len(report.errors), len(report.warnings)
-        lines.append(f"{len(report.findings)} finding{'s' if len(report.findings) != 1 else ''}: "
-                     f"{e} error{'s' if e != 1 else ''}, {w} warning{'s' if w != 1 else ''}")
-        if not report.analysed:
-            lines.append("the decision space was not analysed: fix the problems above first")
-    return "\n".join(lines) + "\n"

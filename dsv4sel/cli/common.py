@@ -1,14 +1,18 @@
-"""Helpers shared by the subcommands: which rules a command works on.
+"""Helpers shared by the subcommands: which rules a command works on, and usage errors.
 
 ``--rules PATH`` adds a rule pack (a directory or file) on top of the default
 rule set (shipped rules, installed packs, ``DSV4SEL_RULES_PATH``);
 ``--only-rules`` makes the given paths the whole rule set. Impl classes of a
 directory pack must be allowed explicitly with ``--allow-impl-module``.
+:func:`error` reports unusable input the argparse way (exit 2).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+
+from .exits import EXIT_USAGE
 
 
 def add_rules_option(parser: argparse.ArgumentParser) -> None:
@@ -51,3 +55,13 @@ def load(args: argparse.Namespace):
     if paths is None and allowed is None:
         return default_rules()
     return load_rules(paths, allowed_impl_modules=allowed)
+
+
+def error(prog: str, message: str) -> int:
+    """Print a usage/input error the argparse way and return exit status 2
+    (wrapped to the terminal's width when stderr is one)."""
+    from .render.text import output_width, wrap_line
+
+    text = f"{prog}: error: {message}"
+    print("\n".join(wrap_line(text, output_width(sys.stderr))), file=sys.stderr)
+    return EXIT_USAGE

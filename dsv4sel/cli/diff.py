@@ -1,9 +1,14 @@
-"""``dsv4sel diff OLD NEW``: every input whose outcome changes between two rule sets."""
+"""``dsv4sel diff OLD NEW``: every input whose outcome changes between two rule sets.
+
+The changes are :func:`dsv4sel.tools.diff.diff`'s; this module loads both
+rule sets, renders the :class:`~dsv4sel.tools.diff.Diff` (text or ``--json``,
+:mod:`dsv4sel.cli.render.diff`) and exits 1 when something changes.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 
 from .common import add_allow_option
 from .exits import EXIT_FINDINGS, EXIT_OK
@@ -28,9 +33,10 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .. import load_rules
-    from ..tools.diff import describe_outcome, diff
     from ..engine.sources import default_packs
+    from ..tools.diff import diff
     from .common import allowed_modules
+    from .render import diff as render
 
     allowed = allowed_modules(args)
     base = default_packs() if args.pack else []
@@ -39,17 +45,9 @@ def run(args: argparse.Namespace) -> int:
     new = load_rules([*base, args.new], allowed_impl_modules=allowed)
     result = diff(old, new)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
-        return EXIT_FINDINGS if result.changes else EXIT_OK
-    if not result.changes:
-        print(f"no change: {result.compared} inputs decide the same way")
-        return EXIT_OK
-    print(f"{result.changed} of {result.compared} inputs change, in {len(result.changes)} groups")
-    for change in result.changes:
-        print()
-        print(f"{change.count} input{'s' if change.count != 1 else ''}:")
-        for cube in change.cubes:
-            print(f"  {cube}")
-        print(f"  old: {describe_outcome(change.old)}")
-        print(f"  new: {describe_outcome(change.new)}")
-    return EXIT_FINDINGS
+        from .render.data import document
+
+        sys.stdout.write(document(render.as_dict(result)))
+    else:
+        sys.stdout.write(render.text(result))
+    return EXIT_FINDINGS if result.changes else EXIT_OK

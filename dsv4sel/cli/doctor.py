@@ -1,10 +1,10 @@
 """``dsv4sel doctor``: what this machine is, what the rules pick on it, what can run.
 
 The findings come from :func:`dsv4sel.tools.doctor.build_report`; this module
-parses arguments, renders the report (aligned text, or ``--json``) and sets
-the exit status: 0 when the ``auto`` selection's impl can run, 1 when it
-cannot (platform not detected, ``auto`` rejected, impl unavailable), 2 for
-bad arguments or rule files. Unlike ``explain``, doctor imports torch.
+parses arguments, renders the report (:mod:`dsv4sel.cli.render.doctor`, or
+``--json``) and sets the exit status: 0 when the ``auto`` selection's impl
+can run, 1 when it cannot (platform not detected, ``auto`` rejected, impl
+unavailable), 2 for bad arguments or rule files. Unlike ``explain``, doctor imports torch.
 """
 
 from __future__ import annotations
@@ -38,9 +38,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..tools.doctor import UnknownPlatform, build_report
-    from .common import load
-    from .output import error
-
+    from .common import error, load
     from .options import parse_inputs
 
     try:
@@ -53,12 +51,12 @@ def run(args: argparse.Namespace) -> int:
     except UnknownPlatform as exc:
         return error(PROG, str(exc))
     if args.json:
-        import json
+        from .render.data import document
 
-        print(json.dumps(report.as_dict(), indent=2))
+        sys.stdout.write(document(report.as_dict()))
     else:
-        from .doctor_text import render
-        from .output import style_for
+        from .render.doctor import report_lines
+        from .render.text import style_for
 
-        sys.stdout.write("\n".join(render(report, style_for(sys.stdout))) + "\n")
+        sys.stdout.write("\n".join(report_lines(report, style_for(sys.stdout))) + "\n")
     return EXIT_OK if report.ok else EXIT_FINDINGS

@@ -1,8 +1,11 @@
-"""Options shared by explain and doctor beyond ``--rules``: pack-declared inputs."""
+"""Options shared by several commands beyond ``--rules``: pack-declared inputs, output formats."""
 
 from __future__ import annotations
 
 import argparse
+
+#: The values of ``--format`` for ``check`` and ``test`` (rendered by :mod:`dsv4sel.cli.render`).
+FORMATS = ("text", "json", "github", "sarif")
 
 
 def add_input_option(parser: argparse.ArgumentParser) -> None:
@@ -20,3 +23,11 @@ def parse_inputs(items: list[str] | None) -> dict[str, str]:
             raise ValueError(f"--input expects NAME=VALUE, got {item!r}")
         out[name.strip()] = value.strip()
     return out
+
+
+def add_format_option(parser, default: str = "text") -> None:
+    parser.add_argument("--format", choices=FORMATS, default=default,
+                        help="text (default), json, github (workflow annotations ::error file=...) or "
+                             "sarif (SARIF 2.1.0 for code scanning)")
+    parser.add_argument("--json", action="store_const", const="json", dest="format",
+                        help="the same as --format json")

@@ -24,7 +24,7 @@ import sys
 from contextlib import contextmanager
 
 from ..engine.text import control_character, escape
-from .output import colour_wanted
+from .render.text import colour_wanted
 
 _SGR = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -35,11 +35,17 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..tools.matrix import build_matrix
-    from .common import load
-    from .output import error
+    from .common import error, load
 
     matrix = build_matrix(load(args))
-    text = matrix.to_markdown() if args.format == "md" else matrix.to_json()
+    if args.format == "md":
+        from .render.table import markdown
+
+        text = markdown(matrix)
+    else:
+        from .render.data import document
+
+        text = document(matrix.as_dict())
     if args.check is None:
         sys.stdout.write(text)
         return EXIT_OK

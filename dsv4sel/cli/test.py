@@ -6,19 +6,19 @@ rule options name; each unmet expectation prints as
 rules no case reached, with ``file:line`` (the rules of the ``--rules`` packs
 when some are given, else every rule). Exit 0 all passed, 1 a case failed,
 2 unusable input (a missing path, a test file that does not match the
-schema, broken rule files).
+schema, broken rule files). The report is :func:`dsv4sel.tools.testcases.run_tests`'s,
+rendered by :mod:`dsv4sel.cli.render.test`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 from .common import add_rules_option
 from .exits import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
-from .formats import Diagnostic, add_format_option
+from .options import add_format_option
 
 PROG = "dsv4sel test"
 EXAMPLES = """\
@@ -60,8 +60,7 @@ def _scope(args) -> tuple[set[str] | None, str]:
 
 def run(args: argparse.Namespace) -> int:
     from ..tools.testcases import TestFileError, load_cases, run_tests
-    from .common import load
-    from .output import error
+    from .common import error, load
 
     if args.only_rules and not args.rules:
         return error(PROG, "--only-rules needs at least one --rules PATH")
@@ -69,51 +68,32 @@ def run(args: argparse.Namespace) -> int:
         cases, files = load_cases(args.paths)
     except TestFileError as exc:
         if args.format in ("github", "sarif"):
-            _emit(args.format, [Diagnostic(p.code, "error", p.message, p.file, p.line, p.column)
-                                for p in exc.problems])
-        from .output import output_width, wrap_line
+            from .render.test import problems
 
+            _emit(args.format, problems(exc.problems))
         for p in exc.problems:
-            print("\n".join(wrap_line(f"{PROG}: error: {p} [{p.code}]", output_width(sys.stderr))), file=sys.stderr)
+            error(PROG, f"{p} [{p.code}]")
         return EXIT_USAGE
     rules = load(args)  # a RuleError reaches cli.main: exit 2 with every problem located
     scope, label = _scope(args)
     report = run_tests(rules, cases, files=files, scope=scope, scope_label=label)
     if args.format == "json":
-        print(json.dumps(report.to_dict(), indent=2))
-    elif args.format in ("github", "sarif"):
-        _emit(args.format, [Diagnostic("DSV510", "error", f"case {r.case.name}: {f.message}", r.case.file,
-                                       f.line, f.column) for r in report.failed for f in r.failures])
-    else:
-        from .output import wrapped
+        from .render.data import document
 
-        sys.stdout.write(wrapped(render(report)))
+        sys.stdout.write(document(report.to_dict()))
+    elif args.format in ("github", "sarif"):
+        from .render.test import diagnostics
+
+        _emit(args.format, diagnostics(report))
+    else:
+        from .render.test import text
+        from .render.text import wrapped
+
+        sys.stdout.write(wrapped(text(report)))
     return EXIT_OK if report.ok else EXIT_FINDINGS
 
 
 def _emit(fmt: str, diagnostics) -> None:
-    from .formats import github, sarif
+    from .render.diagnostics import github, sarif
 
     sys.stdout.write(github(diagnostics) if fmt == "github" else sarif(diagnostics))
-
-
-def render(report) -> str:
-    lines = []
-    for result in report.failed:
-        lines += result.lines()
-    n, failed = len(report.results), len(report.failed)
-    files = len(report.files)
-    if lines:
-        lines.append("")
-    lines.append(f"{n} case{'s' if n != 1 else ''} in {files} file{'s' if files != 1 else ''}: "
-                 f"{n - failed} passed, {failed} failed")
-    scoped = report.scoped
-    reached = sum(1 for h in scoped if h.cases)
-    pct = f" ({100 * reached // len(scoped)}%)" if scoped else ""
-    lines.append(f"rule coverage: {reached} of {len(scoped)} rules reached{pct} ({report.scope})")
-    unreached = report.unreached
-    if unreached:
-        lines.append("not reached by any case:")
-        width = max(len(r.id) for r in unreached)
-        lines += [f"  {r.id.ljust(width)}  {r.location}" for r in unreached]
-    return "\n".join(lines) + "\n"

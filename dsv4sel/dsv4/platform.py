@@ -1,7 +1,21 @@
-"""Detect this machine's platform and device capability (imports torch lazily).
+"""What this machine is: platform and capability, the pack inputs probed on it, and whether an impl can run.
 
-:func:`probe_torch` and :func:`import_torch` are the kernels' (``dsv4sel.kernels.platform``):
-the kernels never import the core, so the core takes the probes from them."""
+The one implementation of machine detection, for every command that asks:
+
+- :func:`detect` gives ``(platform, capability)`` for ``select(platform=None)``
+  and the vLLM drop-in;
+- :func:`machine` gives the :class:`Machine` value ``dsv4sel doctor`` reports and
+  ``dsv4sel explain --detect`` fills its query from: where the platform came
+  from, the torch version, and the pack-declared inputs read from their probe
+  classes (:func:`probe_inputs`);
+- :func:`impl_available` asks an impl class the rules name whether it can run,
+  loaded through the rule set's allow-list; the doctor's kernel checks and the
+  probes both ask it.
+
+Torch is imported lazily. :func:`probe_torch`, :func:`import_torch` and
+:func:`impl_availability` are the kernels' (``dsv4sel.kernels.platform``): the
+kernels never import the core, so the core takes them from there, here only.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +23,20 @@ import os
 
 from ..errors import InvalidQuery
 # the one place that asks torch lives with the kernels, which need it without the core;
-# import_torch (is torch importable, which version) is re-exported for the doctor
-from ..kernels.platform import import_torch, probe_torch
+# import_torch (is torch importable, which version) is re-exported for the doctor, and
+# impl_availability (is_available() asked without raising) is the kernels' availability_report's too
+from ..kernels.platform import impl_availability, import_torch, probe_torch
+from ..record import Frozen
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .rules import RuleSet
 
 PLATFORM_ENV = "DSV4SEL_PLATFORM"
 CAPABILITY_ENV = "DSV4SEL_CAPABILITY"
 PLATFORMS = ("cuda", "rocm", "xpu", "cpu")
+#: :attr:`Machine.source` of a machine asked about by name rather than detected.
+GIVEN = "--platform"
 
 
 def detect() -> tuple[str, str | None]:
@@ -35,3 +57,112 @@ def detect() -> tuple[str, str | None]:
         return env, os.environ.get(CAPABILITY_ENV) or None
     raise InvalidQuery(f"cannot detect the platform: {problem}. Pass platform= (one of "
                        f"{', '.join(PLATFORMS)}) or set {PLATFORM_ENV}, e.g. {PLATFORM_ENV}=cpu")
+
+
+class InputProbe(Frozen):
+    """A pack-declared input filled from the machine: ``value`` is the
+    input's last declared value when the ``impl`` class's ``is_available()``
+    says yes, its first otherwise (the schema's ``probe:`` contract);
+    ``reason`` is the class's."""
+
+    __slots__ = ("name", "impl", "value", "reason")
+
+
+class Machine(Frozen):
+    """The machine asked about. ``platform`` is None when it could not be
+    detected (``problem`` says why); ``source`` says where it came from:
+    ``torch``, ``DSV4SEL_PLATFORM`` (``, --capability`` added when the
+    capability was given over a detected platform), or ``--platform`` (another
+    machine, asked about by name). ``torch`` is the torch version, or None
+    with ``torch_problem`` saying why. ``probes`` are the pack-declared inputs
+    read from it (:class:`InputProbe`, in the rules' order)."""
+
+    __slots__ = ("platform", "capability", "source", "torch", "torch_problem", "problem", "probes")
+    _defaults = {"probes": ()}
+
+    @property
+    def given(self) -> bool:
+        """True when the platform was named (``--platform``), not detected."""
+        return self.source == GIVEN
+
+    @property
+    def detected(self) -> bool:
+        """True when the platform was detected (from torch or ``DSV4SEL_PLATFORM``)."""
+        return self.platform is not None and not self.given
+
+    @property
+    def inputs(self) -> dict[str, str]:
+        """The probed inputs as query values: ``{name: value}``."""
+        return {p.name: p.value for p in self.probes}
+
+    @property
+    def target(self) -> tuple[str | None, str | None]:
+        """What the kernels' ``is_available(platform, capability)`` is asked:
+        the given platform and capability for a machine asked about by name
+        (capability None for the rules' ``unknown``); ``(None, None)`` for this
+        machine, which the kernels then look at themselves, through the same
+        torch probe :func:`detect` uses."""
+        if not self.given:
+            return None, None
+        return self.platform, None if self.capability in (None, "unknown") else self.capability
+
+
+def _read(platform: str | None, capability: str | None) -> Machine:
+    """The machine without its probes (see :func:`machine`)."""
+    torch, torch_problem = import_torch()
+    version = getattr(torch, "__version__", None) if torch is not None else None
+    if platform:
+        return Machine(platform, capability, GIVEN, version, torch_problem, None)
+    try:
+        found, found_capability = detect()
+    except InvalidQuery as exc:
+        return Machine(None, None, "", version, torch_problem, exc.reason)
+    env = os.environ.get(PLATFORM_ENV, "").strip().lower()
+    # detect() falls back to the environment only when torch sees no device
+    gpu = probe_torch()[0] is not None
+    source = PLATFORM_ENV if env == found and not gpu else "torch"
+    if capability is not None:
+        found_capability, source = capability, source + ", --capability"
+    return Machine(found, found_capability, source, version, torch_problem, None)
+
+
+def machine(rules: RuleSet, platform: str | None = None, capability: str | None = None) -> Machine:
+    """The machine a command asks about, with the inputs ``rules`` probe on it.
+
+    With ``platform`` it is that machine (``source`` ``--platform``; the
+    capability is ``capability``, None for unknown); nothing is detected. Without,
+    it is this machine: :func:`detect`'s platform and capability, the latter
+    replaced by ``capability`` when given. Never raises: a platform that cannot be
+    detected is ``platform`` None with the reason in ``problem``. Imports torch
+    (through ``kernels.platform.import_torch``, which keeps its NumPy warning quiet).
+    """
+    found = _read(platform, capability)
+    return found.replace(probes=probe_inputs(rules, *found.target))
+
+
+def impl_available(impl: str, allowed: tuple[str, ...], platform: str | None = None,
+                   capability: str | None = None) -> tuple[bool, str]:
+    """Can the impl class ``impl`` (``module:Class``) run on ``platform`` and
+    ``capability`` (None: this machine)? Loaded only through the allow-list
+    ``allowed`` (:func:`dsv4sel.engine.values.load_impl_class`); a class that
+    cannot load is "no", with the reason. Never raises."""
+    from ..engine.values import load_impl_class
+    from ..errors import ImplLoadError
+
+    try:
+        cls = load_impl_class(impl, allowed)
+    except ImplLoadError as exc:
+        return False, f"cannot load: {exc}"
+    return impl_availability(cls, platform, capability)
+
+
+def probe_inputs(rules: RuleSet, platform: str | None = None,
+                 capability: str | None = None) -> tuple[InputProbe, ...]:
+    """Fill every input that declares a ``probe:`` from this machine (or from
+    ``platform``/``capability``); a probe that cannot load counts as "no"."""
+    out = []
+    for name, impl in rules.probes.items():
+        values = rules.values(name)
+        ok, reason = impl_available(impl, rules.allowed_impl_modules, platform, capability)
+        out.append(InputProbe(name, impl, values[-1] if ok else values[0], reason))
+    return tuple(out)

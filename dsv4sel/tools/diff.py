@@ -3,9 +3,13 @@
 Both rule sets are compiled to their outcome tables; every key of either
 space is compared by what a serving engine sees (backend, impl, layout, cache
 dtype, torch dtype, bytes per token, block size, rewrites, messages, or the
-rejection reason) — not by rule ids or line numbers, so moving or renaming a
-rule is not a change. Changed inputs with the same (old, new) pair are
-grouped into compact cubes, e.g. ``platform=cuda capability=12.x``.
+rejection reason): an :class:`Outcome`, not rule ids or line numbers, so
+moving or renaming a rule is not a change. Changed inputs with the same
+(old, new) pair are grouped into compact cubes, e.g. ``platform=cuda
+capability=12.x``.
+
+:func:`diff` returns a :class:`Diff` value and renders nothing: the text and
+the JSON ``dsv4sel diff`` prints are :mod:`dsv4sel.cli.render.diff`.
 """
 
 from __future__ import annotations
@@ -15,55 +19,89 @@ from ..engine.space import merge
 from ..record import Frozen
 from ..dsv4.rules import RuleSet
 
-ABSENT = ("absent",)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Iterable
 
 
-def _summary(rules: RuleSet, key: tuple) -> tuple[tuple, tuple]:
-    """(what is compared, what groups changes): rejections whose reason text
-    differs only by the query's values (templates) group by the deciding rule."""
-    row = rules.row(key)
-    if row is None:
-        return ABSENT, ABSENT
+class Outcome(Frozen):
+    """What a serving engine sees at one input of a rule set, as diff compares it.
+
+    ``kind`` is ``select``, ``reject``, ``gap`` (no rule decides: ``table``
+    names the decision table) or ``absent`` (the input is outside this rule
+    set's space). A selection carries its fields (``rewrites``, ``messages``
+    and ``hosts`` as the compiled row has them); a rejection its ``backend``
+    (None: the default-backend decision rejected) and ``reason``.
+    """
+
+    __slots__ = ("kind", "backend", "impl", "layout", "cache_dtype", "torch_dtype", "bytes_per_token",
+                 "block_size", "rewrites", "messages", "hosts", "reason", "table")
+    _defaults = {"backend": None, "impl": None, "layout": None, "cache_dtype": None, "torch_dtype": None,
+                 "bytes_per_token": None, "block_size": None, "rewrites": (), "messages": (), "hosts": (),
+                 "reason": None, "table": None}
+
+
+ABSENT = Outcome("absent")
+
+
+def _summary(rules: RuleSet, index: int | None) -> tuple[Outcome, tuple]:
+    """(what is compared, what groups changes) for outcome row ``index``:
+    rejections whose reason text differs only by the query's values
+    (templates) group by the deciding rule."""
+    if index is None:
+        return ABSENT, ("absent",)
+    row = rules.rows[index]
     if row.kind == "select":
-        summary = ("select", row.backend, row.impl, row.layout, row.cache_dtype, row.torch_dtype,
-                   row.bytes_per_token, row.block_size, tuple(row.rewrites), tuple(tuple(m) for m in row.messages),
-                   tuple(row.hosts))
-        return summary, summary
+        outcome = Outcome("select", row.backend, row.impl, row.layout, row.cache_dtype, row.torch_dtype,
+                          row.bytes_per_token, row.block_size, tuple(row.rewrites),
+                          tuple(tuple(m) for m in row.messages), tuple(row.hosts))
+        return outcome, (outcome,)
     rule = rules.rule(row.path[-1]).id if row.path else ""
-    detail = row.reason if row.kind == "reject" else row.table
-    return (row.kind, row.backend, detail), (row.kind, row.backend, rule)
+    if row.kind == "reject":
+        outcome = Outcome("reject", row.backend, reason=row.reason)
+    else:
+        outcome = Outcome(row.kind, row.backend, table=row.table)
+    return outcome, (row.kind, row.backend, rule)
 
 
-def describe_outcome(summary: tuple) -> str:
-    """One line for an outcome summary."""
-    kind = summary[0]
-    if kind == "absent":
-        return "not in the decision space"
-    if kind == "gap":
-        return f"undecided (no rule in {summary[2]})"
-    if kind == "reject":
-        return f"reject ({summary[1] or 'default'}): {summary[2]}"
-    _, backend, impl, layout, cache_dtype, torch_dtype, bpt, block, rewrites, messages, hosts = summary
-    text = f"select {backend} layout={layout} cache_dtype={cache_dtype} torch={torch_dtype} " \
-           f"bytes/token={bpt} block={block}"
-    if rewrites:
-        text += " rewrites=" + ",".join(f"{k}->{v}" for k, v in rewrites)
-    if messages:
-        text += f" messages={len(messages)}"
-    text += f" impl={impl}"
-    for host, cls, _versions in hosts:
-        text += f" {host}={cls.rpartition(':')[2]}"
-    return text
+def summarizer(rules: RuleSet) -> Callable[[tuple], tuple[Outcome, tuple]]:
+    """``key -> (outcome, group)`` for ``rules``: the :class:`Outcome` at
+    ``key`` (a tuple in ``rules.key_inputs`` order; :data:`ABSENT` outside
+    the space) and the key that groups its changes. Memoized per outcome row,
+    so asking every key of a space builds each outcome once."""
+    memo: dict[int | None, tuple[Outcome, tuple]] = {}
+    index = rules.index
+
+    def at(key: tuple) -> tuple[Outcome, tuple]:
+        i = index(key)
+        found = memo.get(i)
+        if found is None:
+            found = memo[i] = _summary(rules, i)
+        return found
+
+    return at
+
+
+def cubes(names: tuple[str, ...], domains: list[list[str]], boxes: Iterable[tuple[int, ...]]) -> tuple[str, ...]:
+    """The inputs ``boxes`` stand for (one bit mask per input, bit i = value i
+    of that input's domain), merged into cubes and written
+    ``name=values name=values ...`` (``9.x``, ``*`` where the values allow)."""
+    out = []
+    for box, _ in merge((b, frozenset()) for b in boxes):
+        parts = []
+        for name, bits, domain in zip(names, box, domains):
+            chosen = [v for i, v in enumerate(domain) if bits >> i & 1]
+            parts.append(f"{name}={describe(chosen, domain)}")
+        out.append(" ".join(parts))
+    return tuple(out)
 
 
 class Change(Frozen):
-    """Inputs (``count`` of them, written as ``cubes``) whose outcome went from ``old`` to ``new``."""
+    """Inputs (``count`` of them, written as ``cubes``) whose outcome went from
+    ``old`` to ``new`` (:class:`Outcome` values; for a group of rejections
+    whose text follows the query, those of its first input)."""
 
     __slots__ = ("count", "cubes", "old", "new")
-
-    def to_dict(self) -> dict:
-        return {"inputs": self.count, "cubes": list(self.cubes),
-                "old": describe_outcome(self.old), "new": describe_outcome(self.new)}
 
 
 class Diff(Frozen):
@@ -74,10 +112,6 @@ class Diff(Frozen):
     @property
     def changed(self) -> int:
         return sum(c.count for c in self.changes)
-
-    def to_dict(self) -> dict:
-        return {"compared": self.compared, "changed": self.changed,
-                "changes": [c.to_dict() for c in self.changes]}
 
 
 def diff(old: RuleSet, new: RuleSet) -> Diff:
@@ -103,27 +137,21 @@ def diff(old: RuleSet, new: RuleSet) -> Diff:
             keys.setdefault(wide, None)
             for domain, value in zip(domains, wide):
                 domain.setdefault(value, len(domain))
+    old_at, new_at = summarizer(old), summarizer(new)
+    same = names == old.key_inputs == new.key_inputs
     groups: dict[tuple, list] = {}
     examples: dict[tuple, tuple] = {}
     for key in keys:
-        (before, group_before), (after, group_after) = _summary(old, narrow(old, key)), _summary(new, narrow(new, key))
+        (before, group_before), (after, group_after) = (
+            (old_at(key), new_at(key)) if same else (old_at(narrow(old, key)), new_at(narrow(new, key))))
         if before != after:
             box = tuple(1 << domain[v] for domain, v in zip(domains, key))
             group = (group_before, group_after)
             groups.setdefault(group, []).append(box)
             examples.setdefault(group, (before, after))
-    changes = []
     ordered = [list(d) for d in domains]
-    for group, boxes in groups.items():
-        before, after = examples[group]
-        cubes = []
-        for box, _ in merge((b, frozenset()) for b in boxes):
-            parts = []
-            for name, bits, domain in zip(names, box, ordered):
-                chosen = [v for i, v in enumerate(domain) if bits >> i & 1]
-                parts.append(f"{name}={describe(chosen, domain)}")
-            cubes.append(" ".join(parts))
-        changes.append(Change(len(boxes), tuple(cubes), before, after))
+    changes = [Change(len(boxes), cubes(names, ordered, boxes), *examples[group])
+               for group, boxes in groups.items()]
     # changed decisions first (what a reviewer must look at), then inputs a new vocabulary adds
     changes.sort(key=lambda c: (c.old == ABSENT or c.new == ABSENT, -c.count))
     return Diff(tuple(changes), len(keys))

@@ -17,8 +17,9 @@ bare Selection (or an exception) it returns an :class:`Explanation`:
   ``SelectionError.suggestions`` names).
 
 Everything is read from the compiled table (:mod:`dsv4sel.tools.probe`), so explaining
-imports neither yaml, jsonschema nor torch. The CLI (``dsv4sel explain``) is
-only a renderer of this value; :meth:`Explanation.as_dict` is its ``--json``.
+imports neither yaml, jsonschema nor torch. :func:`explain` returns the value and
+renders nothing: ``dsv4sel explain`` prints it with :mod:`dsv4sel.cli.render.explain`;
+:meth:`Explanation.as_dict` is its ``--json``.
 """
 
 from __future__ import annotations
@@ -202,12 +203,6 @@ class Explanation(Frozen):
             } for a in self.alternatives],
             "rules_digest": self.rules_digest,
         }
-
-    def to_json(self, indent: int | None = 2) -> str:
-        """:meth:`as_dict` as a JSON document (keys in a fixed order)."""
-        import json  # only --json pays for it
-
-        return json.dumps(self.as_dict(), indent=indent)
 
 
 def _rule_dict(ref: RuleRef | None) -> dict[str, Any] | None:

@@ -18,7 +18,8 @@ as the deciding rule's id), or ``reject: true`` with an optional
 Files are loaded like rule files (safe YAML, duplicate keys refused, every
 node located) and validated against ``schema/tests.schema.json``.
 :func:`run_tests` runs every case and reports, besides the failures, which
-rules of the rule set no case reached (rule coverage).
+rules of the rule set no case reached (rule coverage): a :class:`TestReport`
+value, rendered by :mod:`dsv4sel.cli.render.test`.
 """
 
 from __future__ import annotations
@@ -89,10 +90,6 @@ class CaseResult:
     @property
     def passed(self) -> bool:
         return not self.failures
-
-    def lines(self) -> list[str]:
-        """``file:line:col: case NAME: expected ..., got ...``, one per failure."""
-        return [f"{self.case.file}:{f.line}:{f.column}: case {self.case.name}: {f.message}" for f in self.failures]
 
 
 @dataclass(frozen=True)

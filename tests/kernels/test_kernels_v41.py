@@ -281,7 +281,7 @@ def test_mega_probe_answers_for_this_machine() -> None:
 
 
 def test_doctor_fills_mega_attn_from_the_probe() -> None:
-    from dsv4sel.tools.doctor import probe_inputs
+    from dsv4sel.dsv4.platform import probe_inputs
 
     rules = dsv4sel.default_rules()
     (probe,) = [p for p in probe_inputs(rules, "cpu", None) if p.name == "mega_attn"]
@@ -302,7 +302,7 @@ _lib.define("fused_norm_rope_attn_rope_cast_decode(Tensor q) -> Tensor[]")
 _PROBE_SCRIPT = """
 import sys
 import dsv4sel
-from dsv4sel.tools.doctor import probe_inputs
+from dsv4sel.dsv4.platform import probe_inputs
 from dsv4sel.kernels.v41 import DeepseekV41MegaAttnImpl as M
 
 sys.modules["vllm"] = None  # only the fake flash_mla may register the op

@@ -1,16 +1,21 @@
-"""The human-readable rendering of a :class:`dsv4sel.tools.doctor.Report`."""
+"""``dsv4sel doctor``'s text: a :class:`dsv4sel.tools.doctor.Report` for people.
+
+The machine (with its probed inputs), the selection for every kv dtype, every
+impl class's verdict with its reason, and the one-line conclusion the exit
+status agrees with. ``--json`` is the report's own ``as_dict()``.
+"""
 
 from __future__ import annotations
 
-from ..dsv4.rules import Rejection
-from .output import Style, align, where
+from ...dsv4.rules import Rejection
+from .text import Style, align, where
 
 
-def render(report, style: Style) -> list[str]:
+def report_lines(report, style: Style) -> list[str]:
     """One string per line; colour only when ``style`` is enabled."""
     import platform as pyplatform
 
-    from .._version import __version__
+    from ..._version import __version__
 
     m, query = report.machine, report.query
     if m.platform is None:

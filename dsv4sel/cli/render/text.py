@@ -1,8 +1,9 @@
-"""Terminal output shared by the commands: colour and alignment.
+"""The primitives of the text reports: colour, columns, wrapping, a query's place.
 
-Colour is used only when the stream is a terminal, ``NO_COLOR`` is unset or
-empty (https://no-color.org) and ``TERM`` is not ``dumb``; piped output is
-therefore plain, byte-for-byte stable text. Columns are aligned on the plain
+Every command's human output is built from these, so all of them colour, align
+and wrap the same way. Colour is used only when the stream is a terminal,
+``NO_COLOR`` is unset or empty (https://no-color.org) and ``TERM`` is not
+``dumb``; piped output is therefore plain, byte-for-byte stable text. Columns are aligned on the plain
 text and coloured afterwards, so escape codes never shift a column.
 """
 
@@ -10,8 +11,6 @@ from __future__ import annotations
 
 import os
 import sys
-
-from .exits import EXIT_USAGE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms of cold start; annotations are postponed
@@ -80,14 +79,6 @@ def where(query) -> str:
     """A query's platform and capability as the reports name them: ``cuda 9.0``, ``cpu capability unknown``."""
     cap = "capability unknown" if query.capability == "unknown" else query.capability
     return f"{query.platform} {cap}"
-
-
-def error(prog: str, message: str) -> int:
-    """Print a usage/input error the argparse way and return exit status 2
-    (wrapped to the terminal's width when stderr is one)."""
-    text = f"{prog}: error: {message}"
-    print("\n".join(wrap_line(text, output_width(sys.stderr))), file=sys.stderr)
-    return EXIT_USAGE
 
 
 _ANSI = None

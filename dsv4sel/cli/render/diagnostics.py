@@ -1,8 +1,9 @@
 """Machine formats for diagnostics: GitHub workflow annotations and SARIF 2.1.0.
 
-``check`` and ``test`` turn their findings into :class:`Diagnostic` values and
-print them with :func:`github` or :func:`sarif`, so both commands annotate a
-pull request the same way.
+``check`` and ``test`` turn their findings into :class:`Diagnostic` values
+(:func:`dsv4sel.cli.render.check.diagnostics`, :func:`dsv4sel.cli.render.test.diagnostics`)
+and print them with :func:`github` or :func:`sarif`, so both commands annotate a
+pull request the same way. The ``--format`` option itself is :func:`dsv4sel.cli.options.add_format_option`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import os
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-FORMATS = ("text", "json", "github", "sarif")
 
 
 class Diagnostic:
@@ -35,7 +35,7 @@ def _escape_property(text: str) -> str:
 def github(diagnostics) -> str:
     """``::error file=F,line=L,col=C,title=CODE::message`` per diagnostic
     (workflow commands; ``warning`` for warnings)."""
-    from ..engine.codes import title
+    from ...engine.codes import title
 
     out = []
     for d in diagnostics:
@@ -61,8 +61,8 @@ def sarif(diagnostics) -> str:
     diagnostic with its code as ``ruleId`` and a physical location."""
     import json
 
-    from .._version import __version__
-    from ..engine.codes import CODES, title
+    from ..._version import __version__
+    from ...engine.codes import CODES, title
 
     diagnostics = list(diagnostics)
     used = sorted({d.code for d in diagnostics})
@@ -91,10 +91,3 @@ def sarif(diagnostics) -> str:
     }
     return json.dumps(log, indent=2) + "\n"
 
-
-def add_format_option(parser, default: str = "text") -> None:
-    parser.add_argument("--format", choices=FORMATS, default=default,
-                        help="text (default), json, github (workflow annotations ::error file=...) or "
-                             "sarif (SARIF 2.1.0 for code scanning)")
-    parser.add_argument("--json", action="store_const", const="json", dest="format",
-                        help="the same as --format json")

@@ -1,0 +1,106 @@
+"""``dsv4sel explain``'s text: a :class:`dsv4sel.tools.explain.Explanation` for people.
+
+The query, the outcome with the deciding rule and its ``description:``, the
+rewrites, the rule messages, the path of rules (``file:line``), why every other
+backend of the platform does not serve, and on a rejection the nearest working
+alternatives. ``--json`` is the explanation's own ``as_dict()``.
+"""
+
+from __future__ import annotations
+
+from ...dsv4.alternatives import flag
+from .text import Style, align, where
+
+_ACTIONS = {"default": "default backend -> {target}", "use": "hands over to {target}",
+            "select": "selects", "reject": "rejects"}
+
+
+def _input_name(name: str) -> str:
+    """How the report names an input: as its flag for the kv dtype, else as the rules do."""
+    return "kv-cache-dtype" if name == "kv_cache_dtype" else name
+
+
+def _pack(rule) -> str:
+    """Names the rule pack when the deciding rule is not a shipped one."""
+    return "" if rule.pack == "dsv4sel" else f"  (pack {rule.pack})"
+
+
+def report_lines(ex, style: Style, detected: bool = False) -> list[str]:
+    """The human-readable report, one string per line (no colour when ``style``
+    is off); ``detected`` marks a query whose platform was read from this machine."""
+    q = ex.query
+    head = [f"{where(q)}{' (detected)' if detected else ''}", flag("kv_cache_dtype", q.kv_cache_dtype),
+            flag("backend", q.backend),
+            f"model {q.model}"] + [f"{k}={v}" for k, v in q.extra]
+    lines = [style.bold("query") + "     " + ", ".join(head), ""]
+
+    if ex.selection is not None:
+        s = ex.selection
+        how = ("platform default" if q.backend is None
+               else f"asked for {q.backend}" if q.backend != s.backend else "as asked")
+        lines.append(style.paint("selected", "bold", "green") + f"  {style.bold(s.backend)} ({how})")
+        lines += align([
+            ["impl", s.impl], ["layout", s.layout], ["cache dtype", s.cache_dtype],
+            ["torch dtype", s.torch_dtype_name], ["bytes per token", str(s.bytes_per_token)],
+            ["block size", str(s.block_size)],
+            *[[f"{host} class", f"{cls} ({host} {versions})"] for host, cls, versions in s.hosts],
+            ["decided by", f"{s.rule.id}  " + style.cyan(s.rule.location) + _pack(s.rule)],
+        ] + ([["why", ex.description]] if ex.description else []), style)
+    else:
+        r = ex.rejection
+        who = (r.backend + (" (platform default)" if q.backend is None else "")) if r.backend \
+            else f"no DeepSeek-V4 backend for {where(q)}"
+        lines.append(style.paint("rejected", "bold", "red") + f"  {style.bold(who)}")
+        rows = [["reason", r.reason]]
+        if r.blocked_by:
+            rows.append(["blocked by", _input_name(r.blocked_by)])
+        if r.rule is not None:
+            rows.append(["decided by", f"{r.rule.id}  " + style.cyan(r.rule.location) + _pack(r.rule)])
+            if ex.description:
+                rows.append(["why", ex.description])
+        lines += align(rows, style)
+
+    if ex.rewrites:
+        lines += ["", style.bold("rewrites")]
+        lines += align([[w.attribute, f"{'?' if w.before is None else w.before} -> {w.after}"]
+                        for w in ex.rewrites], style)
+    if ex.messages:
+        lines += ["", style.bold("messages")]
+        lines += align([[(m.level, "yellow") if m.level == "warning" else m.level, str(m)]
+                        for m in ex.messages], style)
+    lines += ["", style.bold("path")]
+    steps = align([[str(n), step.rule.id, (step.rule.location, "cyan"),
+                    _ACTIONS[step.action].format(target=step.target)]
+                   for n, step in enumerate(ex.path, 1)], style)
+    for step, line in zip(ex.path, steps):
+        lines.append(line)
+        if step.description:  # why the rule exists, under its id
+            lines.append(" " * (5 + len(str(len(ex.path))) - 1) + step.description)
+    if ex.rejection is not None and ex.rejection.gap:
+        lines.append("  " + style.yellow(ex.rejection.reason))
+
+    if ex.why_not:
+        lines += ["", style.bold("why not")]
+        heads = align([[w.backend,
+                        w.verdict.replace("_", " ") + (f" ({_input_name(w.blocked_by)})" if w.blocked_by else ""),
+                        w.rule.id if w.rule else "-", (w.rule.location, "cyan") if w.rule else ""]
+                       for w in ex.why_not], style)
+        for w, head in zip(ex.why_not, heads):
+            lines += [head, "      " + w.reason]
+            if w.verdict == "rejects" and w.accepts:
+                lines.append("      accepts here: --kv-cache-dtype " + ", ".join(w.accepts))
+
+    if ex.rejection is not None:
+        lines += ["", style.bold("nearest working alternatives")]
+        if ex.alternatives:
+            rows = []
+            for a in ex.alternatives:
+                change = a.flags + (f" (or {', '.join(a.also)})" if a.also else "")
+                sel = a.selection
+                rows.append([(change, "green"), sel.backend, sel.layout, f"{sel.bytes_per_token} B/token",
+                             (sel.rule.location, "cyan")])
+            lines += align(rows, style)
+        else:
+            lines.append(f"  none: no backend and kv-cache dtype select on {where(q)}; "
+                         "`dsv4sel table` lists the supported platforms")
+    return lines
