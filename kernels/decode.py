@@ -17,6 +17,18 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["sparse_mla_decode"]
 
 
+def length_mask(lengths: "torch.Tensor | None", batch: int, k: int, device: Any) -> "torch.Tensor | None":
+    """bool ``[batch, 1, k]``: column ``j`` of request ``b`` counts when
+    ``j < lengths[b]`` (``topk_length``); None when ``lengths`` is None, i.e.
+    every column counts. The one definition of a top-k length, shared by the
+    reference decode and the library adapters that pass lengths as masks."""
+    if lengths is None:
+        return None
+    import torch
+
+    return torch.arange(k, device=device).view(1, 1, k) < lengths.to(device).view(batch, 1, 1)
+
+
 def _gather(
     cache: "torch.Tensor",
     layout: KVCacheLayout,
@@ -28,9 +40,9 @@ def _gather(
 
     b, s, k = indices.shape
     valid = indices >= 0
-    if topk_length is not None:
-        cols = torch.arange(k, device=indices.device).view(1, 1, k)
-        valid = valid & (cols < topk_length.to(indices.device).view(b, 1, 1))
+    keep = length_mask(topk_length, b, k, indices.device)
+    if keep is not None:
+        valid = valid & keep
     # Skipped entries read slot 0 and are zeroed: the cache may hold NaN bytes
     # there, and 0 * NaN would poison the weighted sum.
     slots = torch.where(valid, indices, torch.zeros_like(indices)).reshape(-1).long()

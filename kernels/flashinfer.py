@@ -37,6 +37,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Mapping
 
 from .base import DecodeOutput, DecodePlan, SparseMLAImpl, import_attr_module, padded_heads
+from .decode import length_mask
 from .errors import UnsupportedLayoutError
 from .layouts import FP8_E4M3_MAX, Fp8E4m3RowLayout
 
@@ -191,12 +192,8 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
     @staticmethod
     def _keep(lengths: Any, b: int, k: int, device: Any, out: Any) -> Any:
         """bool ``[b, 1, k]``: column < lengths[b] (None when every column counts)."""
-        import torch
-
-        if lengths is None:
-            return None
-        keep = torch.arange(k, device=device).view(1, 1, k) < lengths.view(b, 1, 1)
-        if out is None:
+        keep = length_mask(lengths, b, k, device)
+        if keep is None or out is None:
             return keep
         out.copy_(keep)
         return out

@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Mapping
 
 from .base import DecodeOutput, DecodePlan, SparseMLAImpl, import_attr_module
+from .decode import length_mask
 from .layouts import HEAD_DIM, ROPE_DIM
 from .platform import Capability
 
@@ -87,16 +88,14 @@ class DeepseekV4ROCMAiterMLASparseImpl(SparseMLAImpl):
         self._replan_library(plan)
 
     def _replan_library(self, plan: DecodePlan) -> None:
-        import torch
 
         st, device, b = plan.state, plan.device, plan.batch
 
         def keep(name: str, lengths: Any, k: int) -> None:
-            if lengths is None:
+            mask = length_mask(lengths, b, k, device)
+            if mask is None:
                 st[name] = None
-                return
-            mask = torch.arange(k, device=device).view(1, 1, k) < lengths.view(b, 1, 1)
-            if st.get(name) is None:
+            elif st.get(name) is None:
                 st[name] = mask
             else:  # in place: a graph captured over run() reads this buffer
                 st[name].copy_(mask)

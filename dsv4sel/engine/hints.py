@@ -61,7 +61,7 @@ def quote_hint(loaded, path: tuple) -> str:
         literal, fixed = quoted[0]
         return f"; YAML reads the unquoted {literal} as a {kinds[0]}: quote it, {fixed}"
     what = " or ".join(f"{k}s" for k in sorted(set(kinds), reverse=True))
-    return (f"; YAML reads unquoted " + ", ".join(q[0] for q in quoted) + f" as {what}: quote them, ["
+    return ("; YAML reads unquoted " + ", ".join(q[0] for q in quoted) + f" as {what}: quote them, ["
             + ", ".join(q[1] for q in quoted) + "]")
 
 

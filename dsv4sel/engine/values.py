@@ -6,10 +6,6 @@ from __future__ import annotations
 from ..errors import ImplLoadError, Loc
 from ..record import Frozen
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # importing typing costs ~5 ms; with postponed annotations it is not needed
-    from typing import Any, Mapping
-
 
 class RuleRef(Frozen):
     """Where a rule lives: its id, the file (relative to the repository for the

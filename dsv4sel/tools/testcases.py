@@ -24,10 +24,8 @@ value, rendered by :mod:`dsv4sel.cli.render.test`.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from ..errors import Problem, SelectionError
