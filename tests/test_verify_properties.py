@@ -18,11 +18,12 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _verify_programs import Reference, Spec, build, specs, to_yaml_files  # noqa: E402
+from _verify_programs import BASE_FIELDS, Reference, Spec, build, specs, to_yaml_files  # noqa: E402
 
 import dsv4sel  # noqa: E402
 from dsv4sel.api import verify  # noqa: E402
 from dsv4sel.check.verifier import verify_program  # noqa: E402
+from dsv4sel.dsv4.profile import PROFILE  # noqa: E402
 
 # The conftest's autouse cache fixture is function-scoped; it only points the
 # compiled-rules cache at a temp dir, which is harmless to share across examples.
@@ -151,6 +152,16 @@ def test_renaming_a_value_everywhere_changes_no_finding(spec, data):
     old = data.draw(st.sampled_from(list(values)))
     new = "renamed_" + old.replace(".", "_")
     assume(new not in values)
+    before = signature(verify_program(build(spec)))
+    after = signature(verify_program(build(_renamed(spec, name, old, new))), rename=lambda v: old if v == new else v)
+    assert before == after
+
+
+def _renamed(spec: Spec, name: str, old: str, new: str, *, restated: bool = True) -> Spec:
+    """``spec`` with value ``old`` of input ``name`` spelt ``new`` everywhere
+    it is written: the vocabulary, the conditions, and (for a kv dtype) every
+    select field that restates the input. ``restated=False`` leaves those
+    fields alone: see :func:`test_a_restated_field_is_a_spelling_of_its_input`."""
 
     def rn(v):
         return new if v == old else v
@@ -162,20 +173,66 @@ def test_renaming_a_value_everywhere_changes_no_finding(spec, data):
          for n, vals, by, s in spec.inputs],
         [(b, p, [(i, {k: [rn(v) for v in vs] if k == name else list(vs) for k, vs in c.items()}, o)
                  for i, c, o in rules]) for b, p, rules in spec.tables])
-    # templates render values: a renamed kv dtype must be renamed where it is written too
-    if name == "kv_cache_dtype":
-        renamed = Spec(renamed.inputs, [(b, p, [(i, c, _rename_outcome(o, rn)) for i, c, o in rules])
+    # the select fields that restate input ``name`` (DeepSeek-V4: cache_dtype restates kv_cache_dtype)
+    fields = [f for f, restated_input in PROFILE.restates if restated_input == name]
+    if fields:
+        renamed = Spec(renamed.inputs, [(b, p, [(i, c, _rename_outcome(o, rn, fields, restated)) for i, c, o in rules])
                                         for b, p, rules in renamed.tables])
-    back = {new: old}
-    before = signature(verify_program(build(spec)))
-    after = signature(verify_program(build(renamed)), rename=lambda v: back.get(v, v))
-    assert before == after
+    return renamed
 
 
-def _rename_outcome(outcome, rn):
-    if outcome[0] != "select" or "rewrites" not in outcome[1]:
+def _rename_outcome(outcome, rn, fields, restated=True):
+    """A select outcome with the renamed value renamed where it is written:
+    in the ``rewrites`` of ``fields`` (their targets are values of the
+    input), and in each of ``fields`` itself (the fields restating the
+    input, ``Profile.restates``), including the value a rule inherits from
+    BASE_FIELDS (``cache_dtype: fp8_ds_mla``). A template
+    (``{kv_cache_dtype}``) renders the new spelling by itself; the layout id
+    ``fp8_ds_mla`` names a layout, not a kv dtype, and keeps its name."""
+    if outcome[0] != "select":
         return outcome
-    return ("select", {**outcome[1], "rewrites": {k: rn(v) for k, v in outcome[1]["rewrites"].items()}})
+    out = dict(outcome[1])
+    for f in fields if restated else ():
+        out[f] = rn(out.get(f, BASE_FIELDS[f]))
+    if "rewrites" in out:
+        out["rewrites"] = {k: rn(v) if k in fields else v for k, v in out["rewrites"].items()}
+    return ("select", out)
+
+
+#: The rare failure of the property above, shrunk: r2 selects cache_dtype
+#: fp8_ds_mla (inherited) and rewrites kv auto to fp8_ds_mla; selecting again
+#: reaches r1, whose cache_dtype is the template {kv_cache_dtype}: fp8_ds_mla
+#: again, a fixpoint.
+RESTATED = Spec(
+    [("model", ("m0",), None, None), ("platform", ("cuda",), None, None),
+     ("capability", ("9.0",), "platform", {"cuda": ["9.0"]}),
+     ("kv_cache_dtype", ("auto", "fp8", "fp8_ds_mla"), None, None)],
+    [((), "first", [("r0", {}, ("use", "B0"))]),
+     (("B0",), "first", [
+         ("r1", {"kv_cache_dtype": ["fp8_ds_mla"]}, ("select", {"cache_dtype": "{kv_cache_dtype}"})),
+         ("r2", {"kv_cache_dtype": ["auto"]}, ("select", {"rewrites": {"cache_dtype": "fp8_ds_mla"}})),
+         ("r3", {"kv_cache_dtype": ["fp8"]}, ("reject", "unsupported"))])])
+
+
+def test_a_restated_field_is_a_spelling_of_its_input():
+    """``cache_dtype`` restates ``kv_cache_dtype``: a rule's constant
+    ``cache_dtype: fp8_ds_mla`` spells a kv dtype, so renaming the kv dtype
+    fp8_ds_mla everywhere renames it there too. The property once renamed
+    only the vocabulary, conditions and rewrites; r2 then still selected
+    cache_dtype fp8_ds_mla while re-selecting with the renamed dtype gave
+    r1's cache_dtype renamed_fp8_ds_mla: another selection, and the
+    verifier rightly reported a fixpoint finding for rules that were no
+    longer the same rules respelt. The verifier was right both times; the
+    renaming was incomplete."""
+    old, new = "fp8_ds_mla", "renamed_fp8_ds_mla"
+    assert not verify_program(build(RESTATED)).of_kind("fixpoint")
+    half = verify_program(build(_renamed(RESTATED, "kv_cache_dtype", old, new, restated=False)))
+    assert [f.rules[0].id for f in half.of_kind("fixpoint")] == ["r2"]
+    assert "selects cache_dtype 'renamed_fp8_ds_mla' instead of 'fp8_ds_mla'" in half.of_kind("fixpoint")[0].message
+    before = signature(verify_program(build(RESTATED)))
+    after = signature(verify_program(build(_renamed(RESTATED, "kv_cache_dtype", old, new))),
+                      rename=lambda v: old if v == new else v)
+    assert before == after
 
 
 # ------------------------------------------------------------ shipped rules
