@@ -188,7 +188,9 @@ def main() -> int:
     # dsv4sel diff compat shipped, input by input: every change must be a deliberate fix, i.e. an
     # input where vLLM decides, the compat set agrees with it and the shipped rules do not
     if "compat" in sets:
-        from dsv4sel.tools.diff import _summary
+        from dsv4sel.tools.diff import summarizer
+
+        compat_at, shipped_at = summarizer(sets["compat"]), summarizer(sets["shipped"])
 
         verdict = {}
         for name in ("shipped", "compat"):
@@ -199,7 +201,7 @@ def main() -> int:
         fixes = {"fixes": 0, "changed_where_vllm_decides_nothing": [], "changed_not_a_fix": []}
         for key in keys:
             model, platform, cap, backend, kv, *extra_values = key
-            if _summary(sets["compat"], key)[0] == _summary(sets["shipped"], key)[0]:
+            if compat_at(key)[0] == shipped_at(key)[0]:
                 continue
             short = (model, cap, backend, kv, *extra_values)
             v = oracle.decide(model, platform, cap, backend, kv,
