@@ -52,6 +52,29 @@ _DSMLA_READ = (16, 8)
 _CLAIM_BLOCK = 1024
 
 
+# -- what every codec kernel starts with --------------------------------------
+@triton.jit
+def _token_slots(slots, n, capacity, TOKENS: tl.constexpr):
+    """This program's TOKENS row numbers, which of them are rows of the batch,
+    which address a slot inside the cache, and each row's slot. A skipped row
+    addresses slot 0 (its accesses are masked), so every offset stays aligned."""
+    rows = tl.program_id(0).to(tl.int64) * TOKENS + tl.arange(0, TOKENS)
+    in_range = rows < n
+    s = tl.load(slots + rows, mask=in_range, other=-1).to(tl.int64)
+    ok = in_range & (s >= 0) & (s < capacity)
+    return rows, in_range, ok, tl.where(ok, s, 0)
+
+
+@triton.jit
+def _ds_mla_offsets(s, block_size, page_bytes):
+    """Byte offsets of slot ``s``'s 576-byte data row and its 8 scale bytes in an fp8_ds_mla page."""
+    blk = s // block_size
+    off = s - blk * block_size
+    data = tl.multiple_of(blk * page_bytes + off * 576, 64)
+    scale_at = tl.multiple_of(blk * page_bytes + block_size * 576 + off * 8, 8)
+    return data, scale_at
+
+
 # -- duplicate slots: elect the last row per slot ------------------------------
 @triton.jit
 def _scratch_index(s, block_size, page_i32, base_i32, stride_i32):
@@ -62,28 +85,22 @@ def _scratch_index(s, block_size, page_i32, base_i32, stride_i32):
 
 @triton.jit
 def _claim_reset(scratch, slots, n, capacity, block_size, page_i32, base_i32, stride_i32, BLOCK: tl.constexpr):
-    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    s = tl.load(slots + i, mask=i < n, other=-1).to(tl.int64)
-    ok = (i < n) & (s >= 0) & (s < capacity)
-    idx = _scratch_index(tl.where(ok, s, 0), block_size, page_i32, base_i32, stride_i32)
+    i, _, ok, s = _token_slots(slots, n, capacity, BLOCK)
+    idx = _scratch_index(s, block_size, page_i32, base_i32, stride_i32)
     tl.store(scratch + idx, tl.full((BLOCK,), -1, tl.int32), mask=ok)
 
 
 @triton.jit
 def _claim_max(scratch, slots, n, capacity, block_size, page_i32, base_i32, stride_i32, BLOCK: tl.constexpr):
-    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    s = tl.load(slots + i, mask=i < n, other=-1).to(tl.int64)
-    ok = (i < n) & (s >= 0) & (s < capacity)
-    idx = _scratch_index(tl.where(ok, s, 0), block_size, page_i32, base_i32, stride_i32)
+    i, _, ok, s = _token_slots(slots, n, capacity, BLOCK)
+    idx = _scratch_index(s, block_size, page_i32, base_i32, stride_i32)
     tl.atomic_max(scratch + idx, i.to(tl.int32), mask=ok, sem="relaxed")
 
 
 @triton.jit
 def _claim_won(won, scratch, slots, n, capacity, block_size, page_i32, base_i32, stride_i32, BLOCK: tl.constexpr):
-    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    s = tl.load(slots + i, mask=i < n, other=-1).to(tl.int64)
-    ok = (i < n) & (s >= 0) & (s < capacity)
-    idx = _scratch_index(tl.where(ok, s, 0), block_size, page_i32, base_i32, stride_i32)
+    i, _, ok, s = _token_slots(slots, n, capacity, BLOCK)
+    idx = _scratch_index(s, block_size, page_i32, base_i32, stride_i32)
     winner = tl.load(scratch + idx, mask=ok, other=-2)
     tl.store(won + i, (winner == i.to(tl.int32)).to(tl.int8), mask=i < n)
 
@@ -108,17 +125,10 @@ def _write_fp8_ds_mla_kernel(
     HAS_WON: tl.constexpr, TOKENS: tl.constexpr,
 ):
     """Quantize TOKENS rows into their slots' data and scale rows; blocks are [tokens, 8 tiles, 64]."""
-    rows = tl.program_id(0).to(tl.int64) * TOKENS + tl.arange(0, TOKENS)
-    in_range = rows < n
-    s = tl.load(slots + rows, mask=in_range, other=-1).to(tl.int64)
-    ok = in_range & (s >= 0) & (s < capacity)
+    rows, in_range, ok, s = _token_slots(slots, n, capacity, TOKENS)
     if HAS_WON:
         ok = ok & (tl.load(won + rows, mask=in_range, other=0) != 0)
-    s = tl.where(ok, s, 0)
-    blk = s // block_size
-    off = s - blk * block_size
-    data = tl.multiple_of(blk * page_bytes + off * 576, 64)
-    scale_at = tl.multiple_of(blk * page_bytes + block_size * 576 + off * 8, 8)
+    data, scale_at = _ds_mla_offsets(s, block_size, page_bytes)
 
     tiles = tl.arange(0, 8)
     lanes = tl.arange(0, 64)
@@ -143,15 +153,8 @@ def _read_fp8_ds_mla_kernel(
     out, cache_u8, cache_f8, cache_bf16, slots, n, capacity, block_size, page_bytes, TOKENS: tl.constexpr,
 ):
     """Dequantize TOKENS slots' rows to bf16; blocks are [tokens, 8 tiles, 64]."""
-    rows = tl.program_id(0).to(tl.int64) * TOKENS + tl.arange(0, TOKENS)
-    in_range = rows < n
-    s = tl.load(slots + rows, mask=in_range, other=-1).to(tl.int64)
-    ok = in_range & (s >= 0) & (s < capacity)
-    s = tl.where(ok, s, 0)
-    blk = s // block_size
-    off = s - blk * block_size
-    data = tl.multiple_of(blk * page_bytes + off * 576, 64)
-    scale_at = tl.multiple_of(blk * page_bytes + block_size * 576 + off * 8, 8)
+    rows, in_range, ok, s = _token_slots(slots, n, capacity, TOKENS)
+    data, scale_at = _ds_mla_offsets(s, block_size, page_bytes)
 
     tiles = tl.arange(0, 8)
     lanes = tl.arange(0, 64)
@@ -216,11 +219,7 @@ def _write_row_kernel(
     kv, kv_stride, slots, won, rows_out, n, capacity, scale,
     FP8: tl.constexpr, SCALED: tl.constexpr, HAS_WON: tl.constexpr, TOKENS: tl.constexpr,
 ):
-    rows = tl.program_id(0).to(tl.int64) * TOKENS + tl.arange(0, TOKENS)
-    in_range = rows < n
-    s = tl.load(slots + rows, mask=in_range, other=-1).to(tl.int64)
-    ok = in_range & (s >= 0) & (s < capacity)
-    s = tl.where(ok, s, 0)  # skipped rows address slot 0 (masked): every offset stays aligned
+    rows, in_range, ok, s = _token_slots(slots, n, capacity, TOKENS)
     if HAS_WON:
         ok = ok & (tl.load(won + rows, mask=in_range, other=0) != 0)
     cols = tl.arange(0, 512)
@@ -239,11 +238,7 @@ def _write_row_kernel(
 @triton.jit
 def _read_row_kernel(out, rows_in, slots, n, capacity, scale, FP8: tl.constexpr, SCALED: tl.constexpr,
                      TOKENS: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * TOKENS + tl.arange(0, TOKENS)
-    in_range = rows < n
-    s = tl.load(slots + rows, mask=in_range, other=-1).to(tl.int64)
-    ok = in_range & (s >= 0) & (s < capacity)
-    s = tl.where(ok, s, 0)  # skipped rows address slot 0 (masked): every offset stays aligned
+    rows, in_range, ok, s = _token_slots(slots, n, capacity, TOKENS)
     cols = tl.arange(0, 512)
     row = tl.multiple_of(s * 512, 512)
     x = tl.load(rows_in + row[:, None] + cols[None, :], mask=ok[:, None], other=0.0)

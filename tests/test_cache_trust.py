@@ -120,7 +120,8 @@ def fresh_table():
 
 @pytest.mark.parametrize("damage", [
     "outcomes truncated", "ids too short", "id out of range", "row of wrong types", "format from the future",
-    "path to a missing rule", "impl outside the allow-list",
+    "path to a missing rule", "impl outside the allow-list", "compiled for another key order",
+    "compiled for other select fields",
 ])
 def test_a_structurally_broken_table_is_refused_by_the_rule_set(fresh_table, damage):
     import copy
@@ -146,6 +147,10 @@ def test_a_structurally_broken_table_is_refused_by_the_rule_set(fresh_table, dam
         outcomes[select_at] = (*outcomes[select_at][:-1], (10**6,))
     elif damage == "impl outside the allow-list":
         outcomes[select_at] = (*outcomes[select_at][:2], "os:system", *outcomes[select_at][3:])
+    elif damage == "compiled for another key order":
+        table["key"] = tuple(reversed(table["key"]))
+    elif damage == "compiled for other select fields":
+        table["fields"] = (*table["fields"][:2], table["fields"][3], table["fields"][2], *table["fields"][4:])
     with pytest.raises(CorruptTable):
         RuleSet(table, "digest", dsv4sel.DEFAULT_ALLOWED_IMPL_MODULES)
 
@@ -237,3 +242,24 @@ def test_an_edited_pack_declaration_is_seen_without_any_mtime_changing(installed
     os.utime(entry_points, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
     os.utime(installed_pack, ns=(directory.st_atime_ns, directory.st_mtime_ns))
     assert [p.name for p in sources.installed_packs() if p.name in ("extra", "other")] == ["other"]
+
+
+def test_every_engine_module_and_the_profile_key_the_cache(tmp_path, monkeypatch):
+    # an edit of any module that shapes the compiled form (lower.py, artifact.py, ...) or of the
+    # profile must make a cached table stale, not only the five files once named
+    from dsv4sel import api
+    from dsv4sel.engine import lower
+
+    engine_dir = Path(lower.__file__).parent
+    read = set(sources.compiler_files()) | set(api._domain_files())
+    for module in engine_dir.glob("*.py"):
+        assert str(module) in read, module.name
+    assert PROFILE.schema in read
+    srcs = sources.shipped_sources()
+    before = sources.fingerprint(srcs, (), api._domain_files())
+    copy = tmp_path / "lower.py"
+    copy.write_bytes(Path(lower.__file__).read_bytes() + b"\n# edited\n")
+    monkeypatch.setattr(sources, "compiler_files",
+                        lambda: tuple(str(copy) if p.endswith("lower.py") else p for p in
+                                      (str(m) for m in sorted(engine_dir.glob("*.py")))))
+    assert sources.fingerprint(srcs, (), api._domain_files()) != before

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from conftest import REPO
+from _rule_text import edited_shipped_rules
 
 DSV4SEL = [os.path.join(os.path.dirname(sys.executable), "dsv4sel")]
 
@@ -20,15 +21,7 @@ def run(*args, cwd=None):
 @pytest.fixture
 def edited_rules(tmp_path):
     """A copy of the shipped rules in which SM12x defaults to FlashMLA."""
-    copy = tmp_path / "rules"
-    shutil.copytree(os.path.join(REPO, "rules"), copy)
-    path = copy / "defaults.yaml"
-    text = path.read_text()
-    edited = text.replace("capability: 12.x}\n    use: FLASHINFER_MLA_SPARSE_DSV4",
-                          "capability: 12.x}\n    use: FLASHMLA_SPARSE_DSV4")
-    assert edited != text
-    path.write_text(edited)
-    return str(copy)
+    return edited_shipped_rules(tmp_path / "rules")
 
 
 def test_identical_rule_sets_exit_zero():

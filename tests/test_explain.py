@@ -15,6 +15,7 @@ from dsv4sel.tools.explain import BLOCKED_BY, Explanation, explain
 from dsv4sel.record import FrozenError
 
 from _cli import rule_line
+from _rule_text import BACKEND_HEAD
 
 
 @pytest.fixture(scope="module")
@@ -264,31 +265,20 @@ DEFAULT = textwrap.dedent("""\
       - id: d-cuda
         use: B
     """)
-B = textwrap.dedent("""\
-    kind: backend
-    backends: [B]
-    hit_policy: first
-    defaults:
-      impl: dsv4sel.kernels.flashmla:DeepseekV4FlashMLASparseImpl
-      layout: fp8_ds_mla
-      cache_dtype: fp8_ds_mla
-      torch_dtype: uint8
-      bytes_per_token: 584
-      block_size: 256
-    rules:
-      - id: b-other-model
-        when: {model: m2}
-        reject: {reason: "B serves m only"}
-      - id: b-cpu
-        when: {platform: cpu}
-        reject: {reason: "B is CUDA only"}
-      - id: b-fp8
-        when: {capability: ["9.0", "10.0"], kv_cache_dtype: [auto, fp8]}
-        select: {}
-      - id: b-dtype
-        when: {capability: ["9.0", "10.0"]}
-        reject: {reason: "B cannot store {kv_cache_dtype}"}
-    """)
+B = BACKEND_HEAD.format(name="B") + """\
+  - id: b-other-model
+    when: {model: m2}
+    reject: {reason: "B serves m only"}
+  - id: b-cpu
+    when: {platform: cpu}
+    reject: {reason: "B is CUDA only"}
+  - id: b-fp8
+    when: {capability: ["9.0", "10.0"], kv_cache_dtype: [auto, fp8]}
+    select: {}
+  - id: b-dtype
+    when: {capability: ["9.0", "10.0"]}
+    reject: {reason: "B cannot store {kv_cache_dtype}"}
+"""
 F = textwrap.dedent("""\
     kind: backend
     backends: [F]

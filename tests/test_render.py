@@ -9,7 +9,6 @@ from, and an impl's availability has one answer, the kernels'.
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
@@ -25,6 +24,7 @@ from dsv4sel.tools.explain import Explanation, explain
 from dsv4sel.tools.matrix import Matrix, build_matrix
 
 from _cli import REPO, environ, run
+from _rule_text import edited_shipped_rules
 
 CPU = environ(DSV4SEL_PLATFORM="cpu", CUDA_VISIBLE_DEVICES="")
 PLAIN = Style(False)  # what a pipe gets
@@ -38,15 +38,7 @@ def rules():
 @pytest.fixture(scope="module")
 def edited(tmp_path_factory):
     """A copy of the shipped rules in which SM12x defaults to FlashMLA (as in test_diff)."""
-    copy = tmp_path_factory.mktemp("edited") / "rules"
-    shutil.copytree(REPO / "rules", copy)
-    path = copy / "defaults.yaml"
-    text = path.read_text()
-    changed = text.replace("capability: 12.x}\n    use: FLASHINFER_MLA_SPARSE_DSV4",
-                           "capability: 12.x}\n    use: FLASHMLA_SPARSE_DSV4")
-    assert changed != text
-    path.write_text(changed)
-    return str(copy)
+    return edited_shipped_rules(tmp_path_factory.mktemp("edited") / "rules")
 
 
 # ---------------------------------------------------------------- values, not text

@@ -6,6 +6,7 @@ import pytest
 
 import dsv4sel
 from dsv4sel import RuleError
+from _rule_text import BACKEND_HEAD
 
 VOCAB = textwrap.dedent("""\
     kind: vocabulary
@@ -25,24 +26,13 @@ DEFAULT = textwrap.dedent("""\
       - id: d
         use: B
     """)
-BACKEND = textwrap.dedent("""\
-    kind: backend
-    backends: [B]
-    hit_policy: first
-    defaults:
-      impl: dsv4sel.kernels.flashmla:DeepseekV4FlashMLASparseImpl
-      layout: fp8_ds_mla
-      cache_dtype: fp8_ds_mla
-      torch_dtype: uint8
-      bytes_per_token: 584
-      block_size: 256
-    rules:
-      - id: b-fp8
-        when: {capability: 10.x, kv_cache_dtype: [auto, fp8]}
-        select: {}
-      - id: b-other
-        reject: {reason: "no {kv_cache_dtype} on {platform}"}
-    """)
+BACKEND = BACKEND_HEAD.format(name="B") + """\
+  - id: b-fp8
+    when: {capability: 10.x, kv_cache_dtype: [auto, fp8]}
+    select: {}
+  - id: b-other
+    reject: {reason: "no {kv_cache_dtype} on {platform}"}
+"""
 
 
 def load(write_rules, use_cache=True, **overrides):

@@ -225,6 +225,8 @@ class _Builder:
             return None
         self.check_impl(f, path + ("select", "impl") if "impl" in raw["select"] else ("defaults", "impl"),
                         merged["impl"])
+        # every text field may name inputs, except the impl: the allow-list check above
+        # already refuses a templated class path, and one problem gives one finding
         for name, kind in self.profile.select_fields:
             if kind is str and isinstance(merged[name], str) and name != "impl":
                 where = path + ("select", name) if name in raw["select"] else ("defaults", name)

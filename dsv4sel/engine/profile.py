@@ -51,7 +51,3 @@ class Profile(Frozen):
     @property
     def field_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.select_fields)
-
-    def restated_input(self, field: str) -> str | None:
-        """The input ``field`` spells, or None."""
-        return dict(self.restates).get(field)
