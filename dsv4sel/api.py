@@ -56,6 +56,8 @@ def resolve(paths=None, allowed_impl_modules=None, *, also_allowed: tuple[str, .
 
     if paths is None:
         packs = _sources.default_packs()
+        # the default set is the process configuration: its allow-list may name pack modules too
+        also_allowed = (*also_allowed, *_sources.environment_allowed_modules())
     else:
         if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") or isinstance(paths, _sources.Pack):
             paths = [paths]

@@ -28,6 +28,10 @@ RULE_SUFFIXES = (".yaml", ".yml")
 
 ENTRY_POINT_GROUP = "dsv4sel.rules"
 RULES_PATH_ENV = "DSV4SEL_RULES_PATH"
+#: Impl modules the process configuration allows besides the defaults (comma-separated dotted
+#: names): how a serving process (the vLLM plugin, ``select()``) lets a pack on
+#: ``DSV4SEL_RULES_PATH`` name a kernel in its own module. Read at each load, never cached.
+ALLOW_IMPL_ENV = "DSV4SEL_ALLOW_IMPL_MODULES"
 
 
 class Pack(Frozen):
@@ -219,6 +223,23 @@ def _valid_pack_rows(rows, key: tuple) -> list | None:
 def environment_packs() -> list[Pack]:
     value = os.environ.get(RULES_PATH_ENV, "")
     return [directory_pack(p) for p in value.split(os.pathsep) if p.strip()]
+
+
+def environment_allowed_modules() -> tuple[str, ...]:
+    """The modules ``DSV4SEL_ALLOW_IMPL_MODULES`` allows (empty when unset). Each must be a dotted
+    Python module name (``my_pack.kernels``); anything else is one :class:`RuleError` naming the
+    variable, so a typo never silently allows nothing, or something else."""
+    import re
+
+    from ..errors import Problem, RuleError
+
+    names = tuple(part.strip() for part in os.environ.get(ALLOW_IMPL_ENV, "").split(",") if part.strip())
+    for name in names:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", name, re.ASCII):
+            raise RuleError([Problem(f"${ALLOW_IMPL_ENV}", 1, 1, f"{ALLOW_IMPL_ENV} holds {escape(name)!s}, which is "
+                                     "not a dotted module name; write e.g. my_pack.kernels (comma-separated)",
+                                     "DSV310")])
+    return names
 
 
 def default_packs() -> list[Pack]:

@@ -164,7 +164,8 @@ def register() -> None:
         install()
     except PluginError as exc:
         if requested():
-            raise
+            raise PluginError(f"{exc} (VLLM_PLUGINS names dsv4sel: take it out to run vLLM's own "
+                              "selection)") from None  # one error, not a chain of tracebacks
         _say_once(logging.WARNING, f"dsv4sel: {exc} (loaded because it is installed; uninstall dsv4sel or "
                                    "set VLLM_PLUGINS to the plugins you want)")
 
