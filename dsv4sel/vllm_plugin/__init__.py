@@ -543,13 +543,16 @@ def _make_select(model: str, original: Callable) -> Callable:
     return _select_dsv4_attn_cls
 
 
-def _layer_of_caller() -> Any:
-    """The attention layer whose ``__init__`` called the resolver, if any."""
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename == __file__:
+def _layers_of_caller() -> list:
+    """The attention layers whose ``__init__`` frames are on the stack, innermost first (vLLM's
+    mega-attention layer builds a FlashMLA-V4.1 layer inside its own ``__init__``)."""
+    frame, found = sys._getframe(1), []
+    while frame is not None:
+        layer = frame.f_locals.get("self") if frame.f_code.co_name == "__init__" else None
+        if layer is not None and hasattr(layer, "_uses_fp8_ds_mla_layout") and not any(layer is x for x in found):
+            found.append(layer)
         frame = frame.f_back
-    layer = frame.f_locals.get("self") if frame is not None else None
-    return layer if layer is not None and hasattr(layer, "_uses_fp8_ds_mla_layout") else None
+    return found
 
 
 def _make_resolve(model: str, original: Callable) -> Callable:
@@ -563,8 +566,9 @@ def _make_resolve(model: str, original: Callable) -> Callable:
         query = query_of(vllm_config, model, kv_cache_dtype)
         selection = _rules().select(**query)
         cls = host_class(selection)
-        layer = _layer_of_caller()
-        if layer is not None and not isinstance(layer, cls):
+        building = _layers_of_caller()
+        if building and not any(isinstance(layer, cls) for layer in building):
+            layer = building[-1]
             raise SelectionError(
                 f"vLLM is building {type(layer).__qualname__}, but {selection.rule.id} "
                 f"({selection.rule.location}) names {cls.__qualname__} for this config; "

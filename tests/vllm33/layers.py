@@ -1,0 +1,130 @@
+"""Real DeepSeek-V4 attention layers of vLLM 0.33, built once per distinct input (runs in .venv-vllm only).
+
+:func:`build` constructs the layer class vLLM chose, exactly as vLLM's decoder layer does: a
+real ``VllmConfig`` (``CacheConfig``, ``AttentionConfig``), vLLM's one-rank gloo process group,
+``set_current_vllm_config``, then ``cls(vllm_config, prefix=..., topk_indices_buffer=None,
+aux_stream_list=None)`` -- its whole ``__init__``, which calls the kv-cache resolver and checks
+its kernels. It reads what vLLM will allocate: the layer's cache dtype and torch dtype, the cache
+config after the call, the bytes per token of the KV cache spec vLLM builds for the layer's
+sliding-window cache (``swa_cache_layer.get_kv_cache_spec(...).state_content_size_bytes``) and
+the block size the platform sets for the layers built
+(``current_platform.update_block_size_for_backend``, no ``--block-size``).
+
+The result depends only on what the layer's ``__init__`` and those calls read: the model, the
+(stubbed) device, the class, the kv-cache dtype and the hardware inputs (mega-attention ops,
+FlashInfer's SM120 specialization). It does not depend on ``--attention-backend``: no DeepSeek-V4
+layer module reads ``attention_config.backend`` (only ``_select_dsv4_attn_cls`` does, before the
+layer is built), so one build serves every backend name that leads vLLM to the same class; the
+backend the first such input named is the one in the config. Prefill context parallelism is
+decided by ``_select_dsv4_attn_cls`` (the caller asks it with the input's size); the layer is
+built with size 1, since a prefill-context-parallel group needs two ranks.
+"""
+from __future__ import annotations
+
+import importlib
+import tempfile
+import types
+
+import oracle
+import stubs
+
+_ready: list = []
+_memo: dict = {}
+
+
+class _Event:
+    """A stream event that is never recorded at construction."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+
+def hf_config():
+    return types.SimpleNamespace(
+        hidden_size=256, num_attention_heads=64, q_lora_rank=64, o_lora_rank=64, head_dim=512, qk_rope_head_dim=64,
+        o_groups=8, sliding_window=128, num_hidden_layers=2, layer_types=["sliding_attention"] * 2,
+        compress_rates={}, rms_norm_eps=1e-6, max_position_embeddings=4096, rope_theta=10000.0, rope_scaling=None,
+        rope_parameters={"rope_theta": 10000.0, "rope_type": "default"}, index_n_heads=64, index_head_dim=128,
+        index_topk=512, model_type="deepseek_v4")
+
+
+def prepare() -> None:
+    """vLLM's one-rank gloo process group (once per process) and the stream-event stand-ins."""
+    if _ready:
+        return
+    import torch
+    from vllm.config import AttentionConfig, CacheConfig, VllmConfig, set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+
+    torch.cuda.Event = _Event
+    if hasattr(torch, "xpu"):
+        torch.xpu.Event = _Event
+    with set_current_vllm_config(VllmConfig(cache_config=CacheConfig(), attention_config=AttentionConfig())):
+        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                     distributed_init_method=f"file://{tempfile.mktemp(prefix='dsv4sel-gloo-')}")
+        initialize_model_parallel(1, 1)
+    _ready.append(True)
+
+
+def vllm_config(backend, kv):
+    import torch
+    from vllm.config import AttentionConfig, CacheConfig, VllmConfig
+
+    cfg = VllmConfig(cache_config=CacheConfig(cache_dtype=kv), attention_config=AttentionConfig(backend=backend))
+    # is_hybrid: read by update_block_size_for_backend (DeepSeek-V4 has no mamba layers)
+    object.__setattr__(cfg, "model_config", types.SimpleNamespace(
+        hf_config=hf_config(), max_model_len=4096, dtype=torch.bfloat16, is_hybrid=False,
+        architectures=["DeepseekV4ForCausalLM"], architecture="DeepseekV4ForCausalLM"))
+    return cfg
+
+
+def build(cls, platform, capability, backend, kv, mega: bool, fi_sm120: bool, *, key_extra=()) -> dict:
+    """The built layer's outcome (memoized per class, device, kv dtype, hardware inputs and
+    ``key_extra``): ``{"kind": "select", "class", "cache_dtype", "torch_dtype", "cache_config",
+    "bytes_per_token", "block_size"}``, ``{"kind": "reject", ...}`` when its ``__init__`` raises
+    ValueError (vLLM refuses the input there), or ``{"kind": "undecided", ...}`` for any other
+    exception (an assert, NotImplementedError)."""
+    key = (oracle._cls_path(cls), platform, capability, kv, mega, fi_sm120, *key_extra)
+    if key in _memo:
+        return _memo[key]
+    prepare()
+    from dsv4sel import SelectionError
+    from vllm.config import set_current_vllm_config
+    from vllm.platforms import current_platform
+
+    stubs.set_device(capability, platform)
+    oracle._MEGA["available"] = mega
+    oracle.FLASHINFER_SM120["available"] = fi_sm120
+    cfg = vllm_config(backend, kv)
+    with set_current_vllm_config(cfg):
+        try:
+            layer = cls(cfg, prefix="model.layers.0.attn", topk_indices_buffer=None, aux_stream_list=None)
+            spec = layer.swa_cache_layer.get_kv_cache_spec(cfg)
+            current_platform.update_block_size_for_backend(cfg)
+        except SelectionError as exc:
+            out = {"kind": "dsv4sel_reject", "untouched": cfg.cache_config.cache_dtype == kv,
+                   "message": str(exc).splitlines()[0][:200]}
+        except ValueError as exc:
+            out = {"kind": "reject", "error": type(exc).__name__, "message": str(exc)[:200], "at": "layer"}
+        except Exception as exc:
+            out = {"kind": "undecided", "error": type(exc).__name__, "message": str(exc)[:200], "at": "layer"}
+        else:
+            out = {"kind": "select", "class": f"{type(layer).__module__}:{type(layer).__qualname__}",
+                   "cache_dtype": str(layer.kv_cache_dtype),
+                   "torch_dtype": str(layer.kv_cache_torch_dtype).removeprefix("torch."),
+                   "cache_config": str(cfg.cache_config.cache_dtype),
+                   "bytes_per_token": spec.state_content_size_bytes, "block_size": cfg.cache_config.block_size}
+    _memo[key] = out
+    return out
+
+
+def layer_class(model, platform, cfg):
+    """The class vLLM's decoder layer builds (its ``_select_dsv4_attn_cls`` or the hard-coded one)."""
+    return oracle._layer_class(model, platform, cfg)
+
+
+def builds() -> int:
+    return len(_memo)
+
+
+__all__ = ["build", "builds", "layer_class", "prepare", "importlib"]
