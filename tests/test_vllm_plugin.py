@@ -232,3 +232,47 @@ def test_a_host_class_outside_vllms_deepseek_v4_modules_is_never_imported(monkey
                                              "vLLM's DeepSeek-V4 attention modules"):
         plugin.host_class(sel)
     assert "vllm.evil" not in imported and "vllm.evil" not in sys.modules
+
+
+def _own_module_pack(tmp_path):
+    src = tmp_path / "src" / "own_kernels_pack"
+    src.mkdir(parents=True)
+    (src / "__init__.py").write_text("class OwnImpl:\n    '''A pack's kernel in its own module.'''\n")
+    rules = tmp_path / "pack"
+    rules.mkdir()
+    (rules / "own.yaml").write_text(
+        "kind: backend\nbackends: [OWN_DSV4]\nhit_policy: first\nrules:\n  - id: own-any\n    select:\n"
+        "      impl: own_kernels_pack:OwnImpl\n      layout: fp8_ds_mla\n      cache_dtype: fp8_ds_mla\n"
+        "      torch_dtype: uint8\n      bytes_per_token: 584\n      block_size: 256\n")
+    return rules, tmp_path / "src"
+
+
+def test_the_environment_allows_a_packs_own_impl_module_for_select(monkeypatch, tmp_path):
+    import dsv4sel
+    from dsv4sel import RuleError
+
+    rules, src = _own_module_pack(tmp_path)
+    monkeypatch.syspath_prepend(str(src))
+    monkeypatch.setenv("DSV4SEL_RULES_PATH", str(rules))
+    monkeypatch.delenv("DSV4SEL_ALLOW_IMPL_MODULES", raising=False)
+    with pytest.raises(RuleError, match="outside the allowed modules"):
+        dsv4sel.load_rules()
+    monkeypatch.setenv("DSV4SEL_ALLOW_IMPL_MODULES", "some.other, own_kernels_pack")
+    sel = dsv4sel.load_rules().select(platform="cuda", capability="9.0", backend="OWN_DSV4",
+                                      kv_cache_dtype="fp8_ds_mla")
+    assert sel.load_impl().__name__ == "OwnImpl"
+    # never from the cache: the entry just written is not served once the variable is gone
+    monkeypatch.delenv("DSV4SEL_ALLOW_IMPL_MODULES")
+    with pytest.raises(RuleError, match="outside the allowed modules"):
+        dsv4sel.load_rules()
+
+
+@pytest.mark.parametrize("value", ["own_kernels_pack;rm", "../x", "a..b", "ünï"])
+def test_a_malformed_allowed_module_is_one_located_rule_error(monkeypatch, value):
+    import dsv4sel
+    from dsv4sel import RuleError
+
+    monkeypatch.setenv("DSV4SEL_ALLOW_IMPL_MODULES", value)
+    with pytest.raises(RuleError, match="DSV4SEL_ALLOW_IMPL_MODULES holds .* which is not a dotted module name") as err:
+        dsv4sel.load_rules()
+    assert err.value.problems[0].code == "DSV310"

@@ -249,11 +249,8 @@ def edit(name, t: Table):
         t.insert_before("rocm-dsv41-not-rocm", v41_ignored("vllm033-rocm-dsv41"))
         t.when("rocm-dsv41-fp8-ds-mla", "F2", capability={"not": "unknown"})
         t.when("rocm-dsv41-fp8", "F2", capability={"not": "unknown"})
-        r = t.rule("rocm-dsv41-nvfp4")
-        del r["reject"]
-        r["select"] = {"cache_dtype": "nvfp4_ds_mla"}
-        r["description"] = "F4: vLLM 0.33 keeps nvfp4_ds_mla on V4.1's ROCm class."
-        t.when("rocm-dsv41-nvfp4", "F2", capability=None)
+        # nvfp4_ds_mla: vLLM's resolver keeps it, the ROCm V4.1 layer's __init__ raises ValueError
+        # (V4.1 records are SM100-only): rejected, as shipped
 
     elif name in ("cpu.yaml", "xpu.yaml"):
         plat = name.split(".")[0]

@@ -97,7 +97,7 @@ def plugin_outcome(plugin, model, platform, capability, backend, kv, extra, d) -
         return {"kind": "error", "error": type(exc).__name__, "message": str(exc)[:160]}
     finally:
         config_module._current_vllm_config = None
-    built = layers.build(cls, platform, capability, backend, kv, mega, fi,
+    built = layers.build(cls, platform, capability, backend, kv, mega, fi, _pcp(extra),
                          key_extra=("plugin", d.get("identity")))
     if built["kind"] == "dsv4sel_reject":
         return {**built, "kind": "reject", "at": "layer"}

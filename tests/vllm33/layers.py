@@ -15,9 +15,9 @@ The result depends only on what the layer's ``__init__`` and those calls read: t
 FlashInfer's SM120 specialization). It does not depend on ``--attention-backend``: no DeepSeek-V4
 layer module reads ``attention_config.backend`` (only ``_select_dsv4_attn_cls`` does, before the
 layer is built), so one build serves every backend name that leads vLLM to the same class; the
-backend the first such input named is the one in the config. Prefill context parallelism is
-decided by ``_select_dsv4_attn_cls`` (the caller asks it with the input's size); the layer is
-built with size 1, since a prefill-context-parallel group needs two ranks.
+backend the first such input named is the one in the config. The config carries the input's
+prefill-context-parallel size (the one-rank process group stays: the layer's ``__init__`` reads the
+size, it does not talk to the group).
 """
 from __future__ import annotations
 
@@ -78,13 +78,14 @@ def vllm_config(backend, kv):
     return cfg
 
 
-def build(cls, platform, capability, backend, kv, mega: bool, fi_sm120: bool, *, key_extra=()) -> dict:
+def build(cls, platform, capability, backend, kv, mega: bool, fi_sm120: bool, pcp: int = 1, *,
+          key_extra=()) -> dict:
     """The built layer's outcome (memoized per class, device, kv dtype, hardware inputs and
     ``key_extra``): ``{"kind": "select", "class", "cache_dtype", "torch_dtype", "cache_config",
     "bytes_per_token", "block_size"}``, ``{"kind": "reject", ...}`` when its ``__init__`` raises
     ValueError (vLLM refuses the input there), or ``{"kind": "undecided", ...}`` for any other
     exception (an assert, NotImplementedError)."""
-    key = (oracle._cls_path(cls), platform, capability, kv, mega, fi_sm120, *key_extra)
+    key = (oracle._cls_path(cls), platform, capability, kv, mega, fi_sm120, pcp, *key_extra)
     if key in _memo:
         return _memo[key]
     prepare()
@@ -96,6 +97,7 @@ def build(cls, platform, capability, backend, kv, mega: bool, fi_sm120: bool, *,
     oracle._MEGA["available"] = mega
     oracle.FLASHINFER_SM120["available"] = fi_sm120
     cfg = vllm_config(backend, kv)
+    cfg.parallel_config.prefill_context_parallel_size = pcp
     with set_current_vllm_config(cfg):
         try:
             layer = cls(cfg, prefix="model.layers.0.attn", topk_indices_buffer=None, aux_stream_list=None)

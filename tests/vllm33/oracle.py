@@ -160,4 +160,4 @@ def decide(model: str, platform: str, capability: str, backend: str | None, kv: 
     except Exception as exc:
         return {"kind": "undecided", "error": type(exc).__name__, "message": str(exc)[:200], "at": "select"}
     return layers.build(cls, platform, capability, backend, kv, mega_attn == "available",
-                        flashinfer_sm120 == "available")
+                        flashinfer_sm120 == "available", pcp)
