@@ -48,13 +48,26 @@ def load() -> None:
 
 
 def config(model_dir: str, args: list[str]) -> None:
+    """One engine configuration per ``MODEL_DIR [--flag value ...]`` group (groups separated by
+    ``+``), in order, in this one process: one JSON line each."""
     load()
+    group: list[str] = []
+    for arg in [model_dir, *args, "+"]:
+        if arg == "+":
+            _one_config(group[0], group[1:])
+            group = []
+        else:
+            group.append(arg)
+
+
+def _one_config(model_dir: str, args: list[str]) -> None:
     from vllm.engine.arg_utils import EngineArgs
 
     kw = {"model": model_dir, "skip_tokenizer_init": True, "load_format": "dummy", "max_model_len": 1024}
     it = iter(args)
     for flag in it:
         kw[flag.lstrip("-").replace("-", "_")] = next(it)
+    print(f"== config {model_dir} {' '.join(args)}", file=sys.stderr, flush=True)
     try:
         EngineArgs(**kw).create_engine_config()
     except Exception as exc:
@@ -65,9 +78,9 @@ def config(model_dir: str, args: list[str]) -> None:
             ctx = (errors() or [{}])[0].get("ctx", {}).get("error")
             cause = ctx if isinstance(ctx, BaseException) else exc
         print(json.dumps({"ok": False, "error": type(cause).__name__, "wrapped_in": type(exc).__name__,
-                          "message": str(cause).strip()[:3000]}))
+                          "message": str(cause).strip()[:3000]}), flush=True)
         return
-    print(json.dumps({"ok": True}))
+    print(json.dumps({"ok": True}), flush=True)
 
 
 def model(out: str, arch: str) -> None:
