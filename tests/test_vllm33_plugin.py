@@ -76,7 +76,7 @@ def ran(tmp_path_factory):
         directory.mkdir()
         return name, scenario(directory, *args, **env)
 
-    with ThreadPoolExecutor(max_workers=4) as pool:
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         return dict(pool.map(run, jobs.items()))
 
 
