@@ -1,42 +1,35 @@
 """dsv4sel as a vLLM plugin: vLLM 0.33's DeepSeek-V4 / V4.1 attention selection, decided by the rules.
 
-Installed with ``pip install 'dsv4sel[vllm]'``; vLLM runs :func:`register` in
-every engine and worker process (entry point ``dsv4sel`` in the group
-``vllm.general_plugins``; ``VLLM_PLUGINS=dsv4sel`` selects it by name).
+Installed with ``pip install 'dsv4sel[vllm]'``; vLLM runs :func:`register` in every engine and
+worker process (entry point ``dsv4sel`` in the group ``vllm.general_plugins``): with
+``VLLM_PLUGINS`` unset it loads every installed plugin, so installed means active.
 
-vLLM 0.33 decides in two module globals that it looks up at call time
-(nothing imports them by name), so replacing them reaches every call site:
+The decision is taken when vLLM validates its configuration: the current platform's
+``check_and_update_config`` (which ``VllmConfig.__post_init__`` calls) is wrapped, and for a
+DeepSeek-V4 / V4.1 architecture the rules decide there, on every platform, before the model, any
+layer or any weight; a rejection raises :class:`dsv4sel.SelectionError` (with suggestions) and the
+decision is logged once, with the path of deciding rules and the ``dsv4sel explain`` command.
+``AttentionConfig.__post_init__`` is wrapped to keep the backend name the user gave (vLLM erases
+the MiniMax aliases ``CUTLASS_MSA`` / ``TRITON_MSA``), so an explicit backend is always decided.
+
+vLLM 0.33 then builds the layer through module globals looked up at call time (nothing imports
+them by name), and those are replaced too, deciding the same input again (memoized):
 
 * ``_select_dsv4_attn_cls(vllm_config)`` in ``deepseek_v4/nvidia/model.py``,
-  ``deepseek_v41/nvidia/model.py`` and ``deepseek_v41/amd/model.py``: called
-  by the decoder layer (also MTP and DSpark) before it builds the attention
-  layer. Here dsv4sel takes the whole decision from the config (platform,
-  capability or gfx arch, ``--attention-backend``, ``--kv-cache-dtype``,
-  model family, and the inputs the rules declare: ``mega_attn``,
-  ``prefill_context_parallel`` and ``flashinfer_sm120``, each from vLLM's own answer),
-  returns the vLLM layer class the deciding rule names (``hosts: vllm``),
-  logs one line naming the rule's ``file:line``, and on a rejection raises
-  :class:`dsv4sel.SelectionError` (with suggestions) before any layer is
-  built, leaving the config untouched.
-* ``_resolve_dsv4_kv_cache_dtype(layout_flag, kv_cache_dtype, cache_config, ...)``
-  in ``deepseek_v4/attention.py`` and ``deepseek_v41/attention.py``: called
-  from the attention layer's ``__init__``. Here the same decision is taken
-  again (it is memoized) and its rewrites are applied to ``cache_config`` all
-  or nothing; the function returns the Selection's cache dtype string and
-  torch dtype. It refuses a layer whose class or layout flag is not the one
-  the rules name.
+  ``deepseek_v41/nvidia/model.py`` and ``deepseek_v41/amd/model.py`` returns the vLLM layer class
+  the deciding rule names (``hosts: vllm``), imported only from :data:`HOST_MODULES`;
+* ``_resolve_dsv4_kv_cache_dtype(layout_flag, kv_cache_dtype, cache_config, ...)`` in
+  ``deepseek_v4/attention.py`` and ``deepseek_v41/attention.py`` applies the rewrites to
+  ``cache_config`` all or nothing and returns the Selection's cache dtype and torch dtype; it
+  refuses a layer whose class or layout flag is not the one the rules name.
 
-AMD, CPU and XPU DeepSeek-V4.0 hard-code their layer class in vLLM 0.33 and
-never call ``_select_dsv4_attn_cls``: there the resolver is the only hook. It
-enforces the rules' rejections (raised in the first attention layer's
-``__init__``, before the config is changed), rewrites and dtypes, and checks
-that the hard-coded class is the one the rules name; it cannot make vLLM build
-another class. docs/vllm.md lists what is enforced where.
+AMD, CPU and XPU DeepSeek-V4.0 hard-code their layer class (:data:`HARDCODED`): the config-time
+decision checks that the rules name exactly it.
 
-The plugin patches only the vLLM versions it was written for
-(:data:`SUPPORTED`): any other version gets one RuntimeError and nothing is
-patched. Every target is looked up and checked before the first one is
-replaced, so it never half-patches.
+Loading never stops vLLM for what the plugin does not decide: with no platform, a vLLM version
+it is not written for (:data:`SUPPORTED`) or a broken vLLM it patches nothing and logs one line,
+unless the user named it in ``VLLM_PLUGINS``; then that is one :class:`PluginError`. Every
+target is looked up and checked before the first one is replaced, so it never half-patches.
 """
 
 from __future__ import annotations
