@@ -3,7 +3,10 @@
 For one input of the host space (:data:`SPACE`) this builds a real ``ServerArgs`` from the
 values a user would pass, runs SGLang's resolution pipeline (``ServerArgs.resolve_once``, the
 config-time decision in the launcher), and, when that resolves, what the scheduler does after the
-weights load: ``publish`` the record, SGLang's ``select_dsv4_kv_layout()`` and its ``dsv4``
+weights load: ``publish`` the record, SGLang's ``select_dsv4_kv_layout()``, the pool class the
+DeepSeek-V4 token pool picks (SGLang's own tests: unified KV, trtllm's uniform FP8, else the
+single pool), the torch dtype from ``configure_kv_cache_dtype``, the single main-cache pool itself
+built on CPU (one 256-token page; its ``create_buffer`` asserts the store dtype), and its ``dsv4``
 attention-backend factory (``ATTENTION_BACKENDS["dsv4"]``). The factory's product is observed by
 recording which DeepSeek-V4 backend class's ``__init__`` it calls (the constructors allocate GPU
 buffers; the choice of class is SGLang's). Nothing of SGLang's decision is reimplemented here.
@@ -94,6 +97,8 @@ class Outcome:
     layout: str | None = None
     compressed: str | None = None
     cls: str | None = None
+    pool: str | None = None
+    torch_dtype: str | None = None
 
     def as_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if v not in (None, {})}
@@ -138,6 +143,11 @@ class Oracle:
 
         self.ServerArgs, self.result, self.publish = ServerArgs, resolution_result, publish
         self.select_layout = pool.select_dsv4_kv_layout
+        self.pool = pool
+        from sglang.srt.layers.attention.dsv4.unified_kv_gate import is_unified_kv_triton
+        from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype
+
+        self.unified, self.torch_dtype_of = is_unified_kv_triton, configure_kv_cache_dtype
         self.factory = ATTENTION_BACKENDS["dsv4"]
         for module, name in _BACKEND_CLASSES:
             cls = getattr(importlib.import_module(module), name)
@@ -183,15 +193,32 @@ class Oracle:
             layout, compressed = self.select_layout()
         except Exception as exc:
             return Outcome("late", resolved=resolved, **_error(exc))
+        pool_cls = ("DeepSeekV4UnifiedKVPool" if self.unified() else "DeepSeekV4UniformFP8KVPool"
+                    if resolved["dsv4_attn_backend"] == "trtllm" else "DeepSeekV4SingleKVPool")
+        torch_dtype = None
+        try:
+            _, dtype = self.torch_dtype_of(
+                server_args_kv_cache_dtype=resolved["kv_cache_dtype"], model=None, model_dtype=_bf16(),
+                is_draft_worker=False, is_dflash=False, speculative_draft_attention_backend=None)
+            torch_dtype = str(dtype).replace("torch.", "")
+            if pool_cls == "DeepSeekV4SingleKVPool":
+                # the main cache pool, built for real on CPU: one layer of one 256-token page
+                self.pool.DeepSeekV4SingleKVPool(
+                    size=resolved["page_size"], page_size=resolved["page_size"], dtype=dtype,
+                    qk_nope_head_dim=448, qk_rope_head_dim=64, layer_num=1, device="cpu",
+                    enable_memory_saver=False, kv_layout=layout)
+        except Exception as exc:
+            return Outcome("late", resolved=resolved, layout=layout.name, pool=pool_cls, **_error(exc))
         try:
             self.factory(_Runner(sa))
         except _Built as built:
             cls = built.args[0]
         except Exception as exc:
-            return Outcome("late", resolved=resolved, layout=layout.name, **_error(exc))
+            return Outcome("late", resolved=resolved, layout=layout.name, pool=pool_cls, **_error(exc))
         else:  # pragma: no cover - the factory always builds one of the recorded classes
             cls = None
-        return Outcome("ok", resolved=resolved, layout=layout.name, compressed=compressed, cls=cls)
+        return Outcome("ok", resolved=resolved, layout=layout.name, compressed=compressed, cls=cls,
+                       pool=pool_cls, torch_dtype=torch_dtype)
 
 
 class _Runner:
@@ -199,6 +226,12 @@ class _Runner:
 
     def __init__(self, server_args):
         self.server_args = server_args
+
+
+def _bf16():
+    import torch
+
+    return torch.bfloat16
 
 
 def _error(exc: BaseException) -> dict:
