@@ -38,6 +38,8 @@ IMPORT_CHAIN = [
     "huggingface_hub", "loguru", "python-multipart", "interegular", "prometheus-client>=0.20.0",
     "xxhash", "scipy",
 ]
+#: dsv4sel's own requirements (it is installed editable with --no-deps).
+DSV4SEL_DEPS = ["pyyaml>=6.0", "jsonschema>=4.18"]
 STAMP_NAME = ".dsv4sel-sglang-env"
 
 
@@ -79,7 +81,7 @@ def main() -> int:
         wheel = found[0]
     run(*pip, TORCH)
     run(*pip, "--no-deps", str(wheel), *NO_DEPS)
-    run(*pip, TORCH, *IMPORT_CHAIN)
+    run(*pip, TORCH, *IMPORT_CHAIN, *DSV4SEL_DEPS)
     run(*pip, "--no-deps", "-e", str(root))
     out = subprocess.run([str(py), "-c", "import torch, importlib.metadata as m; "
                           "print(torch.__version__, m.version('sglang'))"], capture_output=True, text=True)

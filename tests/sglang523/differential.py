@@ -8,7 +8,8 @@ and, with ``--compat``, the compat rule set, and writes a JSON report: SGLang's 
 (resolved / refused at config time / refused after the weights load) and, for the compat set,
 agreements and every disagreement. A compat selection agrees with an input SGLang serves when its
 ``hosts.sglang`` class and settings (``dsv4_attn_backend``, ``kv_layout``, ``kv_cache_dtype``,
-``page_size``) are what SGLang resolved and built; a compat rejection agrees with an input SGLang
+``page_size``, ``kv_pool`` and a split prefill/decode backend SGLang keeps) are what SGLang
+resolved and built; a compat rejection agrees with an input SGLang
 refuses when the rule's reason cites the SGLang ``file:line`` that raised (so a rejection for
 the wrong reason disagrees). Run in a fresh process per platform: SGLang reads the platform into
 module constants at import.
@@ -29,6 +30,8 @@ import oracle  # noqa: E402
 
 #: SGLang's KVLayout names as the rules' kv_layout setting spells them.
 LAYOUT_SETTING = {"V4": "v4", "V41": "v41", "V41_NEW": "v41_new"}
+POOL_SETTING = {"DeepSeekV4SingleKVPool": "single", "DeepSeekV4UniformFP8KVPool": "uniform_fp8",
+                "DeepSeekV4UnifiedKVPool": "unified"}
 _CITE = re.compile(r"\((srt/[\w/]+\.py:\d+)\)")
 
 
@@ -61,11 +64,14 @@ def rules_outcome(rules, point: dict) -> dict:
 def sglang_view(o: oracle.Outcome) -> dict:
     """SGLang's outcome in the terms a rule states."""
     if o.stage == "ok":
-        return {"kind": "select", "class": o.cls,
-                "settings": {"dsv4_attn_backend": o.resolved["dsv4_attn_backend"],
-                             "kv_layout": LAYOUT_SETTING[o.layout],
-                             "kv_cache_dtype": o.resolved["kv_cache_dtype"],
-                             "page_size": o.resolved["page_size"]}}
+        settings = {"dsv4_attn_backend": o.resolved["dsv4_attn_backend"],
+                    "kv_layout": LAYOUT_SETTING[o.layout], "kv_cache_dtype": o.resolved["kv_cache_dtype"],
+                    "page_size": o.resolved["page_size"], "kv_pool": POOL_SETTING[o.pool]}
+        for split in ("prefill_attention_backend", "decode_attention_backend"):
+            # a split backend SGLang keeps beside dsv4 (it then builds a hybrid backend)
+            if o.resolved[split] not in (None, "dsv4"):
+                settings[split] = o.resolved[split]
+        return {"kind": "select", "class": o.cls, "settings": settings}
     return {"kind": "reject", "where": o.where, "late": o.stage == "late"}
 
 
