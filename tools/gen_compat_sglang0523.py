@@ -92,6 +92,9 @@ def v41_features(prefix):
 
 def flashmla_table():
     rules = common_head("flashmla") + v41_features("flashmla") + [
+        reject("flashmla-v41-unified-kv", {"model": "deepseek_v4_1", "hip_kernel": "unified_kv_triton"},
+               "DeepSeek-V4.1 does not support the unified KV pool (SGLANG_HACK_FLASHMLA_BACKEND=unified_kv_triton)",
+               "srt/arg_groups/deepseek_v4_hook.py:350"),
         reject("flashmla-rocm-v41-prefill-cp", {"platform": "rocm", "model": "deepseek_v4_1", "deployment": "prefill_cp"},
                "prefill context parallelism on HIP does not support DeepSeek-V4.1",
                "srt/arg_groups/deepseek_v4_hook.py:201"),
@@ -112,9 +115,9 @@ def flashmla_table():
                "srt/mem_cache/deepseek_v4_memory_pool.py:321", late=True),
     ]
     # what the rocm v41 rule above did not refuse is gfx950 with aiter_sparse (or auto = aiter_sparse)
-    rules[5]["when"] = {"platform": "rocm", "kv_layout_env": "v41",
+    rules[6]["when"] = {"platform": "rocm", "kv_layout_env": "v41",
                         "capability": {"not": "gfx950"}}
-    rules.insert(6, reject("flashmla-rocm-v41-other-kernel", {"platform": "rocm", "kv_layout_env": "v41",
+    rules.insert(7, reject("flashmla-rocm-v41-other-kernel", {"platform": "rocm", "kv_layout_env": "v41",
                                                               "capability": "gfx950", "hip_kernel": "unified_kv_triton"},
                            "V4.1 KV layouts on HIP require gfx950 with aiter_sparse attention",
                            "srt/mem_cache/deepseek_v4_memory_pool.py:226", late=True))

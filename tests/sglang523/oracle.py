@@ -161,20 +161,23 @@ class Oracle:
     def _set_device(self, point: dict) -> None:
         for cap, t, arch, hip in devices(self.platform):
             if cap == point["capability"] and hip == point.get("hip_kernel"):
-                if (cap, t, arch) != self._device:
+                if (cap, t, arch, hip) != self._device:
+                    # the HIP kernel is an environment variable that SGLang's lru_cached gates
+                    # (is_unified_kv_triton) read once per process: forget them with the device
+                    if hip not in (None, "auto"):
+                        os.environ["SGLANG_HACK_FLASHMLA_BACKEND"] = hip
+                    else:
+                        os.environ.pop("SGLANG_HACK_FLASHMLA_BACKEND", None)
                     stubs.set_capability(t, arch)
-                    self._device = (cap, t, arch)
+                    self._device = (cap, t, arch, hip)
                 return
         raise KeyError(point["capability"])
 
     def decide(self, point: dict) -> Outcome:
         self._set_device(point)
-        for var in ("SGLANG_DSV4_KV_LAYOUT", "SGLANG_HACK_FLASHMLA_BACKEND"):
-            os.environ.pop(var, None)
+        os.environ.pop("SGLANG_DSV4_KV_LAYOUT", None)
         if point["kv_layout_env"] != "unset":
             os.environ["SGLANG_DSV4_KV_LAYOUT"] = point["kv_layout_env"]
-        if point.get("hip_kernel") not in (None, "auto"):
-            os.environ["SGLANG_HACK_FLASHMLA_BACKEND"] = point["hip_kernel"]
         kwargs = dict(model_path=self.models[point["model"]], skip_tokenizer_init=True,
                       dsv4_attn_backend=point["dsv4_attn_backend"], kv_cache_dtype=point["kv_cache_dtype"],
                       **DEPLOYMENTS[point["deployment"]])
