@@ -88,3 +88,18 @@ def test_the_compat_set_agrees_with_sglang_everywhere(reports, platform):
     c = reports[platform]["compat"]
     assert c["disagree"] == 0, json.dumps(c["examples"][:3], indent=1)
     assert c["agree"] == reports[platform]["inputs"]
+
+
+@needs_env
+def test_sglang_records_have_the_geometry_of_dsv4sel_layouts():
+    """SGLang's own KVLayout sizes (bytes per token, page bytes at 64/128/256 tokens) equal those of
+    the dsv4sel layout that stores the same record; V4.1's two arrangements share one size."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([str(PYTHON), str(ROOT / "tests" / "sglang523" / "bytes.py")], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sizes = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(sizes) == {"V4", "V41", "V41_NEW", "V41_FP4", "UNIFORM_FP8"}
+    for name, row in sizes.items():
+        assert row["sglang"] == row["ours"], (name, row)
+    assert sizes["V4"]["sglang"][0] == 584 and sizes["V4"]["sglang"][3] == 149_760
