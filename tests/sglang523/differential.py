@@ -83,11 +83,50 @@ def agrees(s: dict, d: dict) -> bool:
     return s["where"] == d["cites"] and s["late"] == d["late"]
 
 
+def plugin_pass(o: oracle.Oracle, platform: str, every: int, limit: int) -> dict:
+    """SGLang again, with ``dsv4sel.sglang_plugin.register()`` done as SGLang's plugin loader does it,
+    on every ``every``-th input. The plugin agrees when SGLang then resolves and builds exactly what
+    the shipped rules decide (:func:`dsv4sel.sglang_plugin.translation.decide`: class and settings),
+    or, where they refuse, SGLang's resolution stops with dsv4sel's SelectionError before any
+    declaration of dsv4sel's is made (the server args are as the user gave them)."""
+    from dsv4sel import SelectionError
+    from dsv4sel.sglang_plugin import register
+    from dsv4sel.sglang_plugin.translation import decide
+
+    register()
+    counts = collections.Counter()
+    wrong = []
+    for i, point in enumerate(oracle.points(platform)):
+        if limit and i >= limit:
+            break
+        if i % every:
+            continue
+        try:
+            want = decide(point)
+        except SelectionError:
+            want = None
+        got = o.decide(point)
+        declared = [src for src, _ in getattr(o.last_args, "_resolved_overrides", ()) if src == "dsv4sel"]
+        if want is None:
+            ok = got.stage == "config" and got.error == "SelectionError" and not declared
+            counts["refused before the weights load" if ok else "wrong"] += 1
+        else:
+            view = sglang_view(got)
+            ok = view["kind"] == "select" and view["class"] == want.cls and view["settings"] == want.settings
+            counts["built the rules' class and settings" if ok else "wrong"] += 1
+        if not ok and len(wrong) < 50:
+            wrong.append({"input": point, "sglang": got.as_dict(),
+                          "rules": None if want is None else {"class": want.cls, "settings": want.settings}})
+    return {"counts": dict(counts), "wrong": wrong}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("platform", choices=("cuda", "rocm"))
     ap.add_argument("--compat")
     ap.add_argument("--out")
+    ap.add_argument("--plugin-every", type=int, default=0,
+                    help="also run every Nth input again with the dsv4sel plugin registered (0: none)")
     ap.add_argument("--limit", type=int, default=0, help="only the first N inputs (debugging)")
     args = ap.parse_args()
     t0 = time.time()
@@ -118,11 +157,15 @@ def main() -> int:
                 disagree.append({"input": point, "sglang": {**s, "message": got.message}, "compat": d})
             else:
                 disagree.append(None)
+    if args.plugin_every:
+        report_plugin = plugin_pass(o, args.platform, args.plugin_every, args.limit)
     report = {"platform": args.platform, "inputs": n, "stages": dict(stages),
               "outcomes": dict(causes.most_common()), "seconds": round(time.time() - t0, 1)}
     if compat is not None:
         report["compat"] = {"agree": agree, "disagree": len(disagree),
                             "examples": [d for d in disagree if d is not None]}
+    if args.plugin_every:
+        report["plugin"] = report_plugin
     text = json.dumps(report, indent=1)
     if args.out:
         with open(args.out, "w") as f:

@@ -183,7 +183,7 @@ class Oracle:
                       **DEPLOYMENTS[point["deployment"]])
         if point["deployment"] == "dspark":  # DSpark drafts with the target's own checkpoint
             kwargs["speculative_draft_model_path"] = kwargs["model_path"]
-        sa = self.ServerArgs(**kwargs)
+        sa = self.last_args = self.ServerArgs(**kwargs)
         try:
             sa.resolve_once()
         except Exception as exc:  # SGLang's refusal is the observation
