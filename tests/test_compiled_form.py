@@ -39,7 +39,8 @@ def resolved_row(program, backend, point) -> tuple:
         rewrites = tuple(sorted((k, v) for k, v in f.get("rewrites", {}).items()
                                 if not (k == "cache_dtype" and v == point["kv_cache_dtype"])))
         return ("select", res.backend, f["impl"], f["layout"], f["cache_dtype"], f["torch_dtype"],
-                f["bytes_per_token"], f["block_size"], rewrites, res.messages, path, tuple(f.get("hosts", ())))
+                f["bytes_per_token"], f["block_size"], rewrites, res.messages, path, tuple(f.get("hosts", ())),
+                tuple(f.get("host_settings", ())))
     if res.kind == "reject":
         return ("reject", res.backend, res.reason, path, res.messages)
     return ("gap", res.backend, res.table, path)

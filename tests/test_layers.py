@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("dsv4: the DeepSeek-V4 profile handed to the engine, and machine detection", ("dsv4",)),
     ("check: the verifier", ("check",)),
     ("face: the public API", ("__init__", "api")),
-    ("operator tools and embeddings", ("tools", "vllm", "vllm_plugin")),
+    ("operator tools and embeddings", ("tools", "vllm", "vllm_plugin", "sglang_plugin")),
     ("cli", ("cli",)),
 )
 #: What the serving path (``import dsv4sel`` + ``select()``) may not import at module level.

@@ -238,7 +238,8 @@ class RuleSet(CompiledRules):
                 torch_dtype_name=row.torch_dtype, bytes_per_token=row.bytes_per_token,
                 block_size=row.block_size, rewrites=MappingProxyType(dict(row.rewrites)),
                 messages=messages, rule=refs[-1], path=refs, query=query,
-                allowed_impl_modules=self.allowed_impl_modules, hosts=row.hosts)
+                allowed_impl_modules=self.allowed_impl_modules, hosts=row.hosts,
+                host_settings=row.host_settings)
         if row.kind == "reject":
             return Rejection(self, query, row.reason, refs[-1], refs, messages, backend=row.backend)
         where = "the default-backend decision" if row.table == "<default>" else f"the table of {row.table}"

@@ -58,13 +58,15 @@ class Selection(Frozen):
     rule ``messages``. ``rule`` is the rule that decided; ``path`` lists every
     rule consulted, the default-backend rule first when one was used.
     ``hosts`` holds ``(host, "module:Class", versions)`` for each serving
-    engine whose own class the rule names (see :mod:`dsv4sel.engine.hosts`).
+    engine whose own class the rule names (see :mod:`dsv4sel.engine.hosts`);
+    ``host_settings`` ``(host, ((name, value), ...))`` for each host that must
+    also be told settings to build it (:meth:`settings_for`).
     """
 
     __slots__ = ("backend", "impl", "layout", "cache_dtype", "torch_dtype_name", "bytes_per_token",
                  "block_size", "rewrites", "messages", "rule", "path", "query", "allowed_impl_modules",
-                 "hosts")
-    _defaults = {"allowed_impl_modules": DEFAULT_ALLOWED_IMPL_MODULES, "hosts": ()}
+                 "hosts", "host_settings")
+    _defaults = {"allowed_impl_modules": DEFAULT_ALLOWED_IMPL_MODULES, "hosts": (), "host_settings": ()}
     backend: str
     impl: str
     layout: str
@@ -79,6 +81,7 @@ class Selection(Frozen):
     query: Query
     allowed_impl_modules: tuple[str, ...]
     hosts: tuple[tuple[str, str, str], ...]
+    host_settings: tuple[tuple[str, tuple[tuple[str, str | int], ...]], ...]
 
     def __post_init__(self):
         if not isinstance(self.rewrites, MappingProxyType):
@@ -108,6 +111,13 @@ class Selection(Frozen):
             if name == host:
                 return cls, versions
         return None
+
+    def settings_for(self, host: str) -> dict[str, str | int]:
+        """The settings the rules give ``host`` for this selection (``{}`` when none)."""
+        for name, pairs in self.host_settings:
+            if name == host:
+                return dict(pairs)
+        return {}
 
     def load_impl(self) -> type:
         """Import and return the impl class. Only modules on the rule set's

@@ -47,12 +47,14 @@ def select_row_type(fields: tuple[str, ...]) -> type:
     made = _SELECT_ROWS.get(fields)
     if made is None:
         made = _SELECT_ROWS[fields] = _row_type(
-            "SelectRow", " ".join(("kind", "backend", *fields, "rewrites", "messages", "path", "hosts")),
+            "SelectRow", " ".join(("kind", "backend", *fields, "rewrites", "messages", "path", "hosts",
+                                    "host_settings")),
             """A compiled outcome: ``backend`` serves, with the profile's select fields by name.
     ``rewrites`` are ``(field, value)`` pairs; ``messages`` ``(level, text)`` pairs, every rule's
     on the path in order; ``path`` the indices of the rules consulted (the deciding rule last);
     ``hosts`` the serving engines' own classes, ``(host, "module:Class", versions)``
-    (:mod:`dsv4sel.engine.hosts`).""")
+    (:mod:`dsv4sel.engine.hosts`); ``host_settings`` what a host must be told,
+    ``(host, ((name, value), ...))``.""")
     return made
 
 

@@ -239,6 +239,7 @@ class _Builder:
             where = path + ("select", "hosts") if "hosts" in raw["select"] else ("defaults", "hosts")
             for host, message in hosts_mod.problems(merged["hosts"]):
                 self.error(f, where + (host,), "DSV315", message)
+            merged["host_settings"] = hosts_mod.compile_settings(merged["hosts"])
             merged["hosts"] = hosts_mod.compile_hosts(merged["hosts"])
         fields = tuple(sorted((k, v) for k, v in merged.items() if k != "rewrites")) + (("rewrites", dict(rewrites)),)
         return Outcome("select", fields=fields, messages=messages)

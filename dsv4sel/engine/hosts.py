@@ -13,7 +13,13 @@ imports a host class: the host's own integration (a plugin) does, after
 checking its version with :func:`version_matches`; ``dsv4sel check``
 resolves the classes of every host installed here in a listed version.
 
-Compiled form: a sorted tuple of ``(host, class, versions)``.
+A host entry may also carry ``settings``: what the host must be told to
+build the selection, in its own words (``{dsv4_attn_backend: flashmla,
+page_size: 256}``); a class alone does not always say what a host builds.
+
+Compiled form: a sorted tuple of ``(host, class, versions)``, and the settings
+apart (a select row's ``host_settings``), so that readers of the triples are
+unaffected.
 """
 
 from __future__ import annotations
@@ -89,6 +95,13 @@ def installed_version(host: str) -> str | None:
 def compile_hosts(raw: dict) -> tuple[tuple[str, str, str], ...]:
     """The compiled form of a rule's ``hosts:`` mapping (validated by the schema)."""
     return tuple(sorted((host, entry["class"], entry["versions"]) for host, entry in raw.items()))
+
+
+def compile_settings(raw: dict) -> tuple[tuple[str, tuple[tuple[str, str | int], ...]], ...]:
+    """The compiled form of the ``settings`` of a rule's hosts: ``(host, ((name, value), ...))``
+    for each host entry that has settings, sorted by host and name (validated by the schema)."""
+    return tuple(sorted((host, tuple(sorted(entry["settings"].items())))
+                        for host, entry in raw.items() if entry.get("settings")))
 
 
 def problems(raw: dict) -> list[tuple[str, str]]:

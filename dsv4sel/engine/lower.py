@@ -133,4 +133,4 @@ def _row(rules: tuple, labels: tuple, path: tuple, values: dict[str, str], profi
     rewrites = tuple(sorted((k, v) for k, v in f.get("rewrites", {}).items()
                             if not (k in restated and v == values.get(restated[k]))))
     return select_row(("select", label, *(f[name] for name in profile.field_names), rewrites, tuple(messages),
-                       path, tuple(f.get("hosts", ()))))
+                       path, tuple(f.get("hosts", ())), tuple(f.get("host_settings", ()))))

@@ -116,12 +116,14 @@ class CompiledRules:
         if kind == "select":
             n = len(self.profile.select_fields)
             backend, fields = row[1], row[2:2 + n]
-            rewrites, messages, path, hosts = row[2 + n:]
+            rewrites, messages, path, hosts, settings = row[2 + n:]
             ok = (type(backend) is str and len(fields) == n
                   and all(type(value) is kind_ for value, (_, kind_) in zip(fields, self.profile.select_fields))
                   and all(type(k) is str for k, _ in rewrites)
                   and all(type(level) is str and type(text) is str for level, text in messages)
-                  and all(type(x) is str for host in hosts for x in host))
+                  and all(type(x) is str for host in hosts for x in host)
+                  and all(type(host) is str and all(type(k) is str and type(v) in (str, int) for k, v in pairs)
+                          for host, pairs in settings))
         elif kind == "reject":
             _, backend, reason, path, messages = row
             ok = type(reason) is str and (backend is None or type(backend) is str)

@@ -223,7 +223,9 @@ def _selection_dict(sel: Selection | None) -> dict[str, Any] | None:
         "bytes_per_token": sel.bytes_per_token,
         "block_size": sel.block_size,
         "is_default": sel.is_default,
-        "hosts": {host: {"class": cls, "versions": versions} for host, cls, versions in sel.hosts},
+        "hosts": {host: {"class": cls, "versions": versions,
+                         **({"settings": sel.settings_for(host)} if sel.settings_for(host) else {})}
+                  for host, cls, versions in sel.hosts},
     }
 
 

@@ -48,8 +48,8 @@ class Row(Frozen):
 
     __slots__ = ("model", "backend", "platform", "capabilities", "label", "condition", "kv_cache_dtypes",
                  "layout", "cache_dtype", "torch_dtype", "bytes_per_token", "block_size", "default", "impl",
-                 "notes", "hosts")
-    _defaults = {"hosts": ()}
+                 "notes", "hosts", "host_settings")
+    _defaults = {"hosts": (), "host_settings": ()}
 
 
 class Unsupported(Frozen):
@@ -77,7 +77,9 @@ class Matrix(Frozen):
                 "kv_cache_dtypes": list(r.kv_cache_dtypes), "layout": r.layout, "cache_dtype": r.cache_dtype,
                 "torch_dtype": r.torch_dtype, "bytes_per_token": r.bytes_per_token, "block_size": r.block_size,
                 "default": r.default, "impl": r.impl, "notes": list(r.notes),
-                "hosts": {h: {"class": c, "versions": v} for h, c, v in r.hosts},
+                "hosts": {h: {"class": c, "versions": v,
+                              **({"settings": dict(dict(r.host_settings)[h])} if h in dict(r.host_settings) else {})}
+                          for h, c, v in r.hosts},
             } for r in self.rows],
             "notes": list(self.notes),
             "unsupported": [{
@@ -122,7 +124,8 @@ def _groups(rules: RuleSet, query: Query, backend: str) -> tuple:
         default_row = probe.at(rules, query, None, kv)
         is_default = probe.serves(default_row, backend) and rules.same_result(default_row, row)
         warnings = _warnings(row) + (_warnings(default_row) if is_default else ())
-        key = (row.layout, row.torch_dtype, row.bytes_per_token, row.block_size, row.impl, row.hosts)
+        key = (row.layout, row.torch_dtype, row.bytes_per_token, row.block_size, row.impl, row.hosts,
+               row.host_settings)
         groups.setdefault(key, []).append((kv, row.cache_dtype, is_default, warnings))
     return tuple((key, tuple(items)) for key, items in groups.items())
 
@@ -164,14 +167,14 @@ def build_matrix(rules: RuleSet) -> Matrix:
                 for signature, caps in by_signature.items():
                     label = capability_label(tuple(caps), declared)
                     for condition, groups in signature:
-                        for (layout, torch_dtype, bpt, block, impl, hosts), items in groups:
+                        for (layout, torch_dtype, bpt, block, impl, hosts, settings), items in groups:
                             rows.append(_row(model, backend, platform, tuple(caps), label, condition, layout,
-                                             torch_dtype, bpt, block, impl, items, note, hosts))
+                                             torch_dtype, bpt, block, impl, items, note, hosts, settings))
     return Matrix(tuple(rows), tuple(notes), _unsupported(rules, combos), _models(rules), rules.sources)
 
 
 def _row(model, backend, platform, caps, label, condition, layout, torch_dtype, bpt, block, impl, items,
-         note, hosts=()) -> Row:
+         note, hosts=(), host_settings=()) -> Row:
     cache = {c for _, c, _, _ in items}
     if len(cache) == 1:
         cache_col = next(iter(cache))
@@ -184,7 +187,7 @@ def _row(model, backend, platform, caps, label, condition, layout, torch_dtype, 
                else "with " + ", ".join(defaults))
     refs = tuple(sorted({note(w) for *_, ws in items for w in ws}))
     return Row(model, backend, platform, caps, label, condition, tuple(kv for kv, *_ in items), layout,
-               cache_col, torch_dtype, bpt, block, default, impl, refs, tuple(hosts))
+               cache_col, torch_dtype, bpt, block, default, impl, refs, tuple(hosts), tuple(host_settings))
 
 
 def _unsupported(rules: RuleSet, combos: list) -> tuple[Unsupported, ...]:

@@ -44,6 +44,7 @@ def report_lines(ex, style: Style, detected: bool = False) -> list[str]:
             ["torch dtype", s.torch_dtype_name], ["bytes per token", str(s.bytes_per_token)],
             ["block size", str(s.block_size)],
             *[[f"{host} class", f"{cls} ({host} {versions})"] for host, cls, versions in s.hosts],
+            *[[f"{host} settings", ", ".join(f"{k} {v}" for k, v in pairs)] for host, pairs in s.host_settings],
             ["decided by", f"{s.rule.id}  " + style.cyan(s.rule.location) + _pack(s.rule)],
         ] + ([["why", ex.description]] if ex.description else []), style)
     else:

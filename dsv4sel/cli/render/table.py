@@ -60,9 +60,23 @@ def markdown(matrix) -> str:
     out += [f"| `{b}` | `{impl}` |" for b, impl in impls.items()]
     hosted: dict[tuple, list[str]] = {}
     for r in matrix.rows:
+        settings = dict(r.host_settings)
         for host, cls, versions in r.hosts:
-            hosted.setdefault((host, r.model, r.backend, r.platform, r.label, cls, versions), [])
-    if hosted:
+            told = ", ".join(f"{k} {v}" for k, v in settings.get(host, ()))
+            hosted.setdefault((host, r.model, r.backend, r.platform, r.label, cls, versions, told), [])
+    with_settings = any(told for *_, told in hosted)
+    if hosted and with_settings:
+        # a host that must be told settings (SGLang's --dsv4-attn-backend, KV layout, page size)
+        out += ["", "## Host classes", "",
+                "The class each serving engine builds for a selection, the engine versions that "
+                "class path holds for, and the settings the engine is told (`hosts:` in the rule "
+                "files; `dsv4sel check` imports each class where its engine is installed in a "
+                "listed version).", "",
+                "| Host | Model | Backend | Platform | Capability | Class | Versions | Settings |",
+                "|---|---|---|---|---|---|---|---|"]
+        out += [f"| {h} | {m} | `{b}` | {p} | {lab} | `{c}` | {_md(v)} | {_md(told) or '-'} |"
+                for (h, m, b, p, lab, c, v, told) in hosted]
+    elif hosted:
         out += ["", "## Host classes", "",
                 "The class each serving engine builds for a selection, and the engine versions that "
                 "class path holds for (`hosts:` in the rule files; `dsv4sel check` imports each one "
@@ -70,7 +84,7 @@ def markdown(matrix) -> str:
                 "| Host | Model | Backend | Platform | Capability | Class | Versions |",
                 "|---|---|---|---|---|---|---|"]
         out += [f"| {h} | {m} | `{b}` | {p} | {lab} | `{c}` | {_md(v)} |"
-                for (h, m, b, p, lab, c, v) in hosted]
+                for (h, m, b, p, lab, c, v, _) in hosted]
     if matrix.unsupported:
         out += ["", "## No backend", "",
                 "No backend selects the model here, with any kv-cache dtype or input value.", "",

@@ -1,0 +1,145 @@
+"""dsv4sel in SGLang 0.5.23: DeepSeek-V4 attention decided by the rules, at config time.
+
+Entry point ``dsv4sel`` in SGLang's group ``sglang.srt.plugins`` (enable with
+``SGLANG_PLUGINS=dsv4sel``). :func:`register` wraps SGLang's resolution step
+``handle_model_specific_adjustments`` (its official ``register_resolution_hook``) with
+:func:`decide`, which, for ``DeepseekV4ForCausalLM`` only:
+
+1. reads the user's raw values (``resolving_view``: still unresolved here), the model type,
+   SGLang's platform and the GPU, and the environment variables SGLang decides with;
+2. decides them with :func:`dsv4sel.sglang_plugin.translation.decide` (the shipped rules), raising
+   :class:`dsv4sel.SelectionError` before anything is loaded;
+3. declares the rule's ``--dsv4-attn-backend`` and kv-cache dtype (``declare_resolution``) and
+   sets ``SGLANG_DSV4_KV_LAYOUT`` to the decided layout (the scheduler processes, spawned after
+   resolution, inherit it);
+4. runs SGLang's own step, then checks that SGLang resolved the rule's values
+   (``attention_backend`` dsv4, ``page_size`` 256, ``dsv4_attn_backend``, ``kv_cache_dtype``)
+   and raises if not.
+
+SGLang logs and swallows exceptions raised while a plugin loads, so the version gate acts inside
+the hook: on any SGLang other than 0.5.23 :func:`register` only registers a hook that raises
+:class:`PluginError`, and patches nothing.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+from ..errors import SelectionError
+from ..engine.hosts import version_matches
+from .translation import VERSIONS, HostDecision, decide as decide_point
+
+logger = logging.getLogger(__name__)
+STEP = "handle_model_specific_adjustments"
+ARCH = "DeepseekV4ForCausalLM"
+MODEL_TYPES = {"deepseek_v4": "deepseek_v4", "deepseek_v41": "deepseek_v4_1"}
+
+
+class PluginError(RuntimeError):
+    """The installed SGLang is not one this plugin is written for."""
+
+
+def _sglang_version() -> str:
+    from importlib import metadata
+
+    return metadata.version("sglang")
+
+
+def _deployment(cfg) -> str:
+    """The host space's deployment value of SGLang's raw arguments (one deviation at most)."""
+    found = []
+    if cfg.attention_backend not in (None, "dsv4"):
+        found.append("attention_backend_other")
+    for split in ("prefill_attention_backend", "decode_attention_backend"):
+        if getattr(cfg, split) not in (None, "dsv4"):
+            found.append("prefill_backend_other")
+    if cfg.speculative_algorithm == "EAGLE":
+        found.append("eagle")
+    elif cfg.speculative_algorithm == "DSPARK":
+        found.append("dspark")
+    elif cfg.speculative_algorithm is not None:
+        raise SelectionError(f"DeepSeek-V4 attention in SGLang: speculative algorithm "
+                             f"{cfg.speculative_algorithm} is not EAGLE or DSPARK (SGLang 0.5.23 refuses it too).")
+    if cfg.enable_prefill_cp:
+        found.append("prefill_cp")
+    elif cfg.disaggregation_mode not in (None, "null"):
+        found.append("pd")
+    elif (cfg.tp_size or 1) > 1 and (cfg.attn_dp_size or 1) < cfg.tp_size:
+        found.append("attention_tp")
+    # the refusals come first: a refused flag decides whatever else is set
+    for first in ("attention_backend_other", "prefill_backend_other"):
+        if first in found:
+            return first
+    return found[0] if found else "single"
+
+
+def host_point(server_args) -> dict:
+    """SGLang's raw inputs as a point of the host space."""
+    import torch
+    from sglang.srt.arg_groups.model_override_base import model_config_of, resolving_view
+    from sglang.srt.runtime_context import get_platform
+
+    cfg = resolving_view(server_args)
+    model_type = model_config_of(server_args).hf_config.model_type
+    if get_platform().is_hip:
+        platform, capability = "rocm", torch.cuda.get_device_properties(0).gcnArchName.split(":")[0]
+    elif cfg.device == "cuda":
+        major, minor = torch.cuda.get_device_capability()
+        platform, capability = "cuda", f"{major}.{minor}"
+    else:
+        raise SelectionError(f"DeepSeek-V4 attention in SGLang: dsv4sel decides on CUDA and ROCm only, not "
+                             f"device {cfg.device!r}.")
+    point = {"model": MODEL_TYPES.get(model_type, model_type), "platform": platform, "capability": capability,
+             "dsv4_attn_backend": cfg.dsv4_attn_backend, "kv_cache_dtype": cfg.kv_cache_dtype,
+             "kv_layout_env": os.environ.get("SGLANG_DSV4_KV_LAYOUT", "unset").lower() or "unset",
+             "deployment": _deployment(cfg)}
+    if platform == "rocm":
+        point["hip_kernel"] = os.environ.get("SGLANG_HACK_FLASHMLA_BACKEND", "auto")
+    return point
+
+
+def decide(server_args, previous) -> HostDecision | None:
+    """The resolution hook (see the module docstring). Returns the decision (None for another model)."""
+    from sglang.srt.arg_groups.model_override_base import model_config_of
+    from sglang.srt.arg_groups.overrides import declare_resolution, resolution_result
+
+    if model_config_of(server_args).hf_config.architectures[0] != ARCH:
+        previous(server_args)
+        return None
+    decision = decide_point(host_point(server_args))
+    s, rule = decision.settings, decision.selection.rule
+    declare_resolution(server_args, "dsv4sel", dsv4_attn_backend=s["dsv4_attn_backend"],
+                       kv_cache_dtype=s["kv_cache_dtype"])
+    os.environ["SGLANG_DSV4_KV_LAYOUT"] = s["kv_layout"]
+    previous(server_args)
+    got = {f: resolution_result(server_args, f) for f in ("attention_backend", "page_size",
+                                                           "dsv4_attn_backend", "kv_cache_dtype")}
+    want = {"attention_backend": "dsv4", "page_size": s["page_size"],
+            "dsv4_attn_backend": s["dsv4_attn_backend"], "kv_cache_dtype": s["kv_cache_dtype"]}
+    if got != want:
+        raise SelectionError(f"DeepSeek-V4 attention in SGLang: SGLang resolved {got}, not the rule's {want} "
+                             f"({rule.location}).")
+    logger.info("dsv4sel: --dsv4-attn-backend %s, KV layout %s, kv-cache dtype %s, page size %d -> %s, "
+                "decided by %s (%s)", s["dsv4_attn_backend"], s["kv_layout"], s["kv_cache_dtype"],
+                s["page_size"], decision.cls.rpartition(":")[2], rule.id, rule.location)
+    return decision
+
+
+def register() -> None:
+    """The ``sglang.srt.plugins`` entry point: wrap the config-time step, or, on an SGLang this plugin
+    is not written for, register a hook that refuses (an exception here would be swallowed)."""
+    from sglang.srt.arg_groups.resolution_hooks import register_resolution_hook
+
+    import sglang.srt.arg_groups.overrides  # noqa: F401  SGLang's own providers register first
+
+    version = _sglang_version()
+    if not version_matches(version, VERSIONS):
+        def refuse(server_args, previous):
+            raise PluginError(f"dsv4sel's SGLang plugin supports sglang {VERSIONS}, not {version}; "
+                              "unset SGLANG_PLUGINS=dsv4sel or install a supported SGLang.")
+        register_resolution_hook(STEP)(refuse)
+        return
+
+    def hook(server_args, previous):
+        decide(server_args, previous)
+    register_resolution_hook(STEP)(hook)

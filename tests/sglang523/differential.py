@@ -1,0 +1,179 @@
+"""Whole-space differential: SGLang 0.5.23's own DeepSeek-V4 decisions against dsv4sel, one platform.
+
+    .venv-sglang/bin/python tests/sglang523/differential.py PLATFORM [--compat DIR] [--out FILE]
+
+Enumerates every input of the SGLang host space on PLATFORM (:func:`oracle.points`), asks SGLang
+(:class:`oracle.Oracle`: its resolution pipeline, then its layout function and backend factory)
+and, with ``--compat``, the compat rule set, and writes a JSON report: SGLang's outcome counts
+(resolved / refused at config time / refused after the weights load) and, for the compat set,
+agreements and every disagreement. A compat selection agrees with an input SGLang serves when its
+``hosts.sglang`` class and settings (``dsv4_attn_backend``, ``kv_layout``, ``kv_cache_dtype``,
+``page_size``, ``kv_pool`` and a split prefill/decode backend SGLang keeps) are what SGLang
+resolved and built; a compat rejection agrees with an input SGLang
+refuses when the rule's reason cites the SGLang ``file:line`` that raised (so a rejection for
+the wrong reason disagrees). Run in a fresh process per platform: SGLang reads the platform into
+module constants at import.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import oracle  # noqa: E402
+
+#: SGLang's KVLayout names as the rules' kv_layout setting spells them.
+LAYOUT_SETTING = {"V4": "v4", "V41": "v41", "V41_NEW": "v41_new"}
+POOL_SETTING = {"DeepSeekV4SingleKVPool": "single", "DeepSeekV4UniformFP8KVPool": "uniform_fp8",
+                "DeepSeekV4UnifiedKVPool": "unified"}
+_CITE = re.compile(r"\((srt/[\w/]+\.py:\d+)\)")
+
+
+def host_query(point: dict) -> dict:
+    """The dsv4sel query of one host-space input (the compat set's vocabulary is SGLang's own)."""
+    extra = {"kv_layout_env": point["kv_layout_env"], "deployment": point["deployment"]}
+    if "hip_kernel" in point:
+        extra["hip_kernel"] = point["hip_kernel"]
+    backend = None if point["dsv4_attn_backend"] == "auto" else point["dsv4_attn_backend"]
+    return dict(platform=point["platform"], capability=point["capability"], backend=backend,
+                kv_cache_dtype=point["kv_cache_dtype"], model=point["model"], extra=extra)
+
+
+def rules_outcome(rules, point: dict) -> dict:
+    from dsv4sel import SelectionError
+
+    try:
+        sel = rules.select(**host_query(point))
+    except SelectionError as exc:
+        reason = str(exc)
+        cite = _CITE.findall(reason)
+        return {"kind": "reject", "cites": cite[-1] if cite else None,
+                "late": "after the weights load" in reason,
+                "rule": exc.rule.location if getattr(exc, "rule", None) else None}
+    host = sel.host_class("sglang")
+    return {"kind": "select", "class": host[0] if host else None, "settings": sel.settings_for("sglang"),
+            "rule": sel.rule.location}
+
+
+def sglang_view(o: oracle.Outcome) -> dict:
+    """SGLang's outcome in the terms a rule states."""
+    if o.stage == "ok":
+        settings = {"dsv4_attn_backend": o.resolved["dsv4_attn_backend"],
+                    "kv_layout": LAYOUT_SETTING[o.layout], "kv_cache_dtype": o.resolved["kv_cache_dtype"],
+                    "page_size": o.resolved["page_size"], "kv_pool": POOL_SETTING[o.pool]}
+        for split in ("prefill_attention_backend", "decode_attention_backend"):
+            # a split backend SGLang keeps beside dsv4 (it then builds a hybrid backend)
+            if o.resolved[split] not in (None, "dsv4"):
+                settings[split] = o.resolved[split]
+        return {"kind": "select", "class": o.cls, "settings": settings}
+    return {"kind": "reject", "where": o.where, "late": o.stage == "late"}
+
+
+def agrees(s: dict, d: dict) -> bool:
+    if s["kind"] != d["kind"]:
+        return False
+    if s["kind"] == "select":
+        return s["class"] == d["class"] and s["settings"] == d["settings"]
+    return s["where"] == d["cites"] and s["late"] == d["late"]
+
+
+def plugin_pass(o: oracle.Oracle, platform: str, every: int, limit: int) -> dict:
+    """SGLang again, with ``dsv4sel.sglang_plugin.register()`` done as SGLang's plugin loader does it,
+    on every ``every``-th input. The plugin agrees when SGLang then resolves and builds exactly what
+    the shipped rules decide (:func:`dsv4sel.sglang_plugin.translation.decide`: class and settings),
+    or, where they refuse, SGLang's resolution stops with dsv4sel's SelectionError before any
+    declaration of dsv4sel's is made (the server args are as the user gave them)."""
+    from dsv4sel import SelectionError
+    from dsv4sel.sglang_plugin import register
+    from dsv4sel.sglang_plugin.translation import decide
+
+    register()
+    counts = collections.Counter()
+    wrong = []
+    for i, point in enumerate(oracle.points(platform)):
+        if limit and i >= limit:
+            break
+        if i % every:
+            continue
+        try:
+            want = decide(point)
+        except SelectionError:
+            want = None
+        got = o.decide(point)
+        declared = [src for src, _ in getattr(o.last_args, "_resolved_overrides", ()) if src == "dsv4sel"]
+        if want is None:
+            ok = got.stage == "config" and got.error == "SelectionError" and not declared
+            counts["refused before the weights load" if ok else "wrong"] += 1
+        else:
+            view = sglang_view(got)
+            ok = view["kind"] == "select" and view["class"] == want.cls and view["settings"] == want.settings
+            counts["built the rules' class and settings" if ok else "wrong"] += 1
+        if not ok and len(wrong) < 50:
+            wrong.append({"input": point, "sglang": got.as_dict(),
+                          "rules": None if want is None else {"class": want.cls, "settings": want.settings}})
+    return {"counts": dict(counts), "wrong": wrong}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("platform", choices=("cuda", "rocm"))
+    ap.add_argument("--compat")
+    ap.add_argument("--out")
+    ap.add_argument("--plugin-every", type=int, default=0,
+                    help="also run every Nth input again with the dsv4sel plugin registered (0: none)")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N inputs (debugging)")
+    args = ap.parse_args()
+    t0 = time.time()
+    o = oracle.Oracle(args.platform)
+    compat = None
+    if args.compat:
+        import dsv4sel
+
+        compat = dsv4sel.load_rules([args.compat])
+    stages: collections.Counter = collections.Counter()
+    causes: collections.Counter = collections.Counter()
+    agree, disagree = 0, []
+    n = 0
+    for point in oracle.points(args.platform):
+        if args.limit and n >= args.limit:
+            break
+        n += 1
+        got = o.decide(point)
+        stages[got.stage] += 1
+        s = sglang_view(got)
+        causes[json.dumps({k: v for k, v in {**s, "settings": s.get("settings")}.items() if v is not None},
+                          sort_keys=True)] += 1
+        if compat is not None:
+            d = rules_outcome(compat, point)
+            if agrees(s, d):
+                agree += 1
+            elif len(disagree) < 200:
+                disagree.append({"input": point, "sglang": {**s, "message": got.message}, "compat": d})
+            else:
+                disagree.append(None)
+    if args.plugin_every:
+        report_plugin = plugin_pass(o, args.platform, args.plugin_every, args.limit)
+    report = {"platform": args.platform, "inputs": n, "stages": dict(stages),
+              "outcomes": dict(causes.most_common()), "seconds": round(time.time() - t0, 1)}
+    if compat is not None:
+        report["compat"] = {"agree": agree, "disagree": len(disagree),
+                            "examples": [d for d in disagree if d is not None]}
+    if args.plugin_every:
+        report["plugin"] = report_plugin
+    text = json.dumps(report, indent=1)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
