@@ -208,7 +208,10 @@ class Explanation(Frozen):
 def _rule_dict(ref: RuleRef | None) -> dict[str, Any] | None:
     if ref is None:
         return None
-    return {"id": ref.id, "file": ref.file, "line": ref.line, "location": ref.location, "pack": ref.pack}
+    from ..engine.sources import openable
+
+    return {"id": ref.id, "file": ref.file, "line": ref.line, "location": ref.location, "pack": ref.pack,
+            "path": openable(ref.file)}
 
 
 def _selection_dict(sel: Selection | None) -> dict[str, Any] | None:

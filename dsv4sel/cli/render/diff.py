@@ -36,7 +36,7 @@ def impl_line(o) -> str:
 def as_dict(diff) -> dict:
     """``dsv4sel diff --json``: ``compared``, ``changed`` and every change's
     ``inputs``, ``cubes`` and both outcomes as :func:`outcome` writes them."""
-    return {"compared": diff.compared, "changed": diff.changed,
+    return {"version": 1, "compared": diff.compared, "changed": diff.changed,
             "changes": [{"inputs": c.count, "cubes": list(c.cubes), "old": outcome(c.old).replace("\n", " "),
                          "new": outcome(c.new).replace("\n", " ")}
                         for c in diff.changes]}
