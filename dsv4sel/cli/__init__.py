@@ -132,13 +132,14 @@ def _command(argv: list[str] | None) -> str:
 
 
 def _rule_error_text(exc: RuleError) -> str:
-    """The problems of rule files that do not load, one per line: ``file:line:column: message [CODE]``
-    (as ``dsv4sel test`` writes them)."""
+    """The problems of rule files that do not load: their codes in the first line, then one
+    problem per line, ``file:line:column: message`` (``--json`` gives each one's code)."""
     problems = exc.problems
     if not problems:
         return str(exc)
-    head = f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in the rule files:"
-    return "\n".join([head, *(f"  {p.file}:{p.line}:{p.column}: {p.message} [{p.code}]" for p in problems)])
+    codes = ", ".join(dict.fromkeys(p.code for p in problems))
+    head = f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in the rule files ({codes}):"
+    return "\n".join([head, *(f"  {p.file}:{p.line}:{p.column}: {p.message}" for p in problems)])
 
 
 def _unusable(prog: str, message: str, problems, kind: str) -> int:
