@@ -1,4 +1,6 @@
-# Two commands on a fresh machine: `make run` and `make test`.
+# Two commands on a fresh machine: `make run` and `make test`. `make docs` regenerates every
+# generated doc: docs/backends.md, the vLLM 0.33 compat rules and fix cubes, and the samples and
+# counts in README.md and docs/ (tools/doc_samples.py; `make test` fails when one is stale).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -44,6 +46,7 @@ test: $(STAMP) vllm-env sglang-env
 	$(BIN)/dsv4sel test tests/decisions
 	$(BIN)/dsv4sel test examples/b12x-pack/tests --rules examples/b12x-pack/dsv4sel_b12x/rules --allow-impl-module dsv4sel_b12x
 	$(BIN)/dsv4sel table --format md --check docs/backends.md
+	$(BIN)/python tools/doc_samples.py --check
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
@@ -53,6 +56,7 @@ docs: $(STAMP)
 	$(BIN)/dsv4sel table --format md > docs/backends.md
 	$(BIN)/python tools/gen_compat_vllm033.py
 	$(BIN)/python tools/vllm_fix_cubes.py
+	$(BIN)/python tools/doc_samples.py --write
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .venv-vllm.log $(SGLANG_VENV) .venv-sglang.log build *.egg-info .pytest_cache .hypothesis

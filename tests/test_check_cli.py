@@ -57,13 +57,14 @@ def test_shipped_rules_report_coverage(shipped):
     assert re.search(r"^  not-a-dsv4-backend\s+rules/not_dsv4.yaml:\d+\s+reject\s+\d+\s+\d+$", out, re.M)
 
 
-def test_bad_rule_dir_gives_locations_and_exit_1(tmp_path):
+def test_bad_rule_dir_gives_locations_and_exit_2(tmp_path):
+    # rule files that do not load are unusable input: exit 2, as from every command
     rules = write(tmp_path / "bad", {
         "vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULTS,
         "a.yaml": HEAD.format(policy="first") + "  - id: a-typo\n    when: {kv_cache_dtype: fp8_ds_mal}\n"
                                                 "    reject: {reason: typo}\n"})
     proc = check("--only-rules", "--rules", str(rules), cwd=tmp_path)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "bad/a.yaml:13:28: error DSV301 [vocabulary] 'fp8_ds_mal' is not a declared value of 'kv_cache_dtype'; " \
            "did you mean 'fp8_ds_mla'?" in proc.stdout
     assert proc.stdout.rstrip().endswith("the decision space was not analysed: fix the problems above first")

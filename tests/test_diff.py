@@ -14,8 +14,8 @@ from _rule_text import edited_shipped_rules
 DSV4SEL = [os.path.join(os.path.dirname(sys.executable), "dsv4sel")]
 
 
-def run(*args, cwd=None):
-    return subprocess.run([*DSV4SEL, *args], capture_output=True, text=True, cwd=cwd)
+def run(*args, cwd=None, env=None):
+    return subprocess.run([*DSV4SEL, *args], capture_output=True, text=True, cwd=cwd or REPO, env=env)
 
 
 @pytest.fixture
@@ -37,7 +37,8 @@ def test_changes_are_grouped_into_cubes_with_both_outcomes(edited_rules):
     out = result.stdout
     assert "184 of " in out.splitlines()[0]
     assert ("model=deepseek_v4 platform=cuda capability=12.x backend=<none> "
-            "kv_cache_dtype=auto,fp8,fp8_e4m3 mega_attn=* prefill_context_parallel=off flashinfer_sm120=available") in out
+            "kv_cache_dtype=auto,fp8,fp8_e4m3 prefill_context_parallel=off flashinfer_sm120=available\n") in out
+    assert "mega_attn" not in out  # every value: left out of the cube
     assert "old: select FLASHINFER_MLA_SPARSE_DSV4 layout=fp8_ds_mla" in out
     assert "new: reject (FLASHMLA_SPARSE_DSV4): FlashMLA's sparse kernels are built for SM90 and SM100 only" in out
 
@@ -99,3 +100,38 @@ def test_a_bug_in_a_command_is_one_line_and_exit_3(monkeypatch, capsys):
     monkeypatch.setenv("DSV4SEL_DEBUG", "1")
     with pytest.raises(ZeroDivisionError):
         cli.main(["diff", "a", "b"])
+
+
+def test_the_array_comparison_gives_what_a_lookup_per_key_gives(edited_rules):
+    """diff's fast path (same points, compared array slice by array slice) against the
+    lookup of every key, on an edit of the shipped rules and on the example pack."""
+    import dsv4sel
+    from dsv4sel.engine.sources import default_packs
+    from dsv4sel.tools import diff as tool
+
+    shipped = dsv4sel.load_rules([os.path.join(REPO, "rules")])
+    edited = dsv4sel.load_rules([edited_rules])
+    pack = dsv4sel.load_rules([*default_packs(), os.path.join(REPO, "examples", "b12x-pack", "dsv4sel_b12x", "rules")],
+                              allowed_impl_modules=("dsv4sel.kernels", "dsv4sel_b12x"))
+    for old, new in ((shipped, edited), (shipped, pack), (pack, shipped)):
+        fast, slow = tool.diff(old, new), tool._diff_keys(old, new)
+        assert fast.compared == slow.compared and fast.changed == slow.changed
+        assert fast.changes == slow.changes
+
+
+def test_the_pack_review_is_as_fast_as_check_and_its_lines_are_bounded():
+    import time
+
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "examples", "b12x-pack"))
+    args = ("diff", "--pack", "--allow-impl-module", "dsv4sel_b12x", "-", "examples/b12x-pack/dsv4sel_b12x/rules")
+    run(*args, env=env)  # warm the compiled-rules cache, as check's figure is taken warm
+    start = time.perf_counter()
+    result = run(*args, env=env)
+    elapsed = time.perf_counter() - start
+    assert result.returncode == 1
+    longest = max(len(line) for line in result.stdout.splitlines())
+    assert longest < 250, longest  # was 411: every kv dtype listed, every `=*`, impl on the same line
+    start = time.perf_counter()
+    run("check", env=env)
+    check = time.perf_counter() - start
+    assert elapsed < 3 * check + 1, (elapsed, check)  # was 7-10 s against check's 0.5 s

@@ -176,7 +176,7 @@ def test_json_has_the_documented_keys_in_order(rules):
     assert list(ok) == TOP_KEYS and ok["status"] == "selected" and ok["version"] == 1
     assert list(ok["selection"]) == ["backend", "impl", "layout", "cache_dtype", "torch_dtype",
                                      "bytes_per_token", "block_size", "is_default", "hosts"]
-    assert list(ok["path"][0]) == ["id", "file", "line", "location", "pack", "table", "action", "target",
+    assert list(ok["path"][0]) == ["id", "file", "line", "location", "pack", "path", "table", "action", "target",
                                    "description"]
     assert ok["rewrites"] == [{"attribute": "cache_dtype", "before": "auto", "after": "fp8_ds_mla"}]
     assert list(ok["why_not"][0]) == ["backend", "verdict", "blocked_by", "reason", "rule", "accepts", "selection"]

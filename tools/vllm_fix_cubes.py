@@ -123,8 +123,8 @@ def render() -> str:
         for before, after, boxes in sorted(items, key=lambda x: -len(x[2])):
             out.append(f"{len(boxes)} inputs:")
             out += ["  " + cube for cube in cubes(names, domains, boxes)]
-            out.append(f"  vLLM 0.33: {outcome(before)}")
-            out.append(f"  dsv4sel:   {outcome(after)}")
+            out.append("  vLLM 0.33: " + outcome(before).replace("\n", "\n" + " " * 13))
+            out.append("  dsv4sel:   " + outcome(after).replace("\n", "\n" + " " * 13))
             if len(boxes) > 1 and (before.kind == "reject" or after.kind == "reject" or "{" in str(before)):
                 out.append("  (e.g.; texts and dtypes follow each input)")
             out.append("")

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Iterator, NamedTuple
 
 from .context import CheckContext, table_label
-from .findings import ERROR, BackendCoverage, Counts, Coverage, Finding, RuleCoverage
+from .tables import pack_order
+from .findings import ERROR, WARNING, BackendCoverage, Counts, Coverage, Finding, RuleCoverage
 from ..engine.space import iter_bits, merge
 
 
@@ -27,6 +28,8 @@ class Walk(NamedTuple):
     examples: dict
     #: dangling and cyclic chains (a hand-built Program may have them)
     chain_findings: list
+    #: id(default rule) -> [rule, inputs it routes, inputs of them selected, the boxes it routes]
+    routes: dict
 
 
 def walk(ctx: CheckContext) -> Walk:
@@ -38,12 +41,15 @@ def walk(ctx: CheckContext) -> Walk:
     regions: list[tuple] = []
     examples: dict[int, tuple] = {}
     chains: dict[tuple, Finding] = {}
+    routes: dict[int, list] = {}
     for start in ctx.starts:
         counts = {"select": 0, "reject": 0, "undecided": 0}
         for ev in flow.walk(start):
             if ev.kind == "decide":
                 counts[ev.rule.outcome.kind] += ev.count
                 per_rule[id(ev.rule)] = per_rule.get(id(ev.rule), 0) + ev.count
+                if start is None and ev.path and ev.rule.outcome.kind == "select":
+                    routes[id(ev.path[0])][2] += ev.count
                 if ev.rule.outcome.kind != "select":
                     continue
                 if ev.position in flow.record[ev.table.name]:
@@ -53,6 +59,8 @@ def walk(ctx: CheckContext) -> Walk:
                     examples[id(ev.rule)] = (ev.rule, start, ev.scan.first[ev.position])
             elif ev.kind == "route":
                 per_rule[id(ev.rule)] = per_rule.get(id(ev.rule), 0) + ev.count
+                if start is None and not ev.path:  # a rule of the default-backend decision
+                    routes[id(ev.rule)] = [ev.rule, ev.count, 0, ev.scan.regions[ev.position]]
             elif ev.kind == "gap":
                 counts["undecided"] += ev.count
                 gaps.append((ev.table, ev.box, start, frozenset(r.ref for r in ev.path)))
@@ -72,7 +80,56 @@ def walk(ctx: CheckContext) -> Walk:
                           won.get(id(rule), 0)) for rule in program.rules]
     coverage = Coverage(ctx.space.size(ctx.space.full), len(ctx.starts), Counts(**totals),
                         tuple(backends), tuple(rules))
-    return Walk(coverage, gaps, regions, examples, list(chains.values()))
+    return Walk(coverage, gaps, regions, examples, list(chains.values()), routes)
+
+
+def hijack_findings(ctx: CheckContext, routes) -> Iterator[Finding]:
+    """A warning for each default rule whose target table rejects every input it routes there,
+    when another backend, requested, would serve one of them (the warning names it).
+
+    Nothing else catches this: the inputs are decided (no gap), once (no overlap), and the rule
+    wins (not shadowed), yet a query without --attention-backend that some backend would serve
+    is refused. Typically a pack's ``override: true`` on too wide a ``when:`` (``capability:
+    [8.x, 9.x]`` for a SM12x backend), which takes the inputs away from the shipped default.
+    """
+    for rule, count, selected, boxes in routes.values():
+        target = rule.outcome.target
+        table = ctx.program.tables.get(target)
+        if selected or table is None:  # no table: a dangling `use:`, its own finding
+            continue
+        example, served = _served_example(ctx, rule, boxes)
+        if not served:
+            continue  # no backend serves them: the routing loses nothing
+        yield ctx.finding(
+            WARNING, "hijack",
+            f"rule {rule.ref.id} sends {count} inputs to {target}, whose table rejects every one of them "
+            f"(e.g. {example}{served}): a query without --attention-backend there gets no backend; narrow "
+            f"{rule.ref.id}'s `when:` to the inputs {target} serves"
+            + (", or drop its `override: true`" if _overrides(ctx, rule) else ""),
+            rule.ref, rules=(rule.ref,), count=count, counterexample=example, table=table.name)
+
+
+def _served_example(ctx: CheckContext, rule, boxes):
+    """An input ``rule`` routes (its regions ``boxes``) that another backend's table would
+    select when requested, with that backend and rule (what the operator lost); else no text."""
+    for box in boxes:
+        for backend in ctx.program.backends:
+            if backend == rule.outcome.target:
+                continue
+            for ev in ctx.flow.walk(backend, box):
+                if ev.kind == "decide" and ev.rule.outcome.kind == "select":
+                    return (ctx.input(ev.scan.first[ev.position], None), f", which --attention-backend "
+                            f"{backend} serves with {ev.rule.ref.id} ({ev.rule.ref.location})")
+    return ctx.input(boxes[0], None), ""
+
+
+def _overrides(ctx: CheckContext, rule) -> bool:
+    """Whether ``rule`` comes before default rules of packs loaded earlier (``override: true``)."""
+    order = pack_order(ctx.program)
+    rules = ctx.program.default_table.rules
+    later = rules[rules.index(rule) + 1:]
+    return any(order[r.ref.pack] < order[rule.ref.pack] for r in later)
+
 
 
 def _chain_finding(ctx: CheckContext, ev, start) -> Finding:

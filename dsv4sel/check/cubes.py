@@ -29,7 +29,8 @@ def describe(values: Sequence[str | None], domain: Sequence[str | None]) -> str:
     plain = compact(shown, full)
     rest = [v for v in full if v not in set(shown)]
     negated = compact(rest, full)
-    if len(negated) < len(plain) and len(negated) <= 3:
+    # not(...) when it names fewer values, and few of them (a long not() reads badly)
+    if len(negated) < len(plain) and len(negated) <= 4:
         return "not(" + ",".join(negated) + ")"
     return ",".join(plain)
 

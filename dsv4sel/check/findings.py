@@ -11,6 +11,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from ..engine.sources import openable
 from ..engine.values import RuleRef
 from ..errors import Loc
 
@@ -152,8 +153,9 @@ class Finding:
             "file": self.file,
             "line": self.line,
             "column": self.column,
+            "path": openable(self.file),
             "table": self.table,
-            "rules": [{"id": r.id, "file": r.file, "line": r.line} for r in self.rules],
+            "rules": [{"id": r.id, "file": r.file, "line": r.line, "path": openable(r.file)} for r in self.rules],
             "counterexample": self.counterexample.as_dict() if self.counterexample else None,
             "cubes": [{"text": c.text, "values": {k: list(v) for k, v in c.values}} for c in self.cubes],
             "count": self.count,
@@ -270,6 +272,7 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "version": 1,
             "ok": self.ok,
             "analysed": self.analysed,
             "sources": list(self.sources),

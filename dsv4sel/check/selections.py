@@ -25,6 +25,8 @@ def selection_findings(ctx: CheckContext, regions, examples) -> Iterator[Finding
     reported: dict[tuple, list] = {}
 
     impls: dict[str, list] = {}  # one finding per unresolvable impl, naming every rule that selects it
+    # a problem of a field the rules inherit from `defaults:`: one finding there, naming the rules
+    inherited: dict[tuple, list] = {}
 
     def report(kind, message, rule, start, box, count=0, extra_rules=()):
         key = (kind, rule.ref, message)
@@ -35,8 +37,14 @@ def selection_findings(ctx: CheckContext, regions, examples) -> Iterator[Finding
             slot[0] += count
 
     def field_problems(rule, start, box, fields):
+        origin = dict(rule.outcome.inherited)
         for kind, message in ctx.checker.field_problems(fields):
-            if kind == "impl":
+            loc = origin.get(_field_of(kind, message))
+            if loc is not None:
+                slot = inherited.setdefault((kind, message, loc), [rule, start, box, []])
+                if rule.ref not in slot[3]:
+                    slot[3].append(rule.ref)
+            elif kind == "impl":
                 slot = impls.setdefault(message, [rule, start, box, []])
                 if rule.ref not in slot[3]:
                     slot[3].append(rule.ref)
@@ -62,13 +70,30 @@ def selection_findings(ctx: CheckContext, regions, examples) -> Iterator[Finding
             report("layout", ctx.checker.layout_error, first[0], first[1], first[2])
     for message, (rule, start, box, refs) in impls.items():
         refs = sorted(refs, key=lambda r: (r.file, r.line))
-        who = (f"rule {refs[0].id}" if len(refs) == 1 else
-               f"rules {', '.join(r.id for r in refs[:3])}" + (f" and {len(refs) - 3} more" if len(refs) > 3 else ""))
-        yield ctx.finding(ERROR, "impl", f"{who}: {message}", refs[0], rules=tuple(refs),
+        yield ctx.finding(ERROR, "impl", f"{_who(refs)}: {message}", refs[0], rules=tuple(refs),
                           counterexample=ctx.input(box, start), table=rule.table)
+    for (kind, message, (file, line, column)), (rule, start, box, refs) in inherited.items():
+        refs = sorted(refs, key=lambda r: (r.file, r.line))
+        yield Finding(ERROR, kind, f"defaults: {message} (inherited by {_who(refs)})", file, line, column,
+                      rules=tuple(refs), counterexample=ctx.input(box, start), table=rule.table)
     for (kind, ref, message), (count, rule, start, box, extra) in reported.items():
         yield ctx.finding(ERROR, kind, message, ref, rules=(ref, *extra), count=count,
                           counterexample=ctx.input(box, start), table=rule.table)
+
+def _who(refs) -> str:
+    return (f"rule {refs[0].id}" if len(refs) == 1 else
+            f"rules {', '.join(r.id for r in refs[:3])}" + (f" and {len(refs) - 3} more" if len(refs) > 3 else ""))
+
+
+def _field_of(kind: str, message: str) -> str | None:
+    """The select field a problem of :meth:`FieldChecker.field_problems` is about."""
+    if kind in ("impl", "layout"):
+        return kind
+    if kind == "consistency":
+        name = message.split(" ", 1)[0]
+        return name if name in ("torch_dtype", "bytes_per_token") else "impl"
+    return None
+
 
 def _fixpoint(ctx: CheckContext, rule, start, label, sub, fields, rewrites, report, field: str, restated: str) -> None:
     """Re-select every input of ``sub`` with input ``restated`` = the rewritten value

@@ -120,15 +120,35 @@ def _shadow_finding(ctx: CheckContext, table, r, earlier: int, requests) -> Find
     n = earlier.bit_count()
     more = f" and {n - 3} more" if n > 3 else ""
     count = ctx.space.size(box) * len(requests)
-    fix = ""
-    if not table.backends and any(ref.pack != rule.ref.pack for ref in refs):
-        fix = (f"; to take precedence over the default rules of earlier packs, give {rule.ref.id} "
-               "`override: true`")
+    fix, at = "", rule.ref
+    if not table.backends:
+        # The hint names a change in the file its author owns. A rule of a later pack before
+        # this one is an `override: true` that took all its inputs: the fix is to narrow that
+        # override (the finding is located there), never to edit the earlier pack's rule.
+        order = pack_order(ctx.program)
+        overriders = [ref for ref in (table.rules[s].ref for s in first_bits(earlier, earlier.bit_count()))
+                      if order[ref.pack] > order[rule.ref.pack]]
+        if overriders:
+            at = overriders[0]
+            fix = (f"; {at.id} ({at.location}) has `override: true` and takes every one of them: if "
+                   f"{rule.ref.id} should keep some, narrow {at.id}'s `when:` to the inputs it should take")
+        elif any(ref.pack != rule.ref.pack for ref in refs):
+            fix = (f"; to take precedence over the default rules of earlier packs, give {rule.ref.id} "
+                   "`override: true`")
+    named = rule.ref.id if at == rule.ref else f"{rule.ref.id} ({rule.ref.location})"
     return ctx.finding(ERROR, "shadowed",
-                       f"rule {rule.ref.id} never decides an input: earlier rules decide all {count} inputs "
-                       f"it matches ({names}{more}); hit policy first{fix}",
-                       rule.ref, rules=(rule.ref, *refs), count=count,
+                       f"rule {named} never decides an input: earlier rules "
+                       f"decide all {count} inputs it matches ({names}{more}); hit policy first{fix}",
+                       at, rules=(rule.ref, *refs), count=count,
                        counterexample=ctx.input(box, requests[0]), table=table.name)
+
+
+def pack_order(program) -> dict:
+    """Pack name -> its load rank (the shipped rules first), from the rules' load order."""
+    order: dict = {}
+    for rule in program.rules:
+        order.setdefault(rule.ref.pack, len(order))
+    return order
 
 
 def model_findings(ctx: CheckContext) -> Iterator[Finding]:

@@ -17,6 +17,7 @@ What counts as a finding (severity ``error`` unless noted):
 * shadowed (hit policy first): a rule that matches inputs but decides none;
 * dead: a rule that matches no input at all (only dead, never also shadowed);
 * dangling / cycle: a ``use:`` target without a table, or a loop;
+* hijack (a ``warning``): a default rule whose target table rejects every input it sends there;
 * impl / layout / consistency: a selection whose impl class does not import
   from the allowed modules, whose layout ``dsv4sel.kernels.layouts`` does not
   define, or whose torch dtype or bytes per token disagree with the layout
@@ -38,7 +39,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .context import CheckContext
-from .chains import gap_findings, walk
+from .chains import gap_findings, hijack_findings, walk
 from .selections import selection_findings
 from .tables import model_findings, table_findings
 from ..errors import Problem
@@ -46,7 +47,7 @@ from .findings import ERROR, Finding, Report
 
 _KIND_ORDER = {k: i for i, k in enumerate((
     "load", "schema", "vocabulary", "dangling", "compile", "cycle", "dead", "overlap", "shadowed",
-    "redundant", "gap", "impl", "layout", "consistency", "fixpoint", "model"))}
+    "redundant", "gap", "hijack", "impl", "layout", "consistency", "fixpoint", "model"))}
 
 
 def verify_program(program, *, layouts: Mapping[str, Any] | None = None) -> Report:
@@ -67,6 +68,7 @@ def verify_program(program, *, layouts: Mapping[str, Any] | None = None) -> Repo
     walked = walk(ctx)
     findings.extend(walked.chain_findings)
     findings.extend(gap_findings(ctx, walked.gaps))
+    findings.extend(hijack_findings(ctx, walked.routes))
     findings.extend(selection_findings(ctx, walked.regions, walked.examples))
     findings.extend(model_findings(ctx))
     return Report(tuple(program.sources), _sorted(findings), walked.coverage,

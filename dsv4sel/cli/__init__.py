@@ -26,8 +26,48 @@ DEBUG_ENV = "DSV4SEL_DEBUG"
 _WRITE_ERRORS = {28, 5, 32, 9, 122}
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, with two changes: an unrecognized option is reported by the
+    subcommand's parser (its usage, not the top-level one), with the nearest option of that
+    subcommand (``did you mean --platform?``); and every usage error goes through
+    :func:`dsv4sel.cli.common.error`, so that ``--json`` gets a JSON document for it too.
+    Subcommand parsers are of this class as well (argparse makes them with the parent's)."""
+
+    commands: dict = {}
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            target = self.commands.get(getattr(parsed, "command", None), self)
+            target.error(unrecognized(target, extras))
+        return parsed
+
+    def error(self, message):
+        from .common import error
+
+        self.print_usage(sys.stderr)
+        error(self.prog, message)
+        sys.exit(EXIT_USAGE)
+
+
+def unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """``unrecognized arguments: ...``, with the nearest option of ``parser`` for each
+    unknown one (difflib, through the one suggestion module)."""
+    from ..engine.suggest import close_matches
+
+    options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+    hints = []
+    for word in extras:
+        if word.startswith("-"):
+            near = close_matches(word.partition("=")[0], options)
+            if near:
+                hints.append(f"did you mean {near[0]}?" if len(extras) == 1 or not hints
+                             else f"{word}: did you mean {near[0]}?")
+    return "unrecognized arguments: " + " ".join(extras) + ("; " + "; ".join(hints) if hints else "")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="dsv4sel",
         description="Pick the DeepSeek-V4 sparse-MLA attention backend and KV-cache format from rule files.",
     )
@@ -39,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .examples import attach
 
     attach(parser, sub)
+    parser.commands = dict(sub.choices)
     # commands that need the whole parser (completion) get it as data, not by importing this module
     parser.set_defaults(parser=parser)
     return parser
@@ -52,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
+    from . import common
+
+    common.JSON_ERRORS = common.wants_json(sys.argv[1:] if argv is None else list(argv))
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -59,15 +103,12 @@ def _run(argv: list[str] | None) -> int:
     except SystemExit as exc:  # argparse: --help, --version, usage errors
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
         return _finish(code)
-    except RuleError as exc:
-        print(_wrapped(f"dsv4sel: {exc}"), file=sys.stderr)
-        return EXIT_USAGE
+    except RuleError as exc:  # every command: rule files that do not load exit 2, each problem with its code
+        return _unusable(_command(argv), _rule_error_text(exc), exc.problems, "rules")
     except SelectionError as exc:  # an invalid query outside `explain`'s own handling
-        print(_wrapped(f"dsv4sel: {exc}"), file=sys.stderr)
-        return EXIT_USAGE
+        return _unusable(_command(argv), str(exc), (), "query")
     except ImportError as exc:  # a missing dependency of the compiler, named with its fix
-        print(_wrapped(f"dsv4sel: {exc}"), file=sys.stderr)
-        return EXIT_USAGE
+        return _unusable(_command(argv), str(exc), (), "input")
     except BrokenPipeError:  # `dsv4sel table | head`: the reader has all it wanted
         silence_stdout()
         return EXIT_OK
@@ -81,6 +122,37 @@ def _run(argv: list[str] | None) -> int:
         return 130
     except Exception as exc:  # a bug: one line for the user, the traceback on request
         return _internal(exc)
+
+
+def _command(argv: list[str] | None) -> str:
+    """``dsv4sel COMMAND`` for messages (the first word that is a command)."""
+    words = sys.argv[1:] if argv is None else argv
+    return "dsv4sel " + next((w for w in words if w in {m.__name__.rpartition(".")[2] for m in COMMANDS}),
+                             "").strip() if words else "dsv4sel"
+
+
+def _rule_error_text(exc: RuleError) -> str:
+    """The problems of rule files that do not load: their codes in the first line, then one
+    problem per line, ``file:line:column: message`` (``--json`` gives each one's code)."""
+    problems = exc.problems
+    if not problems:
+        return str(exc)
+    codes = ", ".join(dict.fromkeys(p.code for p in problems))
+    head = f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in the rule files ({codes}):"
+    return "\n".join([head, *(f"  {p.file}:{p.line}:{p.column}: {p.message}" for p in problems)])
+
+
+def _unusable(prog: str, message: str, problems, kind: str) -> int:
+    """Report unusable input (exit 2): the message on stderr, wrapped to a terminal, and
+    under ``--json`` the error document on stdout."""
+    from . import common
+
+    print(_wrapped(f"{prog.strip()}: {message}"), file=sys.stderr)
+    if common.JSON_ERRORS:
+        from .render.data import document
+
+        sys.stdout.write(document(common.error_document(prog.strip(), message, problems, kind)))
+    return EXIT_USAGE
 
 
 def _wrapped(text: str) -> str:

@@ -101,4 +101,8 @@ def run(args: argparse.Namespace) -> int:
         from .render.text import wrapped
 
         sys.stdout.write(wrapped(text(report)))
+    # one rule for every command: rule files that do not load are unusable input (2), even
+    # here, where they are listed as findings; 1 is for findings of the analysed space
+    if not report.analysed:
+        return EXIT_USAGE
     return EXIT_OK if report.ok else EXIT_FINDINGS

@@ -57,11 +57,48 @@ def load(args: argparse.Namespace):
     return load_rules(paths, allowed_impl_modules=allowed)
 
 
-def error(prog: str, message: str) -> int:
+#: Set by :func:`dsv4sel.cli.main` when the command line asks for JSON (``--json``,
+#: ``--format json``): an error then also prints a JSON document on stdout (:func:`error`).
+JSON_ERRORS = False
+
+
+def wants_json(argv: list[str]) -> bool:
+    """Whether ``argv`` asks for JSON output, read before (or without) parsing it, so that
+    even a usage error can answer in JSON."""
+    for i, word in enumerate(argv):
+        if word == "--json" or word == "--format=json" or (word == "--format" and argv[i + 1:i + 2] == ["json"]):
+            return True
+    return False
+
+
+def error(prog: str, message: str, problems=(), kind: str = "usage") -> int:
     """Print a usage/input error the argparse way and return exit status 2
-    (wrapped to the terminal's width when stderr is one)."""
+    (wrapped to the terminal's width when stderr is one). Under ``--json`` stdout
+    gets the error as a JSON document too (:func:`error_document`)."""
     from .render.text import output_width, wrap_line
 
     text = f"{prog}: error: {message}"
     print("\n".join(wrap_line(text, output_width(sys.stderr))), file=sys.stderr)
+    if JSON_ERRORS:
+        from .render.data import document
+
+        sys.stdout.write(document(error_document(prog, message, problems, kind)))
     return EXIT_USAGE
+
+
+def _openable(display: str) -> str:
+    from ..engine.sources import openable
+
+    return openable(display)
+
+
+def error_document(prog: str, message: str, problems=(), kind: str = "usage") -> dict:
+    """The JSON document of an exit-2 error: ``version``, ``ok`` (false), ``error`` with
+    ``kind`` (``usage``: the command line; ``rules``: rule files that do not load;
+    ``query``: a value the vocabulary does not declare; ``input``: another unusable input),
+    ``command``, ``message`` and, for rule files, ``problems`` (``code``, ``file``, ``line``,
+    ``column``, ``location``, ``message``)."""
+    return {"version": 1, "ok": False, "error": {
+        "kind": kind, "command": prog, "message": message,
+        "problems": [{"code": p.code, "file": p.file, "path": _openable(p.file), "line": p.line, "column": p.column,
+                      "location": f"{p.file}:{p.line}:{p.column}", "message": p.message} for p in problems]}}

@@ -38,5 +38,42 @@ def run(args: argparse.Namespace) -> int:
         print("dsv4sel completion: error: shell completion needs shtab, which is not installed: "
               "pip install 'dsv4sel[completion]' (or pip install shtab)", file=sys.stderr)
         return EXIT_USAGE
+    _offer_values(args.parser)
     sys.stdout.write(shtab.complete(args.parser, shell=args.shell))
     return EXIT_OK
+
+
+#: option dest -> the input whose declared values the shell offers for it
+VALUE_OPTIONS = {"platform": "platform", "capability": "capability", "backend": "backend",
+                 "kv_cache_dtype": "kv_cache_dtype", "model": "model"}
+
+
+def _offer_values(parser: argparse.ArgumentParser) -> None:
+    """Give the value options the default rules' declared values as ``choices``, which shtab
+    completes (the script is static: values of packs installed later need a new script).
+    Only for generating the script: parsing never sees these choices, so a spelling such as
+    ``--capability sm90`` stays valid. Without loadable rules the options complete no values."""
+    try:
+        from .. import default_rules
+
+        rules = default_rules()
+    except Exception:  # noqa: BLE001 - completion of flags still works without the values
+        return
+    values = {}
+    for dest, name in VALUE_OPTIONS.items():
+        try:
+            declared = rules.values(name)
+        except (KeyError, ValueError):
+            continue
+        values[dest] = [v for v in dict.fromkeys(declared) if v]
+    for action in _actions(parser):
+        if action.option_strings and action.dest in values and action.choices is None:
+            action.choices = values[action.dest]
+
+
+def _actions(parser: argparse.ArgumentParser):
+    for action in parser._actions:
+        yield action
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                yield from _actions(sub)

@@ -16,6 +16,14 @@ from ..engine.profile import Profile
 #: Impl classes are imported only from these module prefixes (and their submodules).
 DEFAULT_ALLOWED_IMPL_MODULES: tuple[str, ...] = ("dsv4sel.kernels",)
 
+def _capability_spelling(text: str) -> str | None:
+    """The canonical capability ``text`` spells (``sm90`` -> ``9.0``), or None; imported on
+    the compiler's error path only, so the serving path never loads the spelling parser."""
+    from .capability import canonical
+
+    return canonical(text)
+
+
 PROFILE = Profile(
     subject="DeepSeek-V4 attention",
     key=("model", "platform", "capability", "backend", "kv_cache_dtype"),
@@ -28,4 +36,5 @@ PROFILE = Profile(
     restates=(("cache_dtype", "kv_cache_dtype"),),
     schema=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schema", "rules.schema.json"),
     allowed_impl_modules=DEFAULT_ALLOWED_IMPL_MODULES,
+    spellings=(("capability", _capability_spelling),),
 )

@@ -166,10 +166,21 @@ class _Builder:
                 chosen |= family
             else:
                 self.error(f, item_path, "DSV301", f"{item!r} is not a declared value of {decl.name!r}"
-                           + did_you_mean(item, decl.values))
+                           + (self.spelled(decl, item) or did_you_mean(item, decl.values)))
         if negate:
             return frozenset(v for v in decl.values if v not in chosen)
         return frozenset(chosen)
+
+    def spelled(self, decl: InputDecl, item: str) -> str:
+        """The hint for a value that spells a declared one another way (a query's spelling,
+        an alias): rules write the declared value itself, so the hint names it."""
+        spell = dict(self.profile.spellings).get(decl.name)
+        value = spell(item) if spell else None
+        if value not in decl.values:
+            value = {alias.lower(): v for alias, v in decl.aliases}.get(item.lower())
+        if value not in decl.values or value == item:
+            return ""
+        return f"; rules write the declared value: {value!r} (queries accept {item!r} as a spelling of it)"
 
     def check_impl(self, f: LoadedFile, path: tuple, impl: str) -> None:
         try:
@@ -242,7 +253,9 @@ class _Builder:
             merged["host_settings"] = hosts_mod.compile_settings(merged["hosts"])
             merged["hosts"] = hosts_mod.compile_hosts(merged["hosts"])
         fields = tuple(sorted((k, v) for k, v in merged.items() if k != "rewrites")) + (("rewrites", dict(rewrites)),)
-        return Outcome("select", fields=fields, messages=messages)
+        inherited = tuple((k, (f.file, *f.where(("defaults", k)))) for k in sorted(defaults)
+                          if k not in raw["select"] and k != "rewrites")
+        return Outcome("select", fields=fields, messages=messages, inherited=inherited)
 
     # tables ----------------------------------------------------------------
     def build(self) -> Program:

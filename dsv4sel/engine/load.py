@@ -155,6 +155,9 @@ def load_text(text: str, file: str) -> tuple[LoadedFile | None, list[Problem]]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        if mark and mark.index < len(text) and text[mark.index] == "\t":  # PyYAML: "cannot start any token"
+            return None, [Problem(file, line, column, "a tab character: YAML indents with spaces only; "
+                                  "replace the tab with spaces", code="DSV102")]
         return None, [Problem(file, line, column, f"YAML syntax error: {escape(str(exc.problem or exc))}", code="DSV102")]
     except yaml.YAMLError as exc:
         return None, [Problem(file, 1, 1, f"YAML error: {escape(' '.join(str(exc).split()))}", code="DSV102")]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import string
 from dataclasses import dataclass, field
+from dataclasses import field as dataclass_field  # Outcome has a method named field
 from enum import Enum
 from typing import Any, Iterator
 
@@ -53,6 +54,10 @@ class Outcome:
     target: str | None = None
     reason: str | None = None
     messages: tuple[tuple[str, str], ...] = ()
+    #: select fields taken from the file's ``defaults:``, each with where it is written there
+    #: (``(field, (file, line, column))``), so that a problem of such a field is reported once,
+    #: at ``defaults:``, not at every rule that inherits it. Not part of the outcome's identity.
+    inherited: tuple[tuple[str, tuple[str, int, int]], ...] = dataclass_field(default=(), compare=False)
 
     def field(self, name: str) -> Any:
         return dict(self.fields).get(name)

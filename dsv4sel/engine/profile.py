@@ -32,9 +32,13 @@ class Profile(Frozen):
     value changes nothing and is dropped; ``check`` re-selects with the
     rewritten value to prove a rewrite is a fixpoint). ``schema`` is the path
     of the rule files' JSON Schema; ``allowed_impl_modules`` the modules impl
-    classes may come from by default."""
+    classes may come from by default. ``spellings`` pairs an input with a function that gives
+    the declared value another spelling means, or None (queries may accept ``sm90`` for
+    ``9.0``; rules write the declared value, and the compiler's error names it)."""
 
-    __slots__ = ("subject", "key", "select_fields", "same_result", "restates", "schema", "allowed_impl_modules")
+    __slots__ = ("subject", "key", "select_fields", "same_result", "restates", "schema", "allowed_impl_modules",
+                 "spellings")
+    _defaults = {"spellings": ()}
     subject: str
     key: tuple[str, ...]
     select_fields: tuple[tuple[str, type], ...]
@@ -42,6 +46,7 @@ class Profile(Frozen):
     restates: tuple[tuple[str, str], ...]
     schema: str
     allowed_impl_modules: tuple[str, ...]
+    spellings: tuple
 
     @property
     def builtin_inputs(self) -> tuple[str, ...]:

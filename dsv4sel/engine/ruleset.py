@@ -196,6 +196,12 @@ class CompiledRules:
     def keys(self):
         return self._table.keys()
 
+    def dense(self):
+        """``(layout, ids)``: the compiled array and where each key lives in it (an
+        :class:`~dsv4sel.engine.artifact.Layout` and the :attr:`rows` index of every slot,
+        backend outermost), for tools that compare whole spaces without a lookup per key."""
+        return self._table.layout, self._table.ids
+
     # ------------------------------------------------------- the read API
     def index(self, key: tuple) -> int | None:
         """The index into :attr:`rows` of the outcome at ``key`` (a tuple in

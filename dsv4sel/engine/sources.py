@@ -359,3 +359,30 @@ def unique_packs(packs: list[Pack]) -> list[Pack]:
             packages[name] = len(out)
         out.append(pack)
     return out
+
+
+def openable(display: str) -> str:
+    """The path of the rule file shown as ``display`` in messages, openable from any
+    directory: a file of a labelled pack (``rules/flashmla.yaml`` of the shipped rules, or
+    an installed pack's) under that pack's directory, any other name made absolute. Tools
+    print it where the short name may not open (``--json``; text outside the working
+    directory, as in a wheel install)."""
+    for label, root in _labelled_roots():
+        if display.startswith(label + "/"):
+            return os.path.join(root, display[len(label) + 1:])
+    return os.path.abspath(display)
+
+
+def shown(display: str) -> str:
+    """``display`` when it opens from the working directory (a checkout), else :func:`openable`."""
+    return display if os.path.exists(display) else openable(display)
+
+
+_ROOTS: list = []
+
+
+def _labelled_roots() -> list[tuple[str, str]]:
+    """(label, directory) of the shipped rules and the installed packs, found once."""
+    if not _ROOTS:
+        _ROOTS.extend((p.label, p.path) for p in (shipped_pack(), *installed_packs()) if p.label)
+    return _ROOTS

@@ -88,6 +88,13 @@ def schema_errors(loaded: LoadedFile, schema_path: str):
         yield _describe(error)
 
 
+def _guess_kind(data: dict) -> str:
+    """The kind a rule file without ``kind:`` most likely is, from its keys."""
+    if "backends" in data or "defaults" in data:
+        return "backend"
+    return "vocabulary" if "inputs" in data else "default"
+
+
 def validate_file(loaded: LoadedFile, schema_path: str) -> list[Problem]:
     """Every violation of the rule schema at ``schema_path`` in ``loaded``, in document order."""
     from .hints import quote_hint
@@ -95,6 +102,11 @@ def validate_file(loaded: LoadedFile, schema_path: str) -> list[Problem]:
     if isinstance(loaded.data, dict) and loaded.data.get("kind") == "tests":
         return [loaded.problem(("kind",), "DSV501", "a `kind: tests` file among the rule files: `dsv4sel test PATH` runs "
                                "test files; keep them out of the directories given as rules")]
+    if isinstance(loaded.data, dict) and "kind" not in loaded.data:
+        # one problem, not one per branch of the schema's kinds that the file fails
+        return [loaded.problem((), "DSV204", "the file has no `kind:`; a rule file starts with `kind: "
+                               f"{_guess_kind(loaded.data)}`" + (" (or vocabulary, default)" if "backends" in loaded.data
+                                                                  else " (vocabulary, default or backend)"))]
     problems = []
     for path, code, message, at_key in schema_errors(loaded, schema_path):
         if "'string'" in message:  # a YAML number or boolean where a string belongs: say to quote it

@@ -208,7 +208,10 @@ class Explanation(Frozen):
 def _rule_dict(ref: RuleRef | None) -> dict[str, Any] | None:
     if ref is None:
         return None
-    return {"id": ref.id, "file": ref.file, "line": ref.line, "location": ref.location, "pack": ref.pack}
+    from ..engine.sources import openable
+
+    return {"id": ref.id, "file": ref.file, "line": ref.line, "location": ref.location, "pack": ref.pack,
+            "path": openable(ref.file)}
 
 
 def _selection_dict(sel: Selection | None) -> dict[str, Any] | None:
@@ -257,7 +260,7 @@ def explain_query(rules: RuleSet, query: Query, notes: tuple[Message, ...] = ())
         selection, refusal = decided, None
         rewrites = tuple(Rewrite(name, query.kv_cache_dtype if name == "cache_dtype" else None, value)
                          for name, value in decided.rewrites.items())
-        messages = decided.messages
+        messages = decided.messages + _impl_warning(decided.impl)
         alternatives: tuple[Alternative, ...] = ()
     else:
         selection, refusal = None, _refusal(rules, query, decided)
@@ -272,6 +275,25 @@ def explain_query(rules: RuleSet, query: Query, notes: tuple[Message, ...] = ())
                     for b in probe.platform_backends(rules, query) if b not in excluded)
     return Explanation(query, selection, refusal, path, rewrites, messages, why_not, alternatives,
                        rules.digest)
+
+
+def _impl_warning(impl: str) -> tuple[Message, ...]:
+    """A warning when the selected impl's module cannot be found here, the problem `dsv4sel
+    check` reports as DSV406: the answer must not look like a working selection. Only the
+    module is looked up (``find_spec`` imports its parent packages, never the module itself,
+    so explain still imports no torch); a missing class shows when the impl is loaded."""
+    import importlib.util
+
+    module = impl.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module) is not None
+        reason = f"no module named {module!r}"
+    except (ImportError, ValueError) as exc:  # a parent package is missing or broken
+        found, reason = False, f"{type(exc).__name__}: {exc}"
+    if found:
+        return ()
+    return (Message(f"the impl {impl} cannot be imported here ({reason}): loading it will fail; "
+                    "`dsv4sel check` reports this as DSV406", "warning"),)
 
 
 def _refusal(rules: RuleSet, query: Query, rejection: Rejection) -> Refusal:

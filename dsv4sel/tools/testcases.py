@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import Problem, SelectionError
+from ..errors import InvalidQuery, Problem, SelectionError
 from ..engine.values import RuleRef
 
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "schema", "tests.schema.json")
@@ -290,7 +290,10 @@ def run_case(rules, case: Case) -> CaseResult:
         reached = tuple(exc.path)
         outcome = {"status": "rejected", "message": str(exc),
                    "rule": None if rule is None else {"id": rule.id, "location": rule.location}}
-        by = f" by rule {rule.id} ({rule.location})" if rule is not None else " (an invalid query)"
+        if rule is not None:
+            by = f" by rule {rule.id} ({rule.location})"
+        else:  # an input outside the vocabulary, or one no rule decides (a gap, not the query's fault)
+            by = " (an invalid query)" if isinstance(exc, InvalidQuery) else " (no rule decides it: a gap)"
         reason = exc.reason
         if rule is not None and reason.endswith(f" [rule {rule.id} at {rule.location}]"):
             reason = reason[: -len(f" [rule {rule.id} at {rule.location}]")]

@@ -29,8 +29,11 @@ def text(report) -> str:
     if report.analysed:
         head += f", {report.rule_count} rules, {report.table_count} tables"
     lines = [head]
+    from ...engine.sources import shown
+
     for f in report.findings:
-        lines.append(str(f))
+        # the finding's own line, its file as a path that opens from here (a wheel's rules too)
+        lines.append(str(f) if shown(f.file) == f.file else str(f).replace(f.file, shown(f.file), 1))
         if f.rules:
             lines.append("    rules:   " + ", ".join(f"{r.id} ({r.location})" for r in f.rules))
         if f.counterexample is not None:

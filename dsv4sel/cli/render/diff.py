@@ -11,7 +11,8 @@ from __future__ import annotations
 
 
 def outcome(o) -> str:
-    """One line for an :class:`~dsv4sel.tools.diff.Outcome`."""
+    """An :class:`~dsv4sel.tools.diff.Outcome` in words: one line, and for a selection a
+    second with its classes (:func:`impl_line`), so that no line runs to hundreds of columns."""
     if o.kind == "absent":
         return "not in the decision space"
     if o.kind == "gap":
@@ -24,17 +25,20 @@ def outcome(o) -> str:
         text += " rewrites=" + ",".join(f"{k}->{v}" for k, v in o.rewrites)
     if o.messages:
         text += f" messages={len(o.messages)}"
-    text += f" impl={o.impl}"
-    for host, cls, _versions in o.hosts:
-        text += f" {host}={cls.rpartition(':')[2]}"
-    return text
+    return text + "\n" + impl_line(o)
+
+
+def impl_line(o) -> str:
+    """The classes a selection names: its impl and each host's class."""
+    return " ".join([f"impl={o.impl}", *(f"{host}={cls.rpartition(':')[2]}" for host, cls, _ in o.hosts)])
 
 
 def as_dict(diff) -> dict:
     """``dsv4sel diff --json``: ``compared``, ``changed`` and every change's
     ``inputs``, ``cubes`` and both outcomes as :func:`outcome` writes them."""
-    return {"compared": diff.compared, "changed": diff.changed,
-            "changes": [{"inputs": c.count, "cubes": list(c.cubes), "old": outcome(c.old), "new": outcome(c.new)}
+    return {"version": 1, "compared": diff.compared, "changed": diff.changed,
+            "changes": [{"inputs": c.count, "cubes": list(c.cubes), "old": outcome(c.old).replace("\n", " "),
+                         "new": outcome(c.new).replace("\n", " ")}
                         for c in diff.changes]}
 
 
@@ -43,9 +47,11 @@ def text(diff) -> str:
     with its cubes and the old and new outcome."""
     if not diff.changes:
         return f"no change: {diff.compared} inputs decide the same way\n"
-    lines = [f"{diff.changed} of {diff.compared} inputs change, in {len(diff.changes)} groups"]
+    lines = [f"{diff.changed} of {diff.compared} inputs change, in {len(diff.changes)} groups "
+             "(an input a group does not name takes every value)"]
     for change in diff.changes:
         lines += ["", f"{change.count} input{'s' if change.count != 1 else ''}:"]
         lines += [f"  {cube}" for cube in change.cubes]
-        lines += [f"  old: {outcome(change.old)}", f"  new: {outcome(change.new)}"]
+        for side, o in (("old", change.old), ("new", change.new)):
+            lines.append(f"  {side}: " + outcome(o).replace("\n", "\n       "))
     return "\n".join(lines) + "\n"

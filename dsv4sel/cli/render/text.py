@@ -146,7 +146,7 @@ def wrap_line(line: str, width: int | None) -> list[str]:
         head, tail = line[:raw], line[raw:]
     else:
         head, tail = line[:hang], line[hang:]
-    chunks = textwrap.wrap(tail, width - hang, break_on_hyphens=False) if plain == line else _words(tail, width - hang)
+    chunks = textwrap.wrap(tail, width - hang, break_on_hyphens=False, break_long_words=False) if plain == line else _words(tail, width - hang)
     if not chunks:
         return [line]
     return [head + chunks[0]] + [" " * hang + c for c in chunks[1:]]

@@ -1,0 +1,123 @@
+"""The mistakes a new pack author makes most (examples/mistakes/), each pinned to the one finding
+`dsv4sel check` gives it: code, severity, file, line and column. docs/adding-a-backend.md shows
+their messages, generated from the same packs; the message text of each code is checked once,
+here or in tests/test_codes.py. Also issue 18's "one problem, one finding" cases (no `kind:`,
+a tab, a wrong field in `defaults:`), the hint that names the pack's file, and explain's warning
+for an impl that cannot be imported."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from _cli import REPO, environ, run  # noqa: E402
+
+MISTAKES = "examples/mistakes"
+CLEAN = (REPO / MISTAKES / "clean" / "my.yaml").read_text()
+
+
+def findings(*args: str, env=None) -> list[tuple]:
+    result = run("check", "--json", *args, env=env)
+    assert result.rc in (0, 1, 2), result  # 2: a file that does not load
+    return [(f["code"], f["severity"], f["file"], f["line"], f["column"]) for f in json.loads(result.out)["findings"]]
+
+
+@pytest.mark.parametrize("mistake, code, severity, file, line, column", [
+    ("value-typo", "DSV301", "error", "my.yaml", 22, 74),
+    ("overlap", "DSV402", "error", "my.yaml", 21, None),
+    ("gap", "DSV401", "error", "my.yaml", 4, None),
+    ("wrong-impl-module", "DSV406", "error", "my.yaml", 7, 9),   # at `defaults: impl`, once
+    ("capability-spelling", "DSV301", "error", "my.yaml", 22, 40),
+    ("unquoted-number", "DSV202", "error", "my.yaml", 22, 40),
+    ("duplicate-key", "DSV106", "error", "my.yaml", 22, 75),
+    ("hijacking-override", "DSV413", "warning", "defaults.yaml", 8, None),
+    ("wrong-field-type", "DSV201", "error", "my.yaml", 12, 15),
+    ("missing-field", "DSV204", "error", "my.yaml", 26, 13),
+])
+def test_each_mistake_is_one_finding_with_its_code_and_location(mistake, code, severity, file, line, column):
+    got = findings("--rules", f"{MISTAKES}/{mistake}")
+    assert got == [(code, severity, f"{MISTAKES}/{mistake}/{file}", line, column)]
+
+
+def test_the_clean_pack_is_clean():
+    assert findings("--rules", f"{MISTAKES}/clean") == []
+
+
+def test_a_hijacking_override_names_the_rule_an_input_it_lost_and_the_fix():
+    result = run("check", "--rules", f"{MISTAKES}/hijacking-override")
+    (line,) = [s for s in result.out.splitlines() if "DSV413" in s]
+    assert "rule my-default sends 460 inputs to MY_MLA_SPARSE, whose table rejects every one of them" in line
+    assert "platform=cuda capability=9.0 backend=<none>" in line
+    assert "which --attention-backend FLASHMLA_SPARSE_DSV4 serves with flashmla-" in line
+    assert line.endswith("narrow my-default's `when:` to the inputs MY_MLA_SPARSE serves, or drop its "
+                         "`override: true`")
+    assert result.rc == 1  # a warning is a finding
+
+
+def test_a_capability_in_a_query_spelling_names_the_declared_value():
+    result = run("check", "--rules", f"{MISTAKES}/capability-spelling")
+    assert ("'sm120' is not a declared value of 'capability'; rules write the declared value: '12.0' "
+            "(queries accept 'sm120' as a spelling of it)") in result.out
+
+
+def test_a_default_field_problem_is_reported_once_at_defaults(tmp_path):
+    pack = tmp_path / "bpt"
+    pack.mkdir()
+    (pack / "my.yaml").write_text(CLEAN.replace("bytes_per_token: 584", "bytes_per_token: 512"))
+    assert findings("--rules", str(pack)) == [("DSV408", "error", f"{pack}/my.yaml", 11, 20)]
+    out = run("check", "--rules", str(pack)).out
+    assert ("defaults: bytes_per_token 512 disagrees with layout fp8_ds_mla, which stores 584 bytes per token "
+            "(inherited by rules my-fp8-ds-mla, my-fp8)") in out
+
+
+def test_a_file_without_kind_is_one_finding_that_names_the_kind(tmp_path):
+    pack = tmp_path / "nokind"
+    pack.mkdir()
+    (pack / "my.yaml").write_text(CLEAN.replace("kind: backend\n", ""))
+    assert findings("--rules", str(pack)) == [("DSV204", "error", f"{pack}/my.yaml", 3, 1)]
+    assert "the file has no `kind:`; a rule file starts with `kind: backend`" in run(
+        "check", "--rules", str(pack)).out
+
+
+def test_a_tab_in_indentation_says_so(tmp_path):
+    pack = tmp_path / "tab"
+    pack.mkdir()
+    (pack / "my.yaml").write_text(CLEAN.replace("  - id: my-fp8\n", "\t- id: my-fp8\n"))
+    assert findings("--rules", str(pack)) == [("DSV102", "error", f"{pack}/my.yaml", 21, 1)]
+    assert "a tab character: YAML indents with spaces only; replace the tab with spaces" in run(
+        "check", "--rules", str(pack)).out
+
+
+def test_a_full_override_of_a_shipped_default_points_at_the_pack(tmp_path):
+    pack = tmp_path / "wide"
+    pack.mkdir()
+    (pack / "defaults.yaml").write_text(
+        "kind: default\nhit_policy: first\nrules:\n  - id: wide-default\n    override: true\n"
+        "    when: {model: deepseek_v4, platform: rocm}\n    use: FLASHMLA_SPARSE_DSV4\n")
+    assert findings("--rules", str(pack)) == [("DSV404", "error", f"{pack}/defaults.yaml", 4, None)]
+    out = run("check", "--rules", str(pack)).out
+    assert "rule default-rocm (rules/defaults.yaml:" in out
+    assert ("wide-default (" + f"{pack}/defaults.yaml:4) has `override: true` and takes every one of them: if "
+            "default-rocm should keep some, narrow wide-default's `when:`") in out
+    assert "give default-rocm `override: true`" not in out
+
+
+def test_explain_warns_when_the_selected_impl_cannot_be_imported():
+    args = ("explain", "--platform", "cuda", "--capability", "12.0", "--backend", "MY_MLA_SPARSE",
+            "--rules", f"{MISTAKES}/wrong-impl-module")
+    result = run(*args)
+    assert result.rc == 0
+    assert ("warning  the impl dsv4sel.kernels.refrence:DeepseekV4ReferenceSparseImpl cannot be imported here "
+            "(no module named 'dsv4sel.kernels.refrence'): loading it will fail; `dsv4sel check` reports this as "
+            "DSV406") in result.out
+    data = json.loads(run(*args, "--json").out)
+    assert [m["level"] for m in data["messages"]] == ["warning"]
+    # a module that is there: no warning
+    ok = json.loads(run("explain", "--platform", "cuda", "--capability", "12.0", "--backend", "MY_MLA_SPARSE",
+                        "--rules", f"{MISTAKES}/clean", "--json").out)
+    assert ok["messages"] == [] and ok["status"] == "selected"

@@ -1,0 +1,98 @@
+"""Issue 18.3, the operator's CLI: a mistyped flag, JSON errors, `version` in every --json
+document, openable paths, completion of values, wrapping, and exit 2 for rule files that do
+not load, from every command."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from _cli import REPO, run  # noqa: E402
+
+TYPO = "examples/mistakes/value-typo"
+
+
+@pytest.mark.parametrize("args, usage, message", [
+    (("explain", "--platfrom", "cuda"), "usage: dsv4sel explain", "--platfrom cuda; did you mean --platform?"),
+    (("check", "--formt", "json"), "usage: dsv4sel check", "--formt; did you mean --format?"),  # json: a PATH
+])
+def test_a_mistyped_flag_gets_the_subcommands_usage_and_the_nearest_flag(args, usage, message):
+    r = run(*args)
+    assert r.rc == 2
+    assert r.err.startswith(usage) and f"{usage[7:]}: error: unrecognized arguments: {message}" in r.err
+
+
+@pytest.mark.parametrize("command", [
+    ("explain", "--platform", "cuda"), ("test", "tests/decisions"), ("table",), ("doctor", "--platform", "cpu"),
+    ("check",)])
+def test_rule_files_that_do_not_load_exit_2_from_every_command(command):
+    r = run(*command, "--rules", TYPO)
+    assert r.rc == 2, r
+    assert "my.yaml:22:74" in r.out + r.err and "DSV301" in r.out + r.err
+
+
+def test_json_gets_a_json_error_document_on_exit_2():
+    r = run("explain", "--platform", "cuda", "--rules", TYPO, "--json")
+    assert r.rc == 2
+    doc = json.loads(r.out)
+    assert doc["version"] == 1 and doc["ok"] is False and doc["error"]["kind"] == "rules"
+    (p,) = doc["error"]["problems"]
+    assert (p["code"], p["line"], p["column"]) == ("DSV301", 22, 74)
+    assert os.path.isabs(p["path"]) and os.path.isfile(p["path"])
+    usage = run("explain", "--platfrom", "cuda", "--json")
+    assert usage.rc == 2 and json.loads(usage.out)["error"]["kind"] == "usage"
+
+
+@pytest.mark.parametrize("args", [
+    ("check", "--json"), ("explain", "--platform", "cuda", "--json"), ("test", "tests/decisions", "--json"),
+    ("table", "--format", "json"), ("doctor", "--platform", "cpu", "--json"),
+    ("diff", "rules", "rules", "--json")])
+def test_every_json_document_has_version(args):
+    assert json.loads(run(*args).out)["version"] == 1
+
+
+def test_json_locations_are_openable_from_any_directory(tmp_path):
+    doc = json.loads(run("explain", "--platform", "cuda", "--capability", "9.0", "--json", cwd=tmp_path).out)
+    assert doc["rule"]["file"] == "rules/flashmla.yaml"  # the short form stays
+    assert doc["rule"]["path"] == str(REPO / "rules" / "flashmla.yaml")
+    assert all(os.path.isfile(step["path"]) for step in doc["path"])
+
+
+def test_check_text_names_a_path_that_opens_from_here(tmp_path):
+    r = run("check", "--rules", str(REPO / TYPO), cwd=tmp_path)
+    assert f"{REPO / TYPO}/my.yaml:22:74: error DSV301" in r.out
+
+
+def test_completion_completes_values():
+    pytest.importorskip("shtab")
+    script = run("completion", "bash").out
+    assert "_shtab_dsv4sel_explain___platform_choices=(cuda rocm xpu cpu)" in script
+    assert "FLASHMLA_SPARSE_DSV4" in script.split("_shtab_dsv4sel_explain___backend_choices=(")[1].split(")")[0]
+    assert " fp8_e4m3 " in script.split("_shtab_dsv4sel_explain___kv_cache_dtype_choices=(")[1].split(")")[0]
+    # parsing is unchanged: a query spelling is still accepted
+    assert run("explain", "--platform", "cuda", "--capability", "sm90").rc == 0
+
+
+def test_wrapping_never_splits_a_word():
+    from dsv4sel.cli.render.text import wrap_line
+
+    word = "examples/mistakes/value-typo/my.yaml:22:74:"
+    lines = wrap_line(f"  x  {word} error DSV301 [vocabulary] 'fp8_e4m4' is not declared", 30)
+    assert any(word in line for line in lines)
+
+
+def test_a_gap_under_test_is_not_called_an_invalid_query(tmp_path):
+    rules = tmp_path / "gap"
+    rules.mkdir()
+    (rules / "my.yaml").write_text((REPO / "examples/mistakes/gap/my.yaml").read_text())
+    case = tmp_path / "t.yaml"
+    case.write_text("kind: tests\ncases:\n  - query: {platform: rocm, capability: gfx942, backend: MY_MLA_SPARSE}\n"
+                    "    expect: {backend: MY_MLA_SPARSE}\n")
+    r = run("test", str(case), "--rules", str(rules))
+    assert r.rc == 1
+    assert "an invalid query" not in r.out and "no rule" in r.out
