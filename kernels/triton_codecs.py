@@ -93,7 +93,8 @@ class _Launcher:
     def __init__(self, fn: Any) -> None:
         self.fn = fn
         self.compiled: dict[Any, Any] = {}
-        flags = [p.is_constexpr for p in fn.params]
+        consts = set(getattr(fn, "constexprs", None) or [p.num for p in fn.params if p.is_constexpr])
+        flags = [i in consts for i in range(len(fn.params))]
         # The constexprs are the kernel's last parameters: keyed by value, the others by _spec.
         self.cut = flags.index(True) if True in flags else len(flags)
         assert all(flags[self.cut:]), f"{fn}: constexpr parameters must come last"
@@ -179,7 +180,7 @@ def _elect(rows, ok, raw, s, slots, n, scratch, ELECT: tl.constexpr, DEDUP_N: tl
     elif ELECT == 2:
         winner = tl.load(scratch + s, mask=ok, other=-1)
         ok = ok & (winner == rows.to(tl.int32))
-        tl.store(scratch + s, tl.full(winner.shape, -1, tl.int32), mask=ok)
+        tl.store(scratch + s, tl.zeros_like(winner) - 1, mask=ok)
     return ok
 
 
