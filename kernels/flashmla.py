@@ -458,6 +458,12 @@ class DeepseekV4FlashMLASparseImpl(UsesFlashMLABuild, SparseMLAImpl):
             q_buf = torch.zeros((plan.batch, plan.seq_q, h_pad, 512), dtype=torch.bfloat16, device=plan.device)
             # The live heads' view, made once: run() copies q into it, its one extra launch.
             st["q_buf"], st["q_live"] = q_buf, q_buf.narrow(2, 0, h)
+            plan.query_buffer = st["q_live"]
+        # The outputs' views, as sizes and strides (the op returns contiguous out [b, s, h_pad, 512]
+        # and lse [b, h_pad, s]): one as_strided each, lse's transpose and the head cut included.
+        b, s_q = plan.batch, plan.seq_q
+        st["out_view"] = ((b, s_q, h, 512), (s_q * h_pad * 512, h_pad * 512, 512, 1))
+        st["lse_view"] = ((b, s_q, h), (h_pad * s_q, 1, s_q))
         st["meta"] = self._schedule(plan)
         st["op"] = self._direct_op(plan)
 
@@ -523,13 +529,15 @@ class DeepseekV4FlashMLASparseImpl(UsesFlashMLABuild, SparseMLAImpl):
     def run_library(self, plan: DecodePlan, q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any,
                     extra_indices: Any, attn_sink: Any) -> DecodeOutput:
         """One layer: the planned op (or interface) call. Per call this does only what depends on
-        the layer's tensors: q into the padded buffer (padded heads: the one extra launch), the
+        the layer's tensors: q into the padded buffer (padded heads: the one extra launch, none
+        when ``q`` is the plan's ``query_buffer``), the
         memoized page views, int32 / float32 conversions the caller's tensors need, and views of
         the outputs (no copy)."""
         st, h = plan.state, plan.heads
         padded = st["padded"]
         if padded:
-            st["q_live"].copy_(q)
+            if q is not st["q_live"]:  # the caller did not write q into plan.query_buffer
+                st["q_live"].copy_(q)
             q_in = st["q_buf"]
         elif q.dtype is _BF16 and q.is_contiguous():
             q_in = q
@@ -564,9 +572,10 @@ class DeepseekV4FlashMLASparseImpl(UsesFlashMLABuild, SparseMLAImpl):
         else:
             out, lse = st["call"](q_in, pages, None, None, 512, st["meta"], indices=idx, attn_sink=sink,
                                   extra_k_cache=extra_pages, extra_indices_in_kvcache=extra_idx)
+        lse = lse.as_strided(*st["lse_view"]) if lse.is_contiguous() else lse.transpose(1, 2).narrow(2, 0, h)
         if padded:
-            return DecodeOutput(out.narrow(2, 0, h), lse.transpose(1, 2).narrow(2, 0, h))
-        return DecodeOutput(out, lse.transpose(1, 2))
+            out = out.as_strided(*st["out_view"]) if out.is_contiguous() else out.narrow(2, 0, h)
+        return DecodeOutput(out, lse)
 
     def _padded_sink(self, sink: Any, h_pad: int, device: Any) -> Any:
         """``sink`` as float32 ``[h_pad]`` (padded heads 0), made once per sink tensor and version.

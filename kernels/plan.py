@@ -73,7 +73,11 @@ class DecodePlan:
     is the kernel module, or None when the plan runs the torch reference
     (``fallback="reference"``). ``state`` holds what the impl's
     ``plan_library`` prepared (scheduler metadata, buffers); ``run_library``
-    reads it.
+    reads it. ``query_buffer``: where the kernel takes more heads than the
+    plan's (padded heads), the ``[batch, seq_q, heads, 512]`` view of the plan's
+    padded query buffer; a caller that writes ``q`` there (e.g. as the ``out=``
+    of its projection) and passes that view as ``q`` saves ``run`` its one copy.
+    None where nothing is padded.
     """
 
     impl_name: str
@@ -99,6 +103,7 @@ class DecodePlan:
         self.indices_shape = (self.batch, self.seq_q, self.topk)
         self.extra_indices_shape = None if self.extra_topk is None else (self.batch, self.seq_q, self.extra_topk)
         self.sink_shape = (self.heads,)
+        self.query_buffer: "torch.Tensor | None" = None
 
 
 def check_positive_int(name: str, value: Any) -> None:

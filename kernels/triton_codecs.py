@@ -16,9 +16,9 @@ Write semantics (shared with the torch path):
   (the caller promises no duplicates, as vLLM's slot mappings are), the write
   elects, per slot, the last row naming it: for up to :data:`DEDUP_MAX` rows
   inside the write kernel itself (each program compares its rows' slots with
-  every later row's: no extra launch), above that with one extra launch that
-  takes an atomic max of the row index per slot in a scratch array of the cache
-  (4 bytes per token, kept at -1 between calls: the winner puts -1 back);
+  every later row's: no extra launch), above that with two small extra launches
+  around the write: an atomic max of the row index per slot in a scratch array
+  of the cache (4 bytes per token, -1 between calls), and its reset to -1;
 * the fp8_ds_mla pad byte is written as 0; page padding is never touched.
 
 Read: a negative or out-of-range slot reads a zero row (out-of-range ones are
@@ -93,6 +93,7 @@ class _Launcher:
     def __init__(self, fn: Any) -> None:
         self.fn = fn
         self.compiled: dict[Any, Any] = {}
+        self.calls, self.hooked = 255, True  # the first call looks the hooks up
         consts = set(getattr(fn, "constexprs", None) or [p.num for p in fn.params if p.is_constexpr])
         flags = [i in consts for i in range(len(fn.params))]
         # The constexprs are the kernel's last parameters: keyed by value, the others by _spec.
@@ -107,7 +108,10 @@ class _Launcher:
         cut = self.cut
         key = (device, num_warps, *map(_spec, args[:cut]), *args[cut:])
         kernel = self.compiled.get(key)
-        if kernel is not None and _hooks_off():
+        self.calls += 1
+        if not self.calls & 255:
+            self.hooked = not _hooks_off()
+        if kernel is not None and not self.hooked:
             try:
                 kernel.run(grid0, 1, 1, _stream(device), kernel.function, kernel.packed_metadata, None, None, None,
                            *args)
@@ -170,8 +174,8 @@ def _elect(rows, ok, raw, s, slots, n, scratch, ELECT: tl.constexpr, DEDUP_N: tl
 
     ELECT 0: the caller promised unique slots. 1: compare with every later row's slot
     (n <= DEDUP_N, the slots fit one block). 2: the scratch array holds, per slot, the
-    largest row index naming it (``_claim``); the winner puts -1 back, so a loser reads
-    either the winner's index or -1, never its own."""
+    largest row index naming it (``_claim``, launched before); ``_unclaim``, launched
+    after, puts -1 back."""
     if ELECT == 1:
         cols = tl.arange(0, DEDUP_N)
         others = tl.load(slots + cols, mask=cols < n, other=-1).to(tl.int64)
@@ -180,7 +184,6 @@ def _elect(rows, ok, raw, s, slots, n, scratch, ELECT: tl.constexpr, DEDUP_N: tl
     elif ELECT == 2:
         winner = tl.load(scratch + s, mask=ok, other=-1)
         ok = ok & (winner == rows.to(tl.int32))
-        tl.store(scratch + s, tl.zeros_like(winner) - 1, mask=ok)
     return ok
 
 
@@ -190,6 +193,14 @@ def _claim(scratch, slots, n, capacity, BLOCK: tl.constexpr):
     raw = tl.load(slots + rows, mask=rows < n, other=-1).to(tl.int64)
     ok = (rows < n) & (raw >= 0) & (raw < capacity)
     tl.atomic_max(scratch + tl.where(ok, raw, 0), rows.to(tl.int32), mask=ok, sem="relaxed")
+
+
+@triton.jit
+def _unclaim(scratch, slots, n, capacity, BLOCK: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    raw = tl.load(slots + rows, mask=rows < n, other=-1).to(tl.int64)
+    ok = (rows < n) & (raw >= 0) & (raw < capacity)
+    tl.store(scratch + tl.where(ok, raw, 0), tl.full((BLOCK,), -1, tl.int32), mask=ok)
 
 
 @triton.jit
@@ -298,6 +309,7 @@ _read_ds = _Launcher(_read_fp8_ds_mla_kernel)
 _write_rows = _Launcher(_write_row_kernel)
 _read_rows = _Launcher(_read_row_kernel)
 _claims = _Launcher(_claim)
+_unclaims = _Launcher(_unclaim)
 
 
 # -- host side ----------------------------------------------------------------
@@ -351,6 +363,8 @@ def write_fp8_ds_mla(cache: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor,
     tokens, warps = _DSMLA_WRITE
     _write_ds(triton.cdiv(n, tokens), kv, kv.stride(0), slots, scratch, status, u8, f8, bf16, n, capacity,
               block_size, page_bytes, check, elect, dedup_n, tokens, num_warps=warps)
+    if elect == 2:
+        _unclaims(triton.cdiv(n, _CLAIM_BLOCK), scratch, slots, n, capacity, _CLAIM_BLOCK, num_warps=4)
 
 
 def read_fp8_ds_mla(cache: torch.Tensor, slots: torch.Tensor, block_size: int, check: bool = True) -> torch.Tensor:
@@ -382,6 +396,8 @@ def write_row(cache: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor, scale:
     _write_rows(triton.cdiv(n, _WRITE_TOKENS), kv, kv.stride(0), slots, scratch, status, cache, n, capacity,
                 float(scale or 1.0), fp8, fp8 and float(scale) != 1.0, check, elect, dedup_n, _WRITE_TOKENS,
                 num_warps=_WRITE_WARPS)
+    if elect == 2:
+        _unclaims(triton.cdiv(n, _CLAIM_BLOCK), scratch, slots, n, capacity, _CLAIM_BLOCK, num_warps=4)
 
 
 def read_row(cache: torch.Tensor, slots: torch.Tensor, scale: float | None, check: bool = True) -> torch.Tensor:

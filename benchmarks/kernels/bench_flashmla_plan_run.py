@@ -140,7 +140,13 @@ def bench_shape(batch, heads, args, device):
         "plan": lambda i: impl.plan(batch=batch, heads=heads, topk=WINDOW, extra_topk=TOPK, softmax_scale=scale,
                                     topk_length=topk_length, extra_topk_length=extra_topk_length),
     }
-    graphs = {name: graphed(variants[name], args.calls) for name in ("raw", "run")}
+    graphed_names = ["raw", "run"]
+    if plan.query_buffer is not None:  # padded heads: q written straight into the plan's buffer
+        qbuf = plan.query_buffer
+        variants["run, q in plan.query_buffer"] = lambda i: impl.run(**{**layers[i % len(layers)], "q": qbuf},
+                                                                    plan=plan)
+        graphed_names.append("run, q in plan.query_buffer")
+    graphs = {name: graphed(variants[name], args.calls) for name in graphed_names}
     plan_calls = max(3, args.calls // 10)
     eager_t = {name: [] for name in variants}
     graph_t = {name: [] for name in graphs}

@@ -48,6 +48,9 @@ def flashmla_rows(args):
                     "forward_decode_ratio": by["forward_decode (again, same shapes)"]["eager_ratio"],
                     "run_eager_ratio": by["run"]["eager_ratio"], "raw_graph_us": raw["graph_us"],
                     "run_graph_ratio": by["run"]["graph_ratio"], "plan_us": by["plan"]["eager_us"]})
+        zero = by.get("run, q in plan.query_buffer")
+        out[-1]["run_qbuf_eager_ratio"] = zero["eager_ratio"] if zero else ""
+        out[-1]["run_qbuf_graph_ratio"] = zero["graph_ratio"] if zero else ""
     return out, checks
 
 
@@ -130,7 +133,9 @@ def main() -> None:
         print(markdown(fm, [("b", "b"), ("h", "h"), ("raw_eager_us", "raw eager µs"),
                             ("forward_decode_ratio", "forward_decode again / raw"),
                             ("run_eager_ratio", "run / raw, eager"), ("raw_graph_us", "raw graph µs"),
-                            ("run_graph_ratio", "run / raw, graph"), ("plan_us", "plan µs")]))
+                            ("run_graph_ratio", "run / raw, graph"),
+                            ("run_qbuf_eager_ratio", "run, q in query_buffer / raw, eager"),
+                            ("run_qbuf_graph_ratio", "… graph"), ("plan_us", "plan µs")]))
         print("bitwise: " + ", ".join(f"b={c['batch']} h={c['heads']}: {c['run_and_forward_decode_equal_raw_bitwise']}"
                                       for c in checks))
         payload.update(flashmla=fm, checks=checks)

@@ -486,10 +486,17 @@ def test_flashmla_plan_once_then_run_every_layer(fake_flash_mla, gen, heads) -> 
         sinks = [r["attn_sink"] for r in _fake_flash_mla_call.calls[1:]]
         assert [t.data_ptr() for t in sinks[:3]] == [t.data_ptr() for t in sinks[3:]], "a sink is padded once"
         assert all(t.shape == (64,) and not t[16:].any() for t in sinks)
+        # q written into the plan's query buffer: run copies nothing and decodes the same
+        plan.query_buffer.copy_(layers[1]["q"])
+        got = impl.run(**{**layers[1], "q": plan.query_buffer})
+        assert _fake_flash_mla_call.calls[-1]["q"].data_ptr() == plan.query_buffer.data_ptr()
+        torch.testing.assert_close(got.out.float(), _reference(layers[1], topk_length, extra_topk_length)[0],
+                                   atol=1e-2, rtol=1e-2)
         layers[0]["attn_sink"].add_(1.0)  # changed in place: padded again, with the new values
         impl.run(**layers[0])
         assert torch.equal(_fake_flash_mla_call.calls[-1]["attn_sink"][:16], layers[0]["attn_sink"].float())
     else:  # nothing to pad: the layer's own tensors go straight to the kernel
+        assert plan.query_buffer is None
         assert all(r["q"] is layer["q"] and r["indices"] is layer["indices"] for r, layer in zip(runs, layers))
 
 

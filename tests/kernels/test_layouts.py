@@ -393,7 +393,7 @@ def test_slots_past_the_cache_are_reported_and_skipped_and_negative_slots_skippe
                     layout.read(cache, torch.tensor([bad], device=device), backend=backend)
                 continue
             # CUDA: no host sync in the call; the device's status reports it when asked
-            layout.write(cache, kv, torch.tensor([3, bad], device=device), backend=backend)
+            layout.write(cache, kv.expand(2, 512), torch.tensor([3, bad], device=device), backend=backend)
             assert not layout.read(cache, torch.tensor([bad], device=device), backend=backend).any()
             with pytest.raises(SlotRangeError, match=f"slots must be below 8 .*2 slot.*the largest {bad}") as err:
                 raise_slot_errors(device)
