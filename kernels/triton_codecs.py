@@ -94,6 +94,7 @@ class _Launcher:
         self.fn = fn
         self.compiled: dict[Any, Any] = {}
         self.calls, self.hooked = 255, True  # the first call looks the hooks up
+        self.fast = 0  # launches that took the cached path (the benchmark reports it)
         consts = set(getattr(fn, "constexprs", None) or [p.num for p in fn.params if p.is_constexpr])
         flags = [i in consts for i in range(len(fn.params))]
         # The constexprs are the kernel's last parameters: keyed by value, the others by _spec.
@@ -115,9 +116,11 @@ class _Launcher:
             try:
                 kernel.run(grid0, 1, 1, _stream(device), kernel.function, kernel.packed_metadata, None, None, None,
                            *args)
+                self.fast += 1
                 return
-            except TypeError:  # this Triton's launcher takes other arguments: use Triton's path from now on
+            except TypeError as exc:  # this Triton's launcher takes other arguments: Triton's path from now on
                 _FAST[0] = False
+                _FAST.append(f"disabled: {exc}")
         kernel = self.fn[(grid0,)](*args, num_warps=num_warps)
         if kernel is not None and all(hasattr(kernel, a) for a in ("run", "function", "packed_metadata")):
             self.compiled[key] = kernel

@@ -90,12 +90,13 @@ def step_rows(args):
         kv = torch.randn(64, 512, generator=gen).to(torch.bfloat16).cuda()
         slots = torch.randperm(1 << 20, generator=gen)[:64].cuda()
         row = {"codec": name}
+        default = triton_codecs._FAST[0]
         for launcher in ("cached", "triton"):
             triton_codecs._FAST[0] = launcher == "cached"
             for key, fn in (("default", lambda: layout.write(cache, kv, slots)),
                             ("unchecked", lambda: layout.write(cache, kv, slots, check=False, unique=True))):
                 row[f"{key} eager µs ({launcher} launcher)"] = timed(fn, 20, args.reps) * 1e6
-        triton_codecs._FAST[0] = True
+        triton_codecs._FAST[0] = default
         graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
         layout.write(cache, kv, slots)
         stream.wait_stream(torch.cuda.current_stream())
@@ -147,10 +148,10 @@ def main() -> None:
     steps = step_rows(args)
     print("# a decode step's cache write: 64 tokens, µs per call")
     print(markdown(steps, [(k, k) for k in steps[0]]))
-    kept = {name: len(launcher.compiled) for name, launcher in (
+    kept = {name: (len(launcher.compiled), launcher.fast) for name, launcher in (
         ("write fp8_ds_mla", triton_codecs._write_ds), ("read fp8_ds_mla", triton_codecs._read_ds),
         ("write rows", triton_codecs._write_rows), ("read rows", triton_codecs._read_rows))}
-    print(f"# cached launcher: enabled {triton_codecs._FAST[0]}, compiled variants kept {kept}")
+    print(f"# cached launcher: {triton_codecs._FAST}, (compiled variants kept, cached launches) {kept}")
     payload.update(codecs=codecs, step=steps, launcher={"enabled": triton_codecs._FAST[0], "kept": kept})
     dump(args.json, payload)
 

@@ -579,7 +579,7 @@ def test_small_writes_and_reads_are_byte_exact_through_either_launcher(name, lau
     _fused_or_skip()
     from dsv4sel.kernels import triton_codecs
 
-    monkeypatch.setitem(triton_codecs._FAST, 0, launcher == "cached")
+    monkeypatch.setattr(triton_codecs, "_FAST", [launcher == "cached"])
     layout = get_layout(name)
     for n in (1, 17, 64, 200, 1, 64):
         fused, ref = (layout.allocate(8, 64, device="cuda") for _ in range(2))
