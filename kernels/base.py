@@ -33,23 +33,12 @@ Outputs follow :mod:`dsv4sel.kernels.reference`: ``out`` bf16
 ``[b, s_q, h, 512]``; ``lse`` float32 ``[b, s_q, h]`` (natural log, no sink,
 ``+inf`` for rows with no token) or ``None`` where the library does not return it.
 
-The extension API, what an impl writes (:data:`~dsv4sel.kernels.availability.HOOKS`):
-
-* required: ``import_library(cls)`` (classmethod: import and return the kernel
-  module) and ``run_library(self, plan, q, kv_cache, indices, extra_kv_cache,
-  extra_indices, attn_sink) -> DecodeOutput`` (call the kernel; ``plan.library``
-  is the imported module, ``plan.state`` what ``plan_library`` stored);
-* optional: ``plan_library(self, plan)`` (once per plan: buffers, metadata into
-  ``plan.state``), ``replan_library(self, plan)`` (after ``replan`` copied new
-  lengths; default: ``plan_library`` again), ``library_missing_reason(cls, exc)``
-  (what to install), ``entry_point_reason(cls, module, capability)``,
-  ``target_reason(cls, platform, capability)`` (default: read ``targets``),
-  ``library_label(cls, module)``.
-
-A class missing a required hook is a TypeError when it is defined (naming the
-method to write), unless declared ``abstract=True``; so is a class defining a
-method under an old name the base class never calls (``_forward_library``,
-``_run_library``, ...). ``docs/kernels.md`` ("Writing an impl") shows one.
+The extension API, what an impl writes (:data:`~dsv4sel.kernels.availability.HOOKS`; docs/kernels.md,
+"Writing an impl"): required ``import_library(cls)`` and ``run_library(self, plan, q, kv_cache,
+indices, extra_kv_cache, extra_indices, attn_sink) -> DecodeOutput``; optional ``plan_library``,
+``replan_library``, ``library_missing_reason``, ``entry_point_reason``, ``target_reason``,
+``library_label``. A class missing a required hook, or defining one under an old name the base
+class never calls (``_forward_library``, ...), is a TypeError when it is defined.
 
 This module imports neither torch nor a kernel library.
 """
@@ -63,7 +52,7 @@ from .decode import check_decode_args
 from .errors import KernelUnavailableError, UnknownLayoutError, UnsupportedLayoutError
 from .layouts import Fp8E4m3RowLayout, KVCacheLayout, get_layout
 from .plan import (DecodeInputs, DecodeOutput, DecodePlan, check_plan_args, import_attr_module,  # noqa: F401
-                   pad_heads, padded_heads)
+                   memo_view, pad_heads, padded_heads)
 from .platform import PLATFORMS, Capability, device_target, parse_capability
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -202,20 +191,15 @@ class SparseMLAImpl(ImplClass, abstract=True):
     ) -> DecodeOutput:
         """Sparse decode over the cache slots in ``indices`` (and ``extra_indices``), in one call.
 
-        Argument meanings are those of :func:`dsv4sel.kernels.reference.sparse_mla_decode`
-        (``extra_kv_cache`` there is ``extra_cache``); ``seq_lens`` (int ``[b]``,
-        tokens in each request's sequence) is needed only by FlashInfer on SM10x.
+        Arguments: those of :func:`dsv4sel.kernels.reference.sparse_mla_decode` (``extra_cache``
+        there); ``seq_lens`` (int ``[b]``) is needed only by FlashInfer on SM10x.
 
-        This is :meth:`plan` then :meth:`run`, with the plan kept: a later call
-        with the same shapes, dtypes, ``softmax_scale``, device and the same
-        length tensors (the same objects, not changed in place by a torch op
-        since) runs with it, so that call costs what :meth:`run` costs. Lengths
-        with new values in new tensors make a new plan (the last
-        :data:`FORWARD_PLANS` are kept). A length tensor whose values a non-torch
-        writer changed in place (a custom kernel, a DLPack peer) is not noticed:
-        pass a new tensor, or use :meth:`plan` / :meth:`replan` / :meth:`run`,
-        which is also what a serving engine wants (one plan per step, shared by
-        every layer, and capturable in a CUDA graph).
+        :meth:`plan` then :meth:`run`, with the plan kept: a later call with the same shapes,
+        dtypes, ``softmax_scale``, device and length tensors (the same objects, not changed in
+        place by a torch op since: their version counter is in the key) reuses it and costs what
+        :meth:`run` costs; the last :data:`FORWARD_PLANS` are kept. Lengths changed in place by a
+        non-torch writer (a custom kernel, a DLPack peer) are not noticed: pass a new tensor, or
+        use :meth:`plan` / :meth:`replan` / :meth:`run`, as a serving engine does.
         """
         key = (q.shape, q.dtype, q.device, indices.shape, indices.dtype, kv_cache.shape[1:], softmax_scale,
                _length_key(topk_length), _length_key(extra_topk_length), _length_key(seq_lens),
@@ -465,17 +449,5 @@ class SparseMLAImpl(ImplClass, abstract=True):
         return DecodeOutput(out.to(torch.bfloat16), lse)
 
     def _cached_view(self, cache: "torch.Tensor", make: Any) -> Any:
-        """``make(cache)`` memoized per cache tensor (per impl, at most 16 entries).
-
-        Views of the same cache are then built once, not on every run. The key is the
-        tensor's identity (the memo holds the tensor, so the id cannot be reused), checked
-        against its data pointer and shape in case it was re-pointed (``set_``, ``resize_``).
-        """
-        hit = self._views.get(id(cache))
-        if hit is not None and hit[1] == cache.data_ptr() and hit[2] == cache.shape:
-            return hit[3]
-        view = make(cache)
-        if len(self._views) >= 16:
-            self._views.clear()
-        self._views[id(cache)] = (cache, cache.data_ptr(), cache.shape, view)
-        return view
+        """``make(cache)`` made once per cache tensor (:func:`~dsv4sel.kernels.plan.memo_view`)."""
+        return memo_view(self._views, cache, make)

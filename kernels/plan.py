@@ -24,6 +24,7 @@ __all__ = [
     "check_plan_args",
     "check_positive_int",
     "import_attr_module",
+    "memo_view",
     "pad_heads",
     "padded_heads",
 ]
@@ -141,6 +142,22 @@ def check_plan_args(*, batch: Any, heads: Any, topk: Any, seq_q: Any, extra_topk
     if extra_block_size is not None:
         check_positive_int("extra_block_size", extra_block_size)
     return torch.device(device)
+
+
+def memo_view(memo: dict, cache: "torch.Tensor", make: Any) -> Any:
+    """``make(cache)`` memoized in ``memo`` per cache tensor (at most 16 entries).
+
+    The key is the tensor's identity (the memo holds the tensor, so the id cannot be reused),
+    checked against its data pointer and shape in case it was re-pointed (``set_``, ``resize_``).
+    """
+    hit = memo.get(id(cache))
+    if hit is not None and hit[1] == cache.data_ptr() and hit[2] == cache.shape:
+        return hit[3]
+    view = make(cache)
+    if len(memo) >= 16:
+        memo.clear()
+    memo[id(cache)] = (cache, cache.data_ptr(), cache.shape, view)
+    return view
 
 
 def import_attr_module(*candidates: str, attr: str) -> Any:
