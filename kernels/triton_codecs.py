@@ -93,7 +93,7 @@ class _Launcher:
     def __init__(self, fn: Any) -> None:
         self.fn = fn
         self.compiled: dict[Any, Any] = {}
-        self.calls, self.hooked = 255, True  # the first call looks the hooks up
+        self.calls, self.hooks = 255, (None, None)  # the first call looks the hooks up
         self.fast = 0  # launches that took the cached path (the benchmark reports it)
         consts = set(getattr(fn, "constexprs", None) or [p.num for p in fn.params if p.is_constexpr])
         flags = [i in consts for i in range(len(fn.params))]
@@ -110,12 +110,14 @@ class _Launcher:
         key = (device, num_warps, *map(_spec, args[:cut]), *args[cut:])
         kernel = self.compiled.get(key)
         self.calls += 1
-        if not self.calls & 255:
-            self.hooked = not _hooks_off()
-        if kernel is not None and not self.hooked:
+        if not self.calls & 255:  # Triton's launch hooks, as its own launch passes them
+            self.hooks = _hooks()
+        if kernel is not None:
+            enter, leave = self.hooks
+            stream = _stream(device)
+            meta = None if enter is None else kernel.launch_metadata((grid0, 1, 1), stream, *args)
             try:
-                kernel.run(grid0, 1, 1, _stream(device), kernel.function, kernel.packed_metadata, None, None, None,
-                           *args)
+                kernel.run(grid0, 1, 1, stream, kernel.function, kernel.packed_metadata, meta, enter, leave, *args)
                 self.fast += 1
                 return
             except TypeError as exc:  # this Triton's launcher takes other arguments: Triton's path from now on
@@ -128,7 +130,7 @@ class _Launcher:
 
 def _fast_launch_setup() -> list:
     """[enabled], plus the device / stream / hook lookups the fast path uses."""
-    global _current_device, _stream, _hooks_off
+    global _current_device, _stream, _hooks
     try:
         from triton import knobs
         from triton.runtime import driver
@@ -137,8 +139,8 @@ def _fast_launch_setup() -> list:
         _current_device, _stream = active.get_current_device, active.get_current_stream
         runtime = knobs.runtime
 
-        def _hooks_off() -> bool:
-            return runtime.launch_enter_hook is None and runtime.launch_exit_hook is None
+        def _hooks() -> tuple:
+            return runtime.launch_enter_hook, runtime.launch_exit_hook
 
         enabled = os.environ.get(LAUNCHER_ENV, "").strip().lower() != "triton"
     except Exception:  # an older Triton: its own launch path only
@@ -146,7 +148,7 @@ def _fast_launch_setup() -> list:
     return [enabled]
 
 
-_current_device = _stream = _hooks_off = None  # set by _fast_launch_setup
+_current_device = _stream = _hooks = None  # set by _fast_launch_setup
 _FAST = _fast_launch_setup()
 
 
