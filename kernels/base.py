@@ -1,7 +1,7 @@
 """The shared contract of the DeepSeek-V4 / V4.1 sparse-MLA attention impls.
 
-Every impl (FlashMLA, FlashInfer, AITER, torch reference, the V4.1 impls) is a
-:class:`SparseMLAImpl`:
+Every impl (FlashMLA, FlashInfer, AITER, torch reference, the V4.1 impls, a rule
+pack's) is a :class:`SparseMLAImpl`. What a caller uses:
 
 * ``is_available(platform=None, capability=None) -> (bool, reason)``:
   a classmethod that never raises. ``None`` means "detect this machine".
@@ -20,31 +20,40 @@ Every impl (FlashMLA, FlashInfer, AITER, torch reference, the V4.1 impls) is a
   buffers, int32 lengths); ``run`` launches the kernel for one layer and is
   safe to capture in a CUDA graph; ``replan`` refreshes a plan's lengths in
   place between graph replays.
-* ``forward_decode(q, kv_cache, indices, *, softmax_scale, ...) -> DecodeOutput``
-  is ``plan`` + ``run`` in one call: it runs the library kernel. When the library is missing or the device is
-  wrong it raises :class:`KernelUnavailableError`, unless the impl was built
-  with ``fallback="reference"``, the explicit opt-in to the torch reference.
-  The reference reads only layouts with a codec (``layout.has_codec``); for
-  the DeepSeek-V4.1 records the error is raised even with that opt-in.
+* ``forward_decode(q, kv_cache, indices, *, softmax_scale, ...) -> DecodeOutput``:
+  one call that plans (or reuses the plan it made for the same shapes and the
+  same, unmodified length tensors) and runs. When the library is missing or
+  the device is wrong it raises :class:`KernelUnavailableError`, unless the impl
+  was built with ``fallback="reference"``, the explicit opt-in to the torch
+  reference. The reference reads only layouts with a codec
+  (``layout.has_codec``); for the DeepSeek-V4.1 records the error is raised
+  even with that opt-in.
 
 Outputs follow :mod:`dsv4sel.kernels.reference`: ``out`` bf16
 ``[b, s_q, h, 512]``; ``lse`` float32 ``[b, s_q, h]`` (natural log, no sink,
 ``+inf`` for rows with no token) or ``None`` where the library does not return it.
+
+The extension API, what an impl writes (:data:`~dsv4sel.kernels.availability.HOOKS`; docs/kernels.md,
+"Writing an impl"): required ``import_library(cls)`` and ``run_library(self, plan, q, kv_cache,
+indices, extra_kv_cache, extra_indices, attn_sink) -> DecodeOutput``; optional ``plan_library``,
+``replan_library``, ``library_missing_reason``, ``entry_point_reason``, ``target_reason``,
+``library_label``. A class missing a required hook, or defining one under an old name the base
+class never calls (``_forward_library``, ...), is a TypeError when it is defined.
 
 This module imports neither torch nor a kernel library.
 """
 
 from __future__ import annotations
 
-import importlib
-import dataclasses
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from .decode import is_int_tensor, check_decode_args
+from .availability import HOOKS, REQUIRED_HOOKS, ImplClass, missing_hooks
+from .decode import check_decode_args
 from .errors import KernelUnavailableError, UnknownLayoutError, UnsupportedLayoutError
-from .layouts import HEAD_DIM, Fp8E4m3RowLayout, KVCacheLayout, get_layout
-from .platform import PLATFORMS, Capability, detect_platform, device_target, format_capability, parse_capability
+from .layouts import Fp8E4m3RowLayout, KVCacheLayout, get_layout
+from .plan import (DecodeInputs, DecodeOutput, DecodePlan, check_plan_args, import_attr_module,  # noqa: F401
+                   memo_view, pad_heads, padded_heads)
+from .platform import PLATFORMS, Capability, device_target, parse_capability
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -58,44 +67,14 @@ __all__ = [
     "UnknownLayoutError",
     "UnsupportedLayoutError",
     "FALLBACKS",
+    "HOOKS",
+    "REQUIRED_HOOKS",
+    "missing_hooks",
 ]
 
 FALLBACKS: frozenset[str] = frozenset({"error", "reference"})
-
-
-class DecodeOutput(NamedTuple):
-    """What ``forward_decode`` returns."""
-
-    out: "torch.Tensor"
-    lse: "torch.Tensor | None"
-
-
-@dataclass(frozen=True, eq=False)  # holds tensors: identity, not value, equality
-class DecodeInputs:
-    """The arguments of one ``forward_decode`` call, validated for shape."""
-
-    q: "torch.Tensor"
-    kv_cache: "torch.Tensor"
-    indices: "torch.Tensor"
-    softmax_scale: float
-    attn_sink: "torch.Tensor | None" = None
-    topk_length: "torch.Tensor | None" = None
-    extra_kv_cache: "torch.Tensor | None" = None
-    extra_indices: "torch.Tensor | None" = None
-    extra_topk_length: "torch.Tensor | None" = None
-    seq_lens: "torch.Tensor | None" = None
-
-    @property
-    def batch(self) -> int:
-        return int(self.q.shape[0])
-
-    @property
-    def seq_q(self) -> int:
-        return int(self.q.shape[1])
-
-    @property
-    def heads(self) -> int:
-        return int(self.q.shape[2])
+#: forward_decode keeps at most this many plans per impl (the oldest goes first).
+FORWARD_PLANS = 8
 
 
 def _validate(inputs: DecodeInputs) -> None:
@@ -105,35 +84,21 @@ def _validate(inputs: DecodeInputs) -> None:
                       extra_cache_name="extra_kv_cache")
 
 
-#: How the "cannot run here" reasons name each platform's hardware and its capability.
-_PLATFORM_HARDWARE = {"cuda": "NVIDIA GPUs", "rocm": "AMD GPUs", "xpu": "Intel GPUs"}
-_CAPABILITY_WORDS = {"cuda": "CUDA compute capability", "rocm": "ROCm GPU architecture"}
+def _length_key(t: Any) -> Any:
+    """A length tensor as a plan key: its identity and torch's version counter (bumped by every
+    in-place torch op), so an edited tensor is a new key. The memo holds the tensor, so its id
+    cannot be reused while the key lives."""
+    return None if t is None else (id(t), t._version)
 
 
-class SparseMLAImpl:
-    """Base class: availability, construction, cache helpers, and dispatch.
+class SparseMLAImpl(ImplClass, abstract=True):
+    """Base class: availability, construction, cache helpers, plan / run / forward_decode.
 
-    Subclasses set the class attributes (``targets`` says where the kernel
-    runs, read by :meth:`_target_reason`) and implement ``_import_library``,
-    ``_library_missing_reason`` (+ optionally ``_entry_point_reason``),
-    ``_plan_library`` (optional) and ``_run_library``.
+    Subclasses set the class attributes (``targets`` says where the kernel runs,
+    read by :meth:`target_reason`) and write the hooks of the extension API
+    (module docstring; :data:`~dsv4sel.kernels.availability.HOOKS`): at least
+    ``import_library`` and ``run_library``.
     """
-
-    impl_name: ClassVar[str] = "SparseMLAImpl"
-    #: The importable module the impl calls (for messages).
-    library_name: ClassVar[str] = ""
-    #: Layout names the impl can read on at least one GPU generation.
-    supported_layouts: ClassVar[frozenset[str]] = frozenset()
-    #: Where the kernel runs: platform -> the GPU generations it is built for,
-    #: each a major (``9`` is every SM9x) or an exact ``(major, minor)``
-    #: (``(9, 4)`` is gfx942). None: every platform and capability torch runs on.
-    targets: ClassVar[Mapping[str, frozenset] | None] = None
-    #: The kernel as the "cannot run here" reasons name it, e.g. "FlashMLA sparse decode".
-    kernel_label: ClassVar[str] = ""
-    #: What the kernel needs, completing "<kernel_label> ...", e.g. "is built for SM90 and SM100".
-    built_for: ClassVar[str] = ""
-    #: Added after "this GPU is X.Y" on a GPU it is not built for, e.g. " (on SM90 use FlashMLA)".
-    other_gpu_hint: ClassVar[str] = ""
 
     def __init__(
         self,
@@ -181,82 +146,10 @@ class SparseMLAImpl:
         self._fallback_logged = False
         self._current_plan: DecodePlan | None = None
         self._views: dict[Any, Any] = {}
+        self._forward_plans: dict[Any, tuple[DecodePlan, tuple]] = {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(layout={self.layout.name!r}, block_size={self.block_size}, fallback={self.fallback!r})"
-
-    # -- availability ----------------------------------------------------
-    @classmethod
-    def _target_reason(cls, platform: str, capability: Capability | None) -> str | None:
-        """Why the impl cannot run on this target, or None if it can: read from
-        :attr:`targets` (a subclass may override it for a rule no table says)."""
-        if cls.targets is None:
-            return None
-        if platform not in cls.targets:
-            where = ", ".join(f"{_PLATFORM_HARDWARE.get(p, p)} (platform {p})" for p in cls.targets)
-            return f"{cls.kernel_label} runs on {where}, not {platform}"
-        if capability is None:
-            return f"no {_CAPABILITY_WORDS.get(platform, platform + ' capability')} known; {cls.kernel_label} {cls.built_for}"
-        generations = cls.targets[platform]
-        if capability[0] not in generations and tuple(capability) not in generations:
-            return f"{cls.kernel_label} {cls.built_for}; this GPU is {format_capability(capability)}{cls.other_gpu_hint}"
-        return None
-
-    @classmethod
-    def _import_library(cls) -> Any:
-        """Import and return the kernel entry point's module (may raise anything)."""
-        raise NotImplementedError
-
-    @classmethod
-    def _library_missing_reason(cls, exc: BaseException) -> str:
-        """The message for a failed import: what to install."""
-        raise NotImplementedError
-
-    @classmethod
-    def _entry_point_reason(cls, module: Any, capability: Capability | None) -> str | None:
-        """Why the imported ``module`` cannot serve ``capability``, or None if it can.
-
-        For entry points whose required arguments depend on the GPU generation
-        (e.g. a keyword only newer library releases accept). Never raises.
-        """
-        return None
-
-    @classmethod
-    def _library_label(cls, module: Any) -> str:
-        """How ``is_available`` names the imported library (name and version)."""
-        version = getattr(module, "__version__", None)
-        return f"{cls.library_name}{' ' + str(version) if version else ''}"
-
-    @classmethod
-    def _library(cls) -> tuple[Any, str | None]:
-        """``(module, None)`` or ``(None, reason)``; never raises."""
-        try:
-            return cls._import_library(), None
-        except Exception as exc:  # a broken install can raise OSError, RuntimeError, ...
-            return None, cls._library_missing_reason(exc)
-
-    @classmethod
-    def is_available(cls, platform: str | None = None, capability: Any = None) -> tuple[bool, str]:
-        """Can this impl run on (platform, capability)? ``None`` = this machine. Never raises."""
-        try:
-            if platform is None:
-                detected, detected_cap = detect_platform()
-                platform = detected
-                if capability is None:
-                    capability = detected_cap
-            cap = parse_capability(capability)
-            reason = cls._target_reason(platform, cap)
-            if reason is not None:
-                return False, reason
-            module, reason = cls._library()
-            if reason is None:
-                reason = cls._entry_point_reason(module, cap)
-            if reason is not None:
-                return False, reason
-            where = f"{platform}" + (f" {cap[0]}.{cap[1]}" if cap else "")
-            return True, f"{cls._library_label(module)} importable; {where} supported"
-        except Exception as exc:
-            return False, f"availability check failed: {type(exc).__name__}: {exc}"
 
     # -- cache helpers ---------------------------------------------------
     def kv_cache_shape(self, num_blocks: int, block_size: int | None = None) -> tuple[int, int, int]:
@@ -298,14 +191,35 @@ class SparseMLAImpl:
     ) -> DecodeOutput:
         """Sparse decode over the cache slots in ``indices`` (and ``extra_indices``), in one call.
 
-        Argument meanings are those of :func:`dsv4sel.kernels.reference.sparse_mla_decode`
-        (``extra_kv_cache`` there is ``extra_cache``); ``seq_lens`` (int ``[b]``,
-        tokens in each request's sequence) is needed only by FlashInfer on SM10x.
+        Arguments: those of :func:`dsv4sel.kernels.reference.sparse_mla_decode` (``extra_cache``
+        there); ``seq_lens`` (int ``[b]``) is needed only by FlashInfer on SM10x.
 
-        This is :meth:`plan` then :meth:`run`: it pays for planning on every
-        call. A serving engine plans once per step and runs every layer with
-        that plan (see :meth:`plan`).
+        :meth:`plan` then :meth:`run`, with the plan kept: a later call with the same shapes,
+        dtypes, ``softmax_scale``, device and length tensors (the same objects, not changed in
+        place by a torch op since: their version counter is in the key) reuses it and costs what
+        :meth:`run` costs; the last :data:`FORWARD_PLANS` are kept. Lengths changed in place by a
+        non-torch writer (a custom kernel, a DLPack peer) are not noticed: pass a new tensor, or
+        use :meth:`plan` / :meth:`replan` / :meth:`run`, as a serving engine does.
         """
+        key = (q.shape, q.dtype, q.device, indices.shape, indices.dtype, kv_cache.shape[1:], softmax_scale,
+               _length_key(topk_length), _length_key(extra_topk_length), _length_key(seq_lens),
+               None if extra_indices is None else (extra_indices.shape, extra_indices.dtype),
+               None if extra_kv_cache is None else extra_kv_cache.shape[1:],
+               None if attn_sink is None else attn_sink.shape)
+        hit = self._forward_plans.get(key)
+        if hit is None:
+            hit = self._forward_plan(key, q, kv_cache, indices, softmax_scale, attn_sink, topk_length,
+                                     extra_kv_cache, extra_indices, extra_topk_length, seq_lens)
+        plan = hit[0]
+        if plan.library is None:
+            return self._run_reference(plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)
+        return self.run_library(plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)
+
+    def _forward_plan(self, key: Any, q: Any, kv_cache: Any, indices: Any, softmax_scale: Any, attn_sink: Any,
+                      topk_length: Any, extra_kv_cache: Any, extra_indices: Any, extra_topk_length: Any,
+                      seq_lens: Any) -> tuple[DecodePlan, tuple]:
+        """Validate one forward_decode call in full and plan it; the plan is kept under ``key``
+        together with the length tensors (which keeps their ids from being reused)."""
         inputs = DecodeInputs(
             q, kv_cache, indices, softmax_scale, attn_sink, topk_length,
             extra_kv_cache, extra_indices, extra_topk_length, seq_lens,
@@ -321,7 +235,11 @@ class SparseMLAImpl:
             softmax_scale=float(softmax_scale), topk_length=topk_length, extra_topk_length=extra_topk_length,
             seq_lens=seq_lens, device=q.device, extra_block_size=extra_block_size,
         )
-        return self._run(plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)
+        if len(self._forward_plans) >= FORWARD_PLANS:
+            del self._forward_plans[next(iter(self._forward_plans))]
+        hit = (plan, (topk_length, extra_topk_length, seq_lens))
+        self._forward_plans[key] = hit
+        return hit
 
     def plan(
         self,
@@ -361,31 +279,14 @@ class SparseMLAImpl:
         library cannot run (unless ``fallback="reference"``; the plan then runs
         the torch reference, which is not meant for graph capture).
         """
-        for name, value in (("batch", batch), ("heads", heads), ("topk", topk), ("seq_q", seq_q)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if extra_topk is not None and (isinstance(extra_topk, bool) or not isinstance(extra_topk, int) or extra_topk <= 0):
-            raise ValueError(f"extra_topk must be a positive int or None, got {extra_topk!r}")
-        if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
-            raise ValueError(f"softmax_scale must be a float, got {softmax_scale!r}")
-        if extra_topk_length is not None and extra_topk is None:
-            raise ValueError("extra_topk_length needs extra_topk")
-        if device is None:
-            given = [t for t in (topk_length, extra_topk_length, seq_lens) if t is not None]
-            if not given:
-                raise ValueError("plan() needs device= when no length tensor is given")
-            device = given[0].device
-        import torch
-
-        for name, t in (("topk_length", topk_length), ("extra_topk_length", extra_topk_length), ("seq_lens", seq_lens)):
-            if t is not None and (not is_int_tensor(t, torch) or tuple(t.shape) != (batch,)):
-                raise ValueError(f"{name} must be an integer [{batch}] tensor, got {getattr(t, 'shape', t)!r}")
-        if extra_block_size is not None:
-            _check_positive_int("extra_block_size", extra_block_size)
+        device = check_plan_args(batch=batch, heads=heads, topk=topk, seq_q=seq_q, extra_topk=extra_topk,
+                                 softmax_scale=softmax_scale, topk_length=topk_length,
+                                 extra_topk_length=extra_topk_length, seq_lens=seq_lens,
+                                 extra_block_size=extra_block_size, device=device)
         plan = self._make_plan(
             batch=batch, seq_q=seq_q, heads=heads, topk=topk, extra_topk=extra_topk,
             softmax_scale=float(softmax_scale), topk_length=topk_length, extra_topk_length=extra_topk_length,
-            seq_lens=seq_lens, device=torch.device(device), extra_block_size=extra_block_size,
+            seq_lens=seq_lens, device=device, extra_block_size=extra_block_size,
         )
         self._current_plan = plan
         return plan
@@ -416,7 +317,7 @@ class SparseMLAImpl:
                 raise ValueError(f"{name} must be an integer {list(buf.shape)} tensor, got {tuple(new.shape)}")
             buf.copy_(new)
         if plan.library is not None:
-            self._replan_library(plan)
+            self.replan_library(plan)
         return plan
 
     def run(
@@ -459,8 +360,8 @@ class SparseMLAImpl:
         if attn_sink is not None and attn_sink.shape != plan.sink_shape:
             raise ValueError(f"attn_sink must be a [{plan.heads}] tensor, got {tuple(attn_sink.shape)}")
         if plan.library is None:
-            return self._run(plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)
-        return self._run_library(plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)
+            return self._run_reference(plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)
+        return self.run_library(plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)
 
     # -- plan / run internals ---------------------------------------------
     def _resolve(self, device: Any) -> tuple[Any, Capability | None, str | None]:
@@ -468,12 +369,12 @@ class SparseMLAImpl:
         platform, capability = device_target(device)
         platform = self.platform or platform
         capability = self.capability or capability
-        reason = self._target_reason(platform, capability)
+        reason = self.target_reason(platform, capability)
         module = None
         if reason is None:
             module, reason = self._library()
         if reason is None:
-            reason = self._entry_point_reason(module, capability)
+            reason = self.entry_point_reason(module, capability)
         return (module if reason is None else None), capability, reason
 
     def _make_plan(self, *, batch: int, seq_q: int, heads: int, topk: int, extra_topk: int | None,
@@ -486,23 +387,7 @@ class SparseMLAImpl:
 
         module, capability, reason = self._resolve(device)
         if reason is not None:
-            if self.fallback == "reference" and not self.layout.has_codec:
-                # The reference dequantizes through the layout; an opaque record
-                # would only fail deeper down with a less useful error.
-                reason += (
-                    f"; fallback='reference' cannot stand in: the torch reference cannot read "
-                    f"{self.layout.name} (dsv4sel has no verified codec for it)"
-                )
-                raise KernelUnavailableError(self.impl_name, reason)
-            if self.fallback != "reference":
-                raise KernelUnavailableError(self.impl_name, reason)
-            if not self._fallback_logged:
-                import logging
-
-                logging.getLogger(__name__).warning(
-                    "%s: %s; running the torch reference decode (fallback='reference')", self.impl_name, reason
-                )
-                self._fallback_logged = True
+            self._unavailable(reason)
         plan = DecodePlan(
             impl_name=self.impl_name, batch=batch, seq_q=seq_q, heads=heads, topk=topk, extra_topk=extra_topk,
             softmax_scale=softmax_scale, device=device, capability=capability, library=module,
@@ -510,28 +395,44 @@ class SparseMLAImpl:
             block_size=self.block_size, extra_block_size=extra_block_size or self.block_size,
         )
         if module is not None:
-            self._plan_library(plan)
+            self.plan_library(plan)
         return plan
 
-    def _run(self, plan: "DecodePlan", q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any,
-             extra_indices: Any, attn_sink: Any) -> DecodeOutput:
-        if plan.library is None:
-            return self._forward_reference(DecodeInputs(
-                q, kv_cache, indices, plan.softmax_scale, attn_sink, plan.topk_length,
-                extra_kv_cache, extra_indices, plan.extra_topk_length, plan.seq_lens,
-            ))
-        return self._run_library(plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)
+    def _unavailable(self, reason: str) -> None:
+        """The library cannot run: raise, or (``fallback="reference"``, a layout with a codec) log once."""
+        if self.fallback == "reference" and not self.layout.has_codec:
+            # The reference dequantizes through the layout; an opaque record
+            # would only fail deeper down with a less useful error.
+            raise KernelUnavailableError(self.impl_name, reason + (
+                f"; fallback='reference' cannot stand in: the torch reference cannot read "
+                f"{self.layout.name} (dsv4sel has no verified codec for it)"))
+        if self.fallback != "reference":
+            raise KernelUnavailableError(self.impl_name, reason)
+        if not self._fallback_logged:
+            import logging
 
-    def _plan_library(self, plan: "DecodePlan") -> None:
-        """Fill ``plan.state`` with what the library call needs besides the per-layer tensors."""
+            logging.getLogger(__name__).warning(
+                "%s: %s; running the torch reference decode (fallback='reference')", self.impl_name, reason
+            )
+            self._fallback_logged = True
 
-    def _replan_library(self, plan: "DecodePlan") -> None:
-        """Refresh ``plan.state`` after :meth:`replan` copied new lengths (in place)."""
-        self._plan_library(plan)
+    def _run_reference(self, plan: "DecodePlan", q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any,
+                       extra_indices: Any, attn_sink: Any) -> DecodeOutput:
+        """A plan without a library (``fallback="reference"``): the torch reference."""
+        return self._forward_reference(DecodeInputs(
+            q, kv_cache, indices, plan.softmax_scale, attn_sink, plan.topk_length,
+            extra_kv_cache, extra_indices, plan.extra_topk_length, plan.seq_lens,
+        ))
 
-    def _run_library(self, plan: "DecodePlan", q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any,
-                     extra_indices: Any, attn_sink: Any) -> DecodeOutput:
-        raise NotImplementedError
+    # -- optional hooks of the extension API (the required ones: ImplClass) ----
+    def plan_library(self, plan: "DecodePlan") -> None:
+        """Fill ``plan.state`` with what :meth:`run_library` needs besides the per-layer tensors
+        (default: nothing). Called once per plan, with ``plan.library`` imported."""
+
+    def replan_library(self, plan: "DecodePlan") -> None:
+        """Refresh ``plan.state`` after :meth:`replan` copied new lengths into the plan's
+        tensors (default: :meth:`plan_library` again); keep the planned buffers (in place)."""
+        self.plan_library(plan)
 
     def _forward_reference(self, inputs: DecodeInputs) -> DecodeOutput:
         from .decode import sparse_mla_decode
@@ -548,96 +449,5 @@ class SparseMLAImpl:
         return DecodeOutput(out.to(torch.bfloat16), lse)
 
     def _cached_view(self, cache: "torch.Tensor", make: Any) -> Any:
-        """``make(cache)`` memoized on the cache's storage, shape and strides (per impl, a few entries).
-
-        Views of the same cache are then built once, not on every run.
-        """
-        key = (cache.data_ptr(), cache.shape, cache.stride(), cache.dtype)  # device: UVA pointers are unique
-        views = self._views
-        view = views.get(key)
-        if view is None:
-            view = make(cache)
-            if len(views) >= 16:
-                views.clear()
-            views[key] = view
-        return view
-
-
-@dataclass(eq=False)
-class DecodePlan:
-    """What :meth:`SparseMLAImpl.plan` fixed for one batch shape.
-
-    ``topk_length``, ``extra_topk_length`` and ``seq_lens`` are the plan's own
-    int32 copies on ``device`` (:meth:`SparseMLAImpl.replan` updates them in
-    place). ``library`` is the kernel module, or None when the plan runs the
-    torch reference (``fallback="reference"``). ``state`` holds what the impl
-    prepared (scheduler metadata, buffers).
-    """
-
-    impl_name: str
-    batch: int
-    seq_q: int
-    heads: int
-    topk: int
-    extra_topk: "int | None"
-    softmax_scale: float
-    device: Any
-    capability: "Capability | None"
-    library: Any
-    topk_length: "torch.Tensor | None"
-    extra_topk_length: "torch.Tensor | None"
-    seq_lens: "torch.Tensor | None"
-    block_size: int
-    extra_block_size: int
-    state: dict = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        # The shapes run() checks, as tuples (compared against torch.Size in C).
-        self.q_shape = (self.batch, self.seq_q, self.heads, HEAD_DIM)
-        self.indices_shape = (self.batch, self.seq_q, self.topk)
-        self.extra_indices_shape = None if self.extra_topk is None else (self.batch, self.seq_q, self.extra_topk)
-        self.sink_shape = (self.heads,)
-
-
-def _check_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
-def import_attr_module(*candidates: str, attr: str) -> Any:
-    """Import the first module in ``candidates`` that has ``attr``; return the module.
-
-    Raises the last ImportError / AttributeError when none has it.
-    """
-    last: BaseException | None = None
-    for name in candidates:
-        try:
-            module = importlib.import_module(name)
-        except ImportError as exc:
-            last = exc
-            continue
-        if hasattr(module, attr):
-            return module
-        last = AttributeError(f"module {name!r} has no attribute {attr!r}")
-    assert last is not None
-    raise last
-
-
-def pad_heads(t: "torch.Tensor", dim: int, target: int, value: float = 0.0) -> "torch.Tensor":
-    """``t`` padded with ``value`` along ``dim`` to size ``target`` (no copy if already there)."""
-    import torch
-
-    have = t.shape[dim]
-    if have == target:
-        return t
-    shape = list(t.shape)
-    shape[dim] = target - have
-    return torch.cat([t, torch.full(shape, value, dtype=t.dtype, device=t.device)], dim=dim)
-
-
-def padded_heads(heads: int, allowed: tuple[int, ...], impl: str) -> int:
-    """The smallest allowed head count >= ``heads``; ValueError naming ``allowed`` if none."""
-    for n in sorted(allowed):
-        if heads <= n:
-            return n
-    raise ValueError(f"{impl}: {heads} query heads; the kernel requires h_q in {{{', '.join(map(str, allowed))}}}")
+        """``make(cache)`` made once per cache tensor (:func:`~dsv4sel.kernels.plan.memo_view`)."""
+        return memo_view(self._views, cache, make)

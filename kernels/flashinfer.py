@@ -96,11 +96,11 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
         self._workspaces: dict[Any, Any] = {}
 
     @classmethod
-    def _import_library(cls) -> Any:
+    def import_library(cls) -> Any:
         return import_attr_module("flashinfer.mla", "flashinfer.decode", attr=ENTRY_POINT)
 
     @classmethod
-    def _library_missing_reason(cls, exc: BaseException) -> str:
+    def library_missing_reason(cls, exc: BaseException) -> str:
         return f"flashinfer.mla.{ENTRY_POINT} is not importable ({type(exc).__name__}: {exc}): {FLASHINFER_INSTALL_HINT}"
 
     def _workspace(self, device: Any) -> Any:
@@ -112,11 +112,11 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
         return self._workspaces[key]
 
     # -- plan / run ---------------------------------------------------------
-    def _plan_library(self, plan: DecodePlan) -> None:
+    def plan_library(self, plan: DecodePlan) -> None:
         import torch
 
         capability = plan.capability
-        assert capability is not None  # _target_reason guarantees it
+        assert capability is not None  # target_reason guarantees it
         major = capability[0]
         readable = self.layouts_by_major[major]
         if self.layout.name not in readable:
@@ -173,9 +173,9 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
             st["swa_topk_lens"] = torch.empty((b * s,), dtype=torch.int32, device=device)
             if plan.extra_topk is not None:
                 st["extra_topk_lens"] = torch.empty((b * s,), dtype=torch.int32, device=device)
-        self._replan_library(plan)
+        self.replan_library(plan)
 
-    def _replan_library(self, plan: DecodePlan) -> None:
+    def replan_library(self, plan: DecodePlan) -> None:
         """Everything derived from the lengths, written into the planned buffers."""
         st, device, b, s = plan.state, plan.device, plan.batch, plan.seq_q
         if st["major"] == 10:
@@ -231,7 +231,7 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
             raise ValueError(f"{what} has block size {view.shape[1]}, the plan was made for {block_size}")
         return view
 
-    def _run_library(self, plan: DecodePlan, q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any,
+    def run_library(self, plan: DecodePlan, q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any,
                      extra_indices: Any, attn_sink: Any) -> DecodeOutput:
         import torch
 

@@ -34,9 +34,13 @@ torch on first use.
 Slots address tokens as ``block * block_size + offset``. In the codecs'
 ``write`` a negative slot (vLLM pads slot mappings with -1) is skipped, and
 with duplicate slots the row given last wins, whole; ``read`` returns a zero
-row for a negative slot. A slot ``>= num_blocks * block_size`` is a
-ValueError (one device sync per call), or, with ``check=False``, skipped /
-read as zeros with no sync (so the call can be captured in a CUDA graph).
+row for a negative slot. A slot ``>= num_blocks * block_size`` is skipped /
+read as zeros; with ``check=True`` (the default) it is also reported: on the
+CPU as a ValueError raised in the call, on a CUDA device without a host sync,
+through the device's slot status, which :func:`raise_slot_errors` turns into a
+:class:`SlotRangeError` (a ValueError) when the caller checks it
+(:mod:`dsv4sel.kernels.slot_status`). Every call on a CUDA cache is therefore
+sync-free and can be captured in a CUDA graph; ``check=False`` only skips.
 
 On an NVIDIA GPU (SM89 or newer) with Triton importable, ``write`` and ``read``
 run fused Triton kernels (:mod:`dsv4sel.kernels.triton_codecs`), byte-exact
@@ -53,8 +57,11 @@ from types import MappingProxyType
 import os
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
+from .codec_support import (TORCH_CODECS_ENV, cache_info, check_kv, check_slots, div, fused_module,
+                            fused_unavailable, kernel_dtype_ok, last_writers, record_range)
 from .errors import UnknownLayoutError, UnsupportedLayoutError
 from .platform import require_torch
+from .slot_status import SlotErrors, SlotRangeError, raise_slot_errors, slot_errors
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -79,6 +86,10 @@ __all__ = [
     "get_layout",
     "resolve_layout",
     "TORCH_CODECS_ENV",
+    "SlotErrors",
+    "SlotRangeError",
+    "raise_slot_errors",
+    "slot_errors",
 ]
 
 HEAD_DIM = 512  # latent KV row: key and value at once
@@ -167,11 +178,12 @@ class KVCacheLayout:
               unique: bool = False, backend: str = "auto") -> None:
         """Quantize ``kv`` ``[n, 512]`` and store row ``i`` at slot ``slots[i]`` (int64 or int32 ``[n]``).
 
-        Negative slots are skipped; with duplicates the last row wins. ``check``:
-        ValueError for a slot past the cache (one device sync), else such slots
-        are skipped. ``unique=True`` promises no duplicate slots (the fused
-        kernel then skips electing the last row). ``backend``: "auto", "torch"
-        or "triton" (see the module docstring).
+        Negative slots are skipped; with duplicates the last row wins. A slot past
+        the cache is skipped; ``check`` (default) also reports it: a ValueError now
+        on the CPU, the device's slot status on CUDA (no sync; see
+        :func:`raise_slot_errors`). ``unique=True`` promises no duplicate slots
+        (the fused kernel then skips electing the last row). ``backend``: "auto",
+        "torch" or "triton" (see the module docstring).
         """
         raise NotImplementedError  # pragma: no cover
 
@@ -187,103 +199,10 @@ class KVCacheLayout:
                 f"{self.name} cache must have dtype {self.torch_dtype_name}, got {cache.dtype}"
             )
 
-    def _check_slots(self, slots: "torch.Tensor", capacity: int, n: int | None, device: Any, check: bool = True) -> None:
-        torch = require_torch()
-        if not isinstance(slots, torch.Tensor) or slots.dtype not in (torch.int64, torch.int32):
-            raise ValueError("slots must be an int64 (or int32) tensor")
-        if slots.dim() != 1 or (n is not None and slots.numel() != n):
-            raise ValueError(f"slots must have shape [{'n' if n is None else n}], got {tuple(slots.shape)}")
-        if slots.device != device:
-            raise ValueError(f"slots are on {slots.device}, the cache on {device}")
-        if check and slots.numel():
-            hi = int(slots.max())  # one device sync
-            if hi >= capacity:
-                raise ValueError(
-                    f"slots must be below {capacity} for this cache (negative = skip), got {hi}"
-                )
 
-    def _fused(self, cache: "torch.Tensor", backend: str) -> Any:
-        """The Triton codec module when ``backend`` and the cache's device call for it, else None."""
-        if backend not in _BACKENDS:
-            raise ValueError(f"backend must be one of {sorted(_BACKENDS)}, got {backend!r}")
-        if backend == "torch":
-            return None
-        why = _fused_unavailable(cache.device)
-        if why is None:
-            from . import triton_codecs
-
-            return triton_codecs
-        if backend == "triton":
-            raise ValueError(f"backend='triton' cannot run here: {why}")
-        return None
-
-    def _check_kv(self, kv: "torch.Tensor", device: Any) -> None:
-        torch = require_torch()
-        if not isinstance(kv, torch.Tensor) or kv.dim() != 2 or kv.shape[1] != HEAD_DIM:
-            shape = tuple(kv.shape) if hasattr(kv, "shape") else type(kv).__name__
-            raise ValueError(f"kv must be a [n, {HEAD_DIM}] tensor, got {shape}")
-        if not kv.is_floating_point():
-            raise ValueError(f"kv must be floating point, got {kv.dtype}")
-        if kv.device != device:
-            raise ValueError(f"kv is on {kv.device}, the cache on {device}")
-
-
-_BACKENDS = frozenset({"auto", "torch", "triton"})
-#: Set to 1 to keep the torch codecs on CUDA too.
-TORCH_CODECS_ENV = "DSV4SEL_TORCH_CODECS"
-_fused_checked: dict[Any, "str | None"] = {}
-
-
-def _fused_unavailable(device: Any) -> "str | None":
-    """Why the Triton codecs cannot run on ``device`` (None if they can); cached per device."""
-    if device.type != "cuda":
-        return f"the fused codecs run on CUDA devices, this cache is on {device.type}"
-    if os.environ.get(TORCH_CODECS_ENV, "").strip() not in ("", "0"):
-        return f"${TORCH_CODECS_ENV} is set"
-    key = (device.type, device.index)
-    if key not in _fused_checked:
-        torch = require_torch()
-        why = None
-        if getattr(torch.version, "hip", None):
-            why = "the fused codecs target NVIDIA GPUs (ROCm fp8 is another format on gfx942)"
-        else:
-            major, minor = torch.cuda.get_device_capability(device)
-            if (major, minor) < (8, 9):
-                why = f"the fused codecs need SM89 or newer for float8 conversion, this GPU is {major}.{minor}"
-        if why is None:
-            try:
-                from . import triton_codecs  # noqa: F401
-            except Exception as exc:  # Triton missing or broken
-                why = f"triton is not importable ({type(exc).__name__}: {exc})"
-        _fused_checked[key] = why
-    return _fused_checked[key]
-
-
-def _kernel_dtype_ok(kv: "torch.Tensor") -> bool:
-    torch = require_torch()
-    return kv.dtype in (torch.bfloat16, torch.float16, torch.float32)
-
-
-def _last_writers(slots: "torch.Tensor", capacity: int) -> "torch.Tensor":
-    """Indices of the rows to store: valid slot, and the last row naming it."""
-    torch = require_torch()
-    key = torch.where((slots >= 0) & (slots < capacity), slots, torch.full_like(slots, -1))
-    order = torch.argsort(key, stable=True)  # equal slots keep their order: the last is the winner
-    sorted_key = key[order]
-    last = torch.ones_like(sorted_key, dtype=torch.bool)
-    last[:-1] = sorted_key[1:] != sorted_key[:-1]
-    return order[last & (sorted_key >= 0)]
-
-
-def _div(x: "torch.Tensor", divisor: float) -> "torch.Tensor":
-    """``x / divisor`` as IEEE float32 division on every device.
-
-    torch's CUDA kernels turn division by a Python scalar into multiplication
-    by its reciprocal, which can round differently; a same-device tensor divisor
-    keeps the true quotient the layout is defined by (and the Triton kernels compute).
-    """
-    torch = require_torch()
-    return torch.div(x, torch.tensor(divisor, dtype=x.dtype, device=x.device))
+# The names earlier releases exported from here.
+_fused_unavailable = fused_unavailable
+_div = div
 
 
 @dataclass(frozen=True)
@@ -362,19 +281,20 @@ class Fp8DsMlaLayout(_BytePagesLayout):
     def write(self, cache: "torch.Tensor", kv: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
               unique: bool = False, backend: str = "auto") -> None:
         torch = require_torch()
-        block_size = self.block_size_of(cache)
-        self._check_kv(kv, cache.device)
+        info = cache_info(self, cache)
+        check_kv(kv, info)
         n = kv.shape[0]
-        capacity = cache.shape[0] * block_size
-        self._check_slots(slots, capacity, n, cache.device, check)
-        fused = self._fused(cache, backend)
+        check_slots(slots, n, info, check)
+        fused = fused_module(info.device, backend)
         if n == 0:
             return
-        if fused is not None and _kernel_dtype_ok(kv):
-            fused.write_fp8_ds_mla(cache, kv, slots, block_size, unique=unique)
+        block_size, capacity = info.block_size, info.capacity
+        if fused is not None and kernel_dtype_ok(kv):
+            fused.write_fp8_ds_mla(cache, kv, slots, block_size, unique=unique, check=check)
             return
+        record_range(slots, info, check)
         data, scales, _ = self._views(cache)
-        rows = _last_writers(slots.long(), capacity)
+        rows = last_writers(slots.long(), capacity)
         kv, slots = kv[rows], slots.long()[rows]
         n = kv.shape[0]
         block, offset = slots // block_size, slots % block_size
@@ -382,7 +302,7 @@ class Fp8DsMlaLayout(_BytePagesLayout):
         nope = kv[:, :NOPE_DIM].float().reshape(n, NUM_TILES, TILE_SIZE)
         amax = nope.abs().amax(dim=-1)  # [n, 7]
         # float32 log2/ceil, as FlashMLA's MODEL1 quantizer does: same bytes (domain.md §12).
-        exponent = torch.clamp_min(_div(amax, FP8_E4M3_MAX), UE8M0_SCALE_FLOOR).log2().ceil()
+        exponent = torch.clamp_min(div(amax, FP8_E4M3_MAX), UE8M0_SCALE_FLOOR).log2().ceil()
         scale = torch.exp2(exponent)  # exact: integer exponents
         # The clamp only matters where float32 log2 rounded a scale down a hair.
         quant = (nope / scale.unsqueeze(-1)).clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
@@ -397,12 +317,13 @@ class Fp8DsMlaLayout(_BytePagesLayout):
     def read(self, cache: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
              backend: str = "auto") -> "torch.Tensor":
         torch = require_torch()
-        block_size = self.block_size_of(cache)
-        capacity = cache.shape[0] * block_size
-        self._check_slots(slots, capacity, None, cache.device, check)
-        fused = self._fused(cache, backend)
+        info = cache_info(self, cache)
+        check_slots(slots, None, info, check)
+        block_size, capacity = info.block_size, info.capacity
+        fused = fused_module(info.device, backend)
         if fused is not None:
-            return fused.read_fp8_ds_mla(cache, slots, block_size)
+            return fused.read_fp8_ds_mla(cache, slots, block_size, check=check)
+        record_range(slots, info, check)
         data, scales, _ = self._views(cache)
         slots = slots.long()
         valid = (slots >= 0) & (slots < capacity)
@@ -461,28 +382,31 @@ class _RowLayout(KVCacheLayout):
     def write(self, cache: "torch.Tensor", kv: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
               unique: bool = False, backend: str = "auto") -> None:
         torch = require_torch()
-        rows = self._rows(cache)
-        self._check_kv(kv, cache.device)
-        capacity = rows.shape[0]
-        self._check_slots(slots, capacity, kv.shape[0], cache.device, check)
-        fused = self._fused(cache, backend)
+        info = cache_info(self, cache)
+        check_kv(kv, info)
+        check_slots(slots, kv.shape[0], info, check)
+        fused = fused_module(info.device, backend)
         if not kv.shape[0]:
             return
-        if fused is not None and _kernel_dtype_ok(kv):
-            fused.write_row(cache, kv, slots, self._fused_scale(), unique=unique)
+        if fused is not None and kernel_dtype_ok(kv):
+            fused.write_row(cache, kv, slots, self._fused_scale(), unique=unique, check=check)
             return
-        keep = _last_writers(slots.long(), capacity)
+        record_range(slots, info, check)
+        rows = self._rows(cache)
+        keep = last_writers(slots.long(), info.capacity)
         rows[slots.long()[keep]] = self._encode(kv[keep]).contiguous().view(torch.uint8)
 
     def read(self, cache: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
              backend: str = "auto") -> "torch.Tensor":
         torch = require_torch()
-        rows = self._rows(cache)
-        capacity = rows.shape[0]
-        self._check_slots(slots, capacity, None, cache.device, check)
-        fused = self._fused(cache, backend)
+        info = cache_info(self, cache)
+        check_slots(slots, None, info, check)
+        fused = fused_module(info.device, backend)
         if fused is not None:
-            return fused.read_row(cache, slots, self._fused_scale())
+            return fused.read_row(cache, slots, self._fused_scale(), check=check)
+        record_range(slots, info, check)
+        rows = self._rows(cache)
+        capacity = info.capacity
         slots = slots.long()
         valid = (slots >= 0) & (slots < capacity)
         out = self._decode(rows[torch.where(valid, slots, torch.zeros_like(slots))])
@@ -533,7 +457,7 @@ class Fp8E4m3RowLayout(_RowLayout):
     def _encode(self, kv: "torch.Tensor") -> "torch.Tensor":
         torch = require_torch()
         # Saturate instead of relying on the cast's overflow behaviour (NaN on some builds).
-        return _div(kv.float(), self.scale).clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
+        return div(kv.float(), self.scale).clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
 
     def _decode(self, raw: "torch.Tensor") -> "torch.Tensor":
         torch = require_torch()

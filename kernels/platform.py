@@ -15,6 +15,8 @@ asks it of every impl here, ``dsv4sel doctor`` of every impl the rules name.
 
 from __future__ import annotations
 
+import sys
+
 import re
 from typing import Any
 
@@ -88,7 +90,11 @@ def import_torch() -> tuple[Any, str | None]:
     (``torch.__version__``): :func:`probe_torch`, :func:`device_target` and
     ``dsv4sel doctor`` ask it here. A CPU-only torch without NumPy warns
     "Failed to initialize NumPy" on import; a probe's caller cannot act on
-    that, so the warning is silenced here, once, for every command."""
+    that, so the warning is silenced here, once, for every command.
+    A successful import is remembered: the codecs ask on every call, and
+    entering ``warnings.catch_warnings`` costs more than their checks."""
+    if _torch_module and sys.modules.get("torch") is _torch_module[0]:  # still the imported one
+        return _torch_module[0], None
     import warnings
 
     try:
@@ -99,7 +105,11 @@ def import_torch() -> tuple[Any, str | None]:
         return None, "torch not installed"
     except Exception as exc:  # a broken install must not stop a probe
         return None, f"torch failed to import ({type(exc).__name__}: {exc})"
+    _torch_module.append(torch)
     return torch, None
+
+
+_torch_module: list = []  # torch, once imported
 
 
 def require_torch() -> Any:

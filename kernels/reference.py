@@ -45,16 +45,16 @@ class DeepseekV4ReferenceSparseImpl(SparseMLAImpl):
     supported_layouts: ClassVar[frozenset[str]] = frozenset({"fp8_ds_mla", "bf16_row", "fp8_e4m3_row"})
 
     @classmethod
-    def _import_library(cls) -> Any:
+    def import_library(cls) -> Any:
         import torch
 
         return torch
 
     @classmethod
-    def _library_missing_reason(cls, exc: BaseException) -> str:
+    def library_missing_reason(cls, exc: BaseException) -> str:
         return f"torch is not importable ({type(exc).__name__}: {exc}): pip install torch"
 
-    def _run_library(self, plan: DecodePlan, q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any,
+    def run_library(self, plan: DecodePlan, q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any,
                      extra_indices: Any, attn_sink: Any) -> DecodeOutput:
         return self._forward_reference(DecodeInputs(
             q, kv_cache, indices, plan.softmax_scale, attn_sink, plan.topk_length,

@@ -58,15 +58,15 @@ class DeepseekV4ROCMAiterMLASparseImpl(SparseMLAImpl):
     built_for: ClassVar[str] = "is built for gfx942 and gfx950"
 
     @classmethod
-    def _import_library(cls) -> Any:
+    def import_library(cls) -> Any:
         return import_attr_module("aiter.mla", attr="mla_decode_fwd")
 
     @classmethod
-    def _library_missing_reason(cls, exc: BaseException) -> str:
+    def library_missing_reason(cls, exc: BaseException) -> str:
         return f"aiter.mla.mla_decode_fwd is not importable ({type(exc).__name__}: {exc}): {AITER_INSTALL_HINT}"
 
     # -- plan / run ---------------------------------------------------------
-    def _plan_library(self, plan: DecodePlan) -> None:
+    def plan_library(self, plan: DecodePlan) -> None:
         import torch
 
         st, device = plan.state, plan.device
@@ -85,9 +85,9 @@ class DeepseekV4ROCMAiterMLASparseImpl(SparseMLAImpl):
         # kv_indices has room for every column plus a dump slot for the masked ones.
         st["kv_indices"] = torch.zeros(tokens * (width + 1) + 1, dtype=torch.int32, device=device)
         st["zero_ptr"] = torch.zeros(1, dtype=torch.int32, device=device)
-        self._replan_library(plan)
+        self.replan_library(plan)
 
-    def _replan_library(self, plan: DecodePlan) -> None:
+    def replan_library(self, plan: DecodePlan) -> None:
 
         st, device, b = plan.state, plan.device, plan.batch
 
@@ -104,7 +104,7 @@ class DeepseekV4ROCMAiterMLASparseImpl(SparseMLAImpl):
         if plan.extra_topk is not None:
             keep("extra_keep", plan.extra_topk_length, plan.extra_topk)
 
-    def _run_library(self, plan: DecodePlan, q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any,
+    def run_library(self, plan: DecodePlan, q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any,
                      extra_indices: Any, attn_sink: Any) -> DecodeOutput:
         import torch
 

@@ -108,7 +108,7 @@ _NO_MEGA_ADAPTER = (
 )
 
 
-class _WithoutDecodeAdapter(SparseMLAImpl):
+class _WithoutDecodeAdapter(SparseMLAImpl, abstract=True):
     """An impl whose library dsv4sel can probe but not call.
 
     ``is_available`` is the base class's library check, with the missing
@@ -156,7 +156,7 @@ class _WithoutDecodeAdapter(SparseMLAImpl):
         """Always raises :class:`KernelUnavailableError`, as :meth:`forward_decode` does."""
         raise KernelUnavailableError(self.impl_name, self._no_decode_reason())
 
-    def _run_library(self, plan: DecodePlan, *args: Any) -> DecodeOutput:
+    def run_library(self, plan: DecodePlan, *args: Any) -> DecodeOutput:
         raise KernelUnavailableError(self.impl_name, self._no_decode_reason())
 
     def _no_decode_reason(self) -> str:
@@ -248,7 +248,7 @@ class DeepseekV41MegaAttnImpl(_WithoutDecodeAdapter):
             return None
 
     @classmethod
-    def _import_library(cls) -> Any:
+    def import_library(cls) -> Any:
         import torch
 
         op = cls._lookup(torch)
@@ -271,7 +271,7 @@ class DeepseekV41MegaAttnImpl(_WithoutDecodeAdapter):
         return op
 
     @classmethod
-    def _library_missing_reason(cls, exc: BaseException) -> str:
+    def library_missing_reason(cls, exc: BaseException) -> str:
         if isinstance(exc, _MegaOpMissing):
             return (
                 f"{cls.library_name} is not registered (imports tried: {exc}): FlashMLA / vLLM's "
@@ -296,19 +296,19 @@ class DeepseekV41ROCMAiterMLASparseImpl(_WithoutDecodeAdapter):
     no_adapter_reason: ClassVar[str] = _NO_ROCM_ADAPTER
 
     @classmethod
-    def _target_reason(cls, platform: str, capability: Capability | None) -> str | None:
+    def target_reason(cls, platform: str, capability: Capability | None) -> str | None:
         from .rocm import DeepseekV4ROCMAiterMLASparseImpl
 
-        return DeepseekV4ROCMAiterMLASparseImpl._target_reason(platform, capability)
+        return DeepseekV4ROCMAiterMLASparseImpl.target_reason(platform, capability)
 
     @classmethod
-    def _import_library(cls) -> Any:
+    def import_library(cls) -> Any:
         from .rocm import DeepseekV4ROCMAiterMLASparseImpl
 
-        return DeepseekV4ROCMAiterMLASparseImpl._import_library()
+        return DeepseekV4ROCMAiterMLASparseImpl.import_library()
 
     @classmethod
-    def _library_missing_reason(cls, exc: BaseException) -> str:
+    def library_missing_reason(cls, exc: BaseException) -> str:
         from .rocm import DeepseekV4ROCMAiterMLASparseImpl
 
-        return DeepseekV4ROCMAiterMLASparseImpl._library_missing_reason(exc)
+        return DeepseekV4ROCMAiterMLASparseImpl.library_missing_reason(exc)

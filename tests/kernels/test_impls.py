@@ -399,16 +399,41 @@ def test_flashmla_mapping(fake_flash_mla, gen, heads, padded) -> None:
     torch.testing.assert_close(got.lse, lse)
 
 
-def test_flashmla_forward_decode_plans_afresh_every_call_and_omits_unused_options(fake_flash_mla, gen) -> None:
+def test_flashmla_forward_decode_reuses_its_plan_for_the_same_shapes_and_lengths(fake_flash_mla, gen) -> None:
+    q, cache, idx = _decode_args(gen, heads=64)
+    b, k = q.shape[0], idx.shape[-1]
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 8, platform="cuda", capability=(10, 0))
+    lengths = torch.full((b,), k, dtype=torch.int32)
+    first = impl.forward_decode(q, cache, idx, softmax_scale=SCALE, topk_length=lengths)
+    again = impl.forward_decode(q, cache, idx, softmax_scale=SCALE, topk_length=lengths)
+    assert _fake_flash_mla_call.plannings == 1, "the same shapes and length tensor: the plan is reused"
+    assert torch.equal(first.out, again.out) and torch.equal(first.lse, again.lse)
+    metas = [c["tile_scheduler_metadata"] for c in _fake_flash_mla_call.calls]
+    assert len(metas) == 3 and metas[0] is metas[1] is metas[2], "one schedule: the plan's dummy call, then two runs"
+    call = _fake_flash_mla_call.calls[1]
+    assert call["attn_sink"] is None and call["extra_k_cache"] is None
+    lengths[0] = 1  # an in-place torch op moves the tensor's version: a new plan, with the new values
+    got = impl.forward_decode(q, cache, idx, softmax_scale=SCALE, topk_length=lengths)
+    assert _fake_flash_mla_call.plannings == 2  # the fake fails on a schedule of stale lengths
+    want, _ = sparse_mla_decode(q, cache, "fp8_ds_mla", idx, SCALE, topk_length=lengths)
+    torch.testing.assert_close(got.out.float(), want, atol=1e-2, rtol=1e-2)
+    impl.forward_decode(q, cache, idx, softmax_scale=SCALE, topk_length=lengths.clone())  # another tensor
+    impl.forward_decode(q, cache, idx, softmax_scale=SCALE * 2, topk_length=lengths)  # another scale
+    impl.forward_decode(q, cache, idx, softmax_scale=SCALE)  # no lengths
+    assert _fake_flash_mla_call.plannings == 5
+    impl.forward_decode(q, cache, idx, softmax_scale=SCALE)
+    assert _fake_flash_mla_call.plannings == 5
+    with pytest.raises(ValueError, match="indices"):  # a new shape is validated in full
+        impl.forward_decode(q, cache, idx[:1], softmax_scale=SCALE)
+
+
+def test_flashmla_forward_decode_omits_unused_options(fake_flash_mla, gen) -> None:
     q, cache, idx = _decode_args(gen, heads=64)
     impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 8, platform="cuda", capability=(10, 0))
     impl.forward_decode(q, cache, idx, softmax_scale=SCALE)
-    impl.forward_decode(q, cache, idx, softmax_scale=SCALE)
-    _, first, _, second = _fake_flash_mla_call.calls
-    assert first["tile_scheduler_metadata"] is not second["tile_scheduler_metadata"]
-    assert _fake_flash_mla_call.plannings == 2
-    assert first["attn_sink"] is None and first["extra_k_cache"] is None
-    assert "topk_length" not in first or first["topk_length"] is None
+    call = _fake_flash_mla_call.calls[-1]
+    assert call["attn_sink"] is None and call["extra_k_cache"] is None
+    assert "topk_length" not in call or call["topk_length"] is None
 
 
 def _layers(gen, n, b, s, heads, block_size=16, topk=12, extra_topk=20):
@@ -454,9 +479,24 @@ def test_flashmla_plan_once_then_run_every_layer(fake_flash_mla, gen, heads) -> 
     assert len(runs) == 3 and len(fake_flash_mla.metas) == 1 and _fake_flash_mla_call.plannings == 1
     assert all(r["tile_scheduler_metadata"] is plan.state["meta"] for r in runs)
     assert all(r["topk_length"] is plan.topk_length for r in runs), "the lengths are the plan's buffers"
-    if heads == 16:  # the padded-head buffers are the plan's, reused by every layer
-        assert len({r["q"].data_ptr() for r in runs}) == 1 and len({r["attn_sink"].data_ptr() for r in runs}) == 1
+    if heads == 16:  # the padded q buffer is the plan's, reused by every layer; each sink is padded once
+        assert len({r["q"].data_ptr() for r in runs}) == 1
+        for layer in layers:
+            impl.run(**layer)
+        sinks = [r["attn_sink"] for r in _fake_flash_mla_call.calls[1:]]
+        assert [t.data_ptr() for t in sinks[:3]] == [t.data_ptr() for t in sinks[3:]], "a sink is padded once"
+        assert all(t.shape == (64,) and not t[16:].any() for t in sinks)
+        # q written into the plan's query buffer: run copies nothing and decodes the same
+        plan.query_buffer.copy_(layers[1]["q"])
+        got = impl.run(**{**layers[1], "q": plan.query_buffer})
+        assert _fake_flash_mla_call.calls[-1]["q"].data_ptr() == plan.query_buffer.data_ptr()
+        torch.testing.assert_close(got.out.float(), _reference(layers[1], topk_length, extra_topk_length)[0],
+                                   atol=1e-2, rtol=1e-2)
+        layers[0]["attn_sink"].add_(1.0)  # changed in place: padded again, with the new values
+        impl.run(**layers[0])
+        assert torch.equal(_fake_flash_mla_call.calls[-1]["attn_sink"][:16], layers[0]["attn_sink"].float())
     else:  # nothing to pad: the layer's own tensors go straight to the kernel
+        assert plan.query_buffer is None
         assert all(r["q"] is layer["q"] and r["indices"] is layer["indices"] for r, layer in zip(runs, layers))
 
 

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from kernel_fixtures import device, gen  # noqa: F401  (pytest fixtures)
 from dsv4sel.kernels.errors import UnknownLayoutError
+from dsv4sel.kernels.layouts import SlotRangeError, raise_slot_errors, slot_errors
 from dsv4sel.kernels.layouts import LAYOUTS, get_layout
 
 # ---------------------------------------------------------------------------
@@ -379,18 +380,32 @@ def _bytes(cache: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("name", CODECS)
-def test_slots_past_the_cache_are_rejected_or_skipped_and_negative_slots_skipped(name: str, device: str) -> None:
+def test_slots_past_the_cache_are_reported_and_skipped_and_negative_slots_skipped(name: str, device: str) -> None:
     layout = get_layout(name)
     cache = layout.allocate(2, 4, device=device)
     kv = torch.ones(1, 512, device=device)
     for bad in (8, 100):
-        with pytest.raises(ValueError, match="slots must be below 8"):
-            layout.write(cache, kv, torch.tensor([bad], device=device))
-        with pytest.raises(ValueError, match="slots must be below 8"):
-            layout.read(cache, torch.tensor([bad], device=device))
+        for backend in ("auto", "torch"):
+            if device == "cpu":  # no device to wait for: the call raises
+                with pytest.raises(ValueError, match="slots must be below 8"):
+                    layout.write(cache, kv, torch.tensor([bad], device=device), backend=backend)
+                with pytest.raises(ValueError, match="slots must be below 8"):
+                    layout.read(cache, torch.tensor([bad], device=device), backend=backend)
+                continue
+            # CUDA: no host sync in the call; the device's status reports it when asked
+            layout.write(cache, kv.expand(2, 512), torch.tensor([3, bad], device=device), backend=backend)
+            assert not layout.read(cache, torch.tensor([bad], device=device), backend=backend).any()
+            with pytest.raises(SlotRangeError, match=f"slots must be below 8 .*2 slot.*the largest {bad}") as err:
+                raise_slot_errors(device)
+            assert isinstance(err.value, ValueError) and err.value.errors == (2, bad, 8)
+            raise_slot_errors(device)  # cleared by the check
+            assert slot_errors(device).count == 0
+            cache.zero_()
     assert not _bytes(cache).any(), "a rejected write must not touch the cache"
     layout.write(cache, torch.ones(2, 512, device=device), torch.tensor([-1, 8], device=device), check=False)
     assert not _bytes(cache).any(), "skipped slots must not touch the cache"
+    if device != "cpu":
+        assert slot_errors(device).count == 0, "check=False records nothing"
 
     kv = (torch.arange(3 * 512, dtype=torch.float32).view(3, 512) / 100).to(device)
     layout.write(cache, kv, torch.tensor([-1, 5, -7], device=device))
@@ -403,22 +418,25 @@ def test_slots_past_the_cache_are_rejected_or_skipped_and_negative_slots_skipped
 
 
 @pytest.mark.parametrize("name", CODECS)
-def test_duplicate_slots_the_last_row_wins_whole(name: str, device: str, gen: torch.Generator) -> None:
+@pytest.mark.parametrize("n", [600, 3000], ids=["in-kernel-election", "scratch-election"])
+def test_duplicate_slots_the_last_row_wins_whole(name: str, device: str, gen: torch.Generator, n: int) -> None:
     layout = get_layout(name)
-    n, capacity = 600, 64  # many rows per slot: a torn or first-wins write would show
-    kv = _varied_kv(n, gen)
-    slots = torch.randint(0, capacity, (n,), generator=gen)
-    slots[::7] = -1
+    capacity = 64  # many rows per slot: a torn or first-wins write would show
     cache = layout.allocate(capacity // 16, 16, device=device)
-    layout.write(cache, kv.to(device), slots.to(device))
-    last = {}
-    for i, slot in enumerate(slots.tolist()):
-        if slot >= 0:
-            last[slot] = i
-    expected = layout.allocate(capacity // 16, 16, device=device)
-    winners = torch.tensor(sorted(last.values()))
-    layout.write(expected, kv[winners].to(device), slots[winners].to(device), unique=True)
-    assert torch.equal(_bytes(cache), _bytes(expected))
+    for _ in range(2):  # twice: the scratch election leaves its array as it found it
+        kv = _varied_kv(n, gen)
+        slots = torch.randint(0, capacity, (n,), generator=gen)
+        slots[::7] = -1
+        slots[-5:] = slots[0]  # the last row of a slot may be in another program than the first
+        layout.write(cache, kv.to(device), slots.to(device))
+        last = {}
+        for i, slot in enumerate(slots.tolist()):
+            if slot >= 0:
+                last[slot] = i
+        expected = layout.allocate(capacity // 16, 16, device=device)
+        winners = torch.tensor(sorted(last.values()))
+        layout.write(expected, kv[winners].to(device), slots[winners].to(device), unique=True)
+        assert torch.equal(_bytes(cache), _bytes(expected))
 
 
 def test_backend_argument(gen: torch.Generator) -> None:
@@ -516,32 +534,72 @@ def test_fused_read_decodes_every_byte_like_the_torch_codec(name, gen) -> None:
 
 
 @pytest.mark.gpu
-def test_fused_codecs_run_under_cuda_graph_capture(gen) -> None:
+@pytest.mark.parametrize("check", [False, True], ids=["unchecked", "checked"])
+def test_fused_codecs_run_under_cuda_graph_capture(gen, check) -> None:
     _fused_or_skip()
     layout = get_layout("fp8_ds_mla")
     cache = layout.allocate(16, 64, device="cuda")
     kv = torch.zeros(256, 512, dtype=torch.bfloat16, device="cuda")
     slots = torch.zeros(256, dtype=torch.int64, device="cuda")
     out = torch.zeros(256, 512, dtype=torch.bfloat16, device="cuda")
-    layout.write(cache, kv, slots, check=False)  # compile outside the capture
-    layout.read(cache, slots, check=False)
+    layout.write(cache, kv, slots, check=check)  # compile outside the capture
+    layout.read(cache, slots, check=check)
+    raise_slot_errors("cuda")
     graph = torch.cuda.CUDAGraph()
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-        layout.write(cache, kv, slots, check=False)
-        out.copy_(layout.read(cache, slots, check=False))
-    for _ in range(2):
+        layout.write(cache, kv, slots, check=check)
+        out.copy_(layout.read(cache, slots, check=check))
+    for step in range(3):
         new_kv = _varied_kv(256, gen).cuda()
         new_slots = torch.randperm(16 * 64, generator=gen)[:256].cuda()
         new_slots[:3] = -1
+        if step == 2:
+            new_slots[3] = 16 * 64 + 7  # past the cache: skipped, and reported when checked
         kv.copy_(new_kv)
         slots.copy_(new_slots)
         graph.replay()
         expected = layout.allocate(16, 64, device="cuda")
         expected.copy_(cache)
-        layout.write(expected, new_kv, new_slots, backend="torch")
+        layout.write(expected, new_kv, new_slots, backend="torch", check=False)
         assert torch.equal(_bytes(cache), _bytes(expected))
-        assert torch.equal(out, layout.read(cache, new_slots, backend="torch"))
+        assert torch.equal(out, layout.read(cache, new_slots, backend="torch", check=False))
+    if check:
+        with pytest.raises(SlotRangeError, match=f"slots must be below 1024.*the largest {16 * 64 + 7}"):
+            raise_slot_errors("cuda")
+    assert slot_errors("cuda").count == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("launcher", ["cached", "triton"])
+@pytest.mark.parametrize("name", CODECS)
+def test_small_writes_and_reads_are_byte_exact_through_either_launcher(name, launcher, gen, monkeypatch) -> None:
+    """Decode-step sizes (1 row: Triton makes n a constant; 17, 64, 200), each twice: the second
+    launch of a specialization goes through the cached launcher, whose key must keep them apart."""
+    _fused_or_skip()
+    from dsv4sel.kernels import triton_codecs
+
+    monkeypatch.setattr(triton_codecs, "_FAST", [launcher == "cached"])
+    layout = get_layout(name)
+    for n in (1, 17, 64, 200, 1, 64):
+        fused, ref = (layout.allocate(8, 64, device="cuda") for _ in range(2))
+        kv = _varied_kv(n, gen).cuda()
+        slots = torch.randint(-1, 8 * 64, (n,), generator=gen).cuda()
+        layout.write(fused, kv, slots)  # random slots: duplicates and -1 among them
+        layout.write(ref, kv, slots, backend="torch")
+        assert torch.equal(_bytes(fused), _bytes(ref)), n
+        got = layout.read(fused, slots)
+        assert torch.equal(got.view(torch.int16), layout.read(fused, slots, backend="torch").view(torch.int16))
+        # a kv view with another row stride and an int32 slot tensor: other specializations
+        wide = torch.zeros(n, 520, dtype=torch.bfloat16, device="cuda")
+        wide[:, :512] = kv
+        fused.zero_()
+        uniq = torch.randperm(8 * 64, generator=gen)[:n].int().cuda()
+        layout.write(fused, wide[:, :512], uniq, unique=True)
+        ref.zero_()
+        layout.write(ref, kv, uniq.long(), backend="torch")
+        assert torch.equal(_bytes(fused), _bytes(ref)), n
+    raise_slot_errors("cuda")
 
 
 def test_bad_kv_and_cache_are_rejected() -> None:
