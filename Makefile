@@ -21,7 +21,13 @@ $(STAMP): pyproject.toml setup.py
 	@$(BIN)/python -m pip install -qq -e '.[test]'
 	@touch $@
 
-run: $(STAMP)
+# The shipped rules' compiled form, as the wheel's build hook writes it (setup.py);
+# rebuilt whenever a rule file or an engine module changes.
+ARTIFACT := dsv4sel/shipped.dsv4c
+$(ARTIFACT): $(STAMP) $(shell find rules dsv4sel/engine dsv4sel/dsv4/profile.py dsv4sel/schema -name '*.yaml' -o -name '*.py' -o -name '*.json' 2>/dev/null)
+	@$(BIN)/python -c "import dsv4sel.api as a; a.write_shipped_artifact()" > /dev/null
+
+run: $(STAMP) $(ARTIFACT)
 	$(BIN)/dsv4sel check
 	$(BIN)/dsv4sel explain --platform cuda --capability 9.0 --kv-cache-dtype auto
 
@@ -30,7 +36,7 @@ vllm-env: $(STAMP)
 	@test -f $(VLLM_STAMP) || $(BIN)/python tools/vllm_env.py --venv $(VLLM_VENV) > .venv-vllm.log 2>&1 \
 		|| echo "warning: building $(VLLM_VENV) failed (see .venv-vllm.log); the vLLM 0.33 tests will skip"
 
-test: $(STAMP) vllm-env
+test: $(STAMP) $(ARTIFACT) vllm-env
 	$(BIN)/dsv4sel check
 	$(BIN)/dsv4sel test tests/decisions
 	$(BIN)/dsv4sel test examples/b12x-pack/tests --rules examples/b12x-pack/dsv4sel_b12x/rules --allow-impl-module dsv4sel_b12x
