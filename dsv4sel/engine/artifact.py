@@ -113,7 +113,13 @@ class Layout:
 
     @classmethod
     def from_data(cls, data: dict) -> "Layout":
-        return cls(data["dims"], data["backends"], data["order"])
+        """The layout stored in ``data``; its memory order must be the one the
+        compiler writes (smallest dimension outermost), so stored data cannot
+        permute the array's dimensions."""
+        layout = cls(data["dims"], data["backends"])
+        if tuple(data["order"]) != layout.order:
+            raise ValueError("the stored dimension order is not the compiled form's")
+        return layout
 
 
 def _runs(bits: int):

@@ -43,6 +43,9 @@ _HEADER = len(MAGIC) + 12
 MAX_JSON_BYTES = 8 << 20
 #: The largest blob (the decision array, at most 2 bytes x 2^26 inputs, and the fingerprint).
 MAX_BLOB_BYTES = (128 << 20) + (16 << 20)
+#: The most JSON lists and objects an entry may hold (the shipped rules' hold ~10,000): counted
+#: on the bytes before parsing, as each costs ~60 bytes of memory for 2 bytes of file.
+MAX_CONTAINERS = 1 << 19
 #: The deepest nesting of lists and objects an entry's JSON may hold (the compiled form needs 5).
 MAX_DEPTH = 12
 SUFFIX = ".dsv4c"
@@ -120,8 +123,11 @@ def decode(raw: bytes) -> Entry | None:
     text, blob = view[_HEADER:_HEADER + n_json], view[_HEADER + n_json:]
     if zlib.crc32(blob, zlib.crc32(text)) != int.from_bytes(raw[len(MAGIC) + 8:_HEADER], "big"):
         return None
+    raw_text = bytes(text)
+    if raw_text.count(b"[") + raw_text.count(b"{") > MAX_CONTAINERS:  # an over-count (strings) only refuses
+        return None
     try:
-        data = _tuples(json.loads(bytes(text)))
+        data = _tuples(json.loads(raw_text))
     except (ValueError, RecursionError, MemoryError):  # UnicodeDecodeError is a ValueError
         return None
     return Entry(data, blob.toreadonly()) if isinstance(data, dict) else None
