@@ -108,7 +108,7 @@ def test_dsv4sel_test_refuses_a_fifo_and_dev_zero_without_reading_them(hostile_f
     result, seconds = _timed("test", str(hostile_files))
     assert result.rc == 2 and seconds < 10
     for name in ("fifo.yaml", "zero.yaml"):
-        assert f"{name}:1:1: cannot read rule file: not a regular file" in result.err, result.err
+        assert f"{name}:1:1: cannot read rule file: not a regular file; rule files are regular *.yaml files" in result.err, result.err
 
 
 @pytest.mark.parametrize("name", ["fifo.yaml", "zero.yaml"])

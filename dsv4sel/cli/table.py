@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from ..engine.text import escape, read_bounded
 
     try:  # the guarded reader: a FIFO, a device or a huge file is refused, never waited on or read whole
-        current = read_bounded(args.check, _MAX_CHECKED_BYTES, "generated table").decode("utf-8")
+        current = read_bounded(args.check, _MAX_CHECKED_BYTES, "a generated table").decode("utf-8")
     except FileNotFoundError:
         print(f"{args.check} does not exist; generate it with `{regenerate}`")
         return EXIT_FINDINGS

@@ -246,7 +246,7 @@ def read_rule_file(path: str) -> str:
     Only a regular file of at most :data:`MAX_FILE_BYTES` bytes is read: a
     FIFO, a device or a directory is refused without blocking or reading.
     Raises OSError or ValueError with a message fit for a Problem."""
-    data = read_bounded(path, MAX_FILE_BYTES, "rule file (*.yaml)")
+    data = read_bounded(path, MAX_FILE_BYTES, "a rule file", "rule files are regular *.yaml files")
     return data.decode("utf-8")
 
 

@@ -150,8 +150,12 @@ class TestReport:
 # ------------------------------------------------------------------ loading
 
 def _display(path: str) -> str:
+    """A test file's name in messages, control characters (a newline too) escaped:
+    a file name is as untrusted as the file."""
+    from ..engine.text import escape
+
     rel = os.path.relpath(path)
-    return path if rel.startswith("..") else rel
+    return escape(path if rel.startswith("..") else rel)
 
 
 def find_test_files(paths) -> tuple[list[str], list[Problem]]:
