@@ -342,3 +342,48 @@ def test_a_huge_unknown_value_of_any_input_is_refused_without_matching_it():
     with pytest.raises(dsv4sel.InvalidQuery, match=r"\(10,000,000 characters\)"):
         dsv4sel.select(platform="cuda", capability="9.0", kv_cache_dtype="y" * 10_000_000)
     assert time.perf_counter() - start < 0.5
+
+
+# ------------------------------------------------------------- smaller points
+
+class _Hostile:
+    """A value whose comparisons raise, as a broken config type's might."""
+
+    def __ne__(self, other):
+        raise RuntimeError("no comparing")
+
+    __eq__ = __ne__
+    __hash__ = object.__hash__
+
+
+def test_apply_leaves_the_config_unchanged_when_a_comparison_raises():
+    sel = dsv4sel.select(platform="cuda", capability="9.0")  # rewrites cache_dtype
+    old = _Hostile()
+
+    class Config:
+        cache_dtype = old
+
+    config = Config()
+    changed = sel.apply(config)
+    assert config.cache_dtype == "fp8_ds_mla" and changed == {"cache_dtype": old}
+
+    class Failing:
+        def __init__(self):
+            object.__setattr__(self, "cache_dtype", old)
+
+        def __setattr__(self, name, value):
+            object.__setattr__(self, name, value)
+            raise RuntimeError("stored, then raised")
+
+    failing = Failing()
+    with pytest.raises(RuntimeError, match="stored, then raised"):
+        sel.apply(failing)
+    assert failing.__dict__["cache_dtype"] is old
+
+
+def test_explain_only_rules_without_rules_is_a_usage_error_as_in_check():
+    from _cli import run
+
+    result = run("explain", "--platform", "cuda", "--only-rules")
+    assert result.rc == 2 and "--only-rules needs at least one --rules PATH" in result.err
+    assert run("check", "--only-rules").rc == 2
