@@ -26,7 +26,13 @@ $(STAMP): pyproject.toml setup.py
 	@$(BIN)/python -m pip install -qq -e '.[test]'
 	@touch $@
 
-run: $(STAMP)
+# The shipped rules' compiled form, as the wheel's build hook writes it (setup.py);
+# rebuilt whenever a rule file or an engine module changes.
+ARTIFACT := dsv4sel/shipped.dsv4c
+$(ARTIFACT): $(STAMP) $(shell find rules dsv4sel/engine dsv4sel/dsv4/profile.py dsv4sel/schema -name '*.yaml' -o -name '*.py' -o -name '*.json' 2>/dev/null)
+	@$(BIN)/python -c "import dsv4sel.api as a; a.write_shipped_artifact()" > /dev/null
+
+run: $(STAMP) $(ARTIFACT)
 	$(BIN)/dsv4sel check
 	$(BIN)/dsv4sel explain --platform cuda --capability 9.0 --kv-cache-dtype auto
 
@@ -41,7 +47,7 @@ sglang-env: $(STAMP)
 	@test -f $(SGLANG_STAMP) || $(BIN)/python tools/sglang_env.py --venv $(SGLANG_VENV) > .venv-sglang.log 2>&1 \
 		|| echo "warning: building $(SGLANG_VENV) failed (see .venv-sglang.log); the SGLang 0.5.23 tests will skip"
 
-test: $(STAMP) vllm-env sglang-env
+test: $(STAMP) $(ARTIFACT) vllm-env sglang-env
 	$(BIN)/dsv4sel check
 	$(BIN)/dsv4sel test tests/decisions
 	$(BIN)/dsv4sel test examples/b12x-pack/tests --rules examples/b12x-pack/dsv4sel_b12x/rules --allow-impl-module dsv4sel_b12x

@@ -113,30 +113,87 @@ def load_rules(paths=None, *, allowed_impl_modules=None, use_cache: bool = True)
     return _compiled(srcs, allowed, use_cache)
 
 
+#: The shipped rules' compiled form, written into the package at build time
+#: (setup.py's build hook; ``make run`` in a checkout). Read only when the
+#: rule set is the shipped one alone and its fingerprint matches.
+SHIPPED_ARTIFACT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shipped.dsv4c")
+
+
 def _compiled(srcs, allowed: tuple[str, ...], use_cache: bool) -> RuleSet:
-    """The RuleSet of ``srcs``: from the cache when an intact entry was compiled
-    from exactly these bytes, else compiled (and cached)."""
+    """The RuleSet of ``srcs``: from the packaged artifact (the shipped rules
+    alone) or the user cache when an intact, trusted entry was compiled from
+    exactly these bytes, else compiled (and cached)."""
     from .engine import cache, sources as _sources
-    from .engine.ruleset import CorruptTable
 
     code = _domain_files()
+    fingerprint = _sources.fingerprint_bytes(srcs, allowed, code)
     name = _sources.entry_name(srcs, allowed)
-    fingerprint = _sources.fingerprint(srcs, allowed, code)
-    entry = cache.read_entry(name) if use_cache else None
-    if entry is not None and entry.get("fingerprint") == fingerprint:
-        try:
-            return RuleSet(entry["table"], entry["digest"], allowed)
-        except (CorruptTable, KeyError):
-            pass  # damaged or edited: compiled afresh below, and the entry replaced
+    if use_cache:
+        if all(s.pack == "dsv4sel" for s in srcs):
+            ruleset = _from_entry(cache.read_packaged(SHIPPED_ARTIFACT), fingerprint, allowed)
+            if ruleset is not None:
+                return ruleset
+        ruleset = _from_entry(cache.read_entry(name), fingerprint, allowed)
+        if ruleset is not None:
+            return ruleset
+    table, digest = _compile(srcs, allowed, code)
+    ruleset = RuleSet(table, digest, allowed)
+    if use_cache:
+        cache.write_entry(name, *_as_entry(table, digest, fingerprint), prune=True)
+    return ruleset
+
+
+def _compile(srcs, allowed: tuple[str, ...], code: tuple[str, ...]) -> tuple[dict, str]:
+    from .engine import sources as _sources
     from .engine.build import build_program
     from .engine.lower import to_table
 
     table = to_table(build_program(srcs, allowed, PROFILE))
-    digest = _sources.content_hash(srcs, allowed, code)
-    ruleset = RuleSet(table, digest, allowed)
-    if use_cache:
-        cache.write_entry(name, {"fingerprint": fingerprint, "digest": digest, "table": table}, prune=True)
-    return ruleset
+    return table, _sources.content_hash(srcs, allowed, code)
+
+
+def _as_entry(table: dict, digest: str, fingerprint: bytes) -> tuple[dict, bytes]:
+    """A compiled table as a cache entry: the JSON part, and the blob holding
+    the fingerprint and then the decision array."""
+    array = {k: v for k, v in table["table"].items() if k != "ids"}
+    data = {"digest": digest, "fingerprint": len(fingerprint), "table": {**table, "table": array}}
+    return data, fingerprint + table["table"]["ids"]
+
+
+def _from_entry(entry, fingerprint: bytes, allowed: tuple[str, ...]) -> RuleSet | None:
+    """The RuleSet an entry holds when it was compiled from ``fingerprint``
+    and passes every check of :class:`RuleSet`; None otherwise (the caller
+    compiles, and replaces the entry)."""
+    from .engine.ruleset import CorruptTable
+
+    if entry is None:
+        return None
+    data, blob = entry.data, entry.blob
+    n, digest, table = data.get("fingerprint"), data.get("digest"), data.get("table")
+    if (type(n) is not int or not 0 <= n <= len(blob) or blob[:n] != fingerprint or type(digest) is not str
+            or len(digest) != 64 or digest.strip("0123456789abcdef") or type(table) is not dict
+            or type(table.get("table")) is not dict):
+        return None
+    table["table"]["ids"] = blob[n:]
+    try:
+        return RuleSet(table, digest, allowed)
+    except CorruptTable:
+        return None
+
+
+def write_shipped_artifact(path: str = SHIPPED_ARTIFACT) -> str:
+    """Compile the shipped rules (alone, with the default allow-list) and
+    write their compiled form to ``path``; setup.py's build hook and
+    ``make run`` call it. Returns ``path``."""
+    from .engine import cache, sources as _sources
+
+    srcs = _sources.shipped_sources()
+    allowed = tuple(DEFAULT_ALLOWED_IMPL_MODULES)
+    code = _domain_files()
+    table, digest = _compile(srcs, allowed, code)
+    RuleSet(table, digest, allowed)  # what is written must load
+    cache.write_file(path, *_as_entry(table, digest, _sources.fingerprint_bytes(srcs, allowed, code)))
+    return path
 
 
 def default_rules() -> RuleSet:
@@ -198,6 +255,7 @@ def verify(rules=None, *, allowed_impl_modules=None) -> Report:
     files. What counts as a finding: :mod:`dsv4sel.check.verifier`."""
     from .check.verifier import problem_report, verify_program
     from .engine.build import build_program
+    from .engine.lower import to_table
     from .engine.model import Program
     from .errors import RuleError
 
@@ -210,6 +268,9 @@ def verify(rules=None, *, allowed_impl_modules=None) -> Report:
         _, srcs, allowed = resolve(rules, allowed_impl_modules, strict=True)
     try:
         program = build_program(srcs, allowed, PROFILE)
+        # what select() would refuse, check refuses: the compiled form's bounds
+        # (its size, rendered rows and texts) are the lowering stage's
+        to_table(program)
     except RuleError as exc:
         return problem_report(tuple(s.display for s in srcs), exc.problems)
     return verify_program(program)

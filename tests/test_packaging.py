@@ -113,3 +113,20 @@ def test_the_installed_package_selects_with_its_packaged_rules(fresh_venv):
     assert first.returncode == 0, first
     # `check` compiled the rules before: this process reads the cache and imports no yaml
     assert first.stdout.split() == ["True", "FLASHMLA_SPARSE_DSV4", "rules/flashmla.yaml", "False", "False"]
+
+
+def test_the_wheel_ships_the_compiled_rules_and_select_reads_nothing_a_user_can_write(dists, fresh_venv):
+    # built by setup.py's hook from the very files the wheel ships: a fresh process with an
+    # empty cache directory answers from the package, compiles nothing and writes no cache
+    _, wheel = dists
+    assert "dsv4sel/shipped.dsv4c" in zipfile.ZipFile(wheel).namelist()
+    code = ("import dsv4sel, sys, os\n"
+            "sel = dsv4sel.select(platform='cuda', capability='9.0')\n"
+            "print(sel.backend, 'yaml' in sys.modules, os.path.exists(os.environ['DSV4SEL_CACHE_DIR']))")
+    python = fresh_venv / "env" / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["DSV4SEL_CACHE_DIR"] = str(fresh_venv / "never-created")
+    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=str(fresh_venv),
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["FLASHMLA_SPARSE_DSV4", "False", "False"]

@@ -95,7 +95,12 @@ def run(args: argparse.Namespace) -> int:
         from .render.diagnostics import github, sarif
 
         found = diagnostics(report)
-        sys.stdout.write(github(found) if args.format == "github" else sarif(found))
+        from .streams import write_workflow_commands
+
+        if args.format == "github":
+            write_workflow_commands(github(found))
+        else:
+            sys.stdout.write(sarif(found))
     else:
         from .render.check import text
         from .render.text import wrapped

@@ -51,6 +51,11 @@ def load(args: argparse.Namespace):
     """The RuleSet the options name (the default rule set when none)."""
     from .. import default_rules, load_rules
 
+    if getattr(args, "only_rules", False) and not getattr(args, "rules", None):
+        # as `check` does: --only-rules alone names no rule set at all (exit 2, not the defaults)
+        from ..errors import Problem, RuleError
+
+        raise RuleError([Problem("<rules>", 1, 1, "--only-rules needs at least one --rules PATH", code="DSV306")])
     paths, allowed = rule_paths(args), allowed_modules(args)
     if paths is None and allowed is None:
         return default_rules()

@@ -8,7 +8,13 @@
   name or a query can never clear the screen or forge coloured output;
 - characters the stream's encoding lacks become backslash escapes instead of
   a UnicodeEncodeError (an ASCII-only terminal, ``PYTHONIOENCODING=ascii``);
-- a closed stream (``>&-``) becomes a sink that discards.
+- a closed stream (``>&-``) becomes a sink that discards;
+- a line whose first non-blank character is ``:`` has that colon written as
+  ``\x3a``: in a CI log a line starting ``::`` is a GitHub workflow command
+  (a forged ``::error``, or ``::stop-commands::`` silencing the rest of the
+  step), and rule texts, file names and queries may hold newlines. Only
+  :func:`write_workflow_commands` (``--format github``, whose data is
+  %-escaped so that it cannot start a line) writes ``::`` lines.
 
 Write failures (``/dev/full``, a closed pipe) surface as OSError from the
 command; :func:`silence_stdout` then points file descriptor 1 at
@@ -36,8 +42,29 @@ class SafeWriter:
         self._stream = stream
         self._allow_colour = allow_colour
         self.encoding = getattr(stream, "encoding", "utf-8")
+        self._line_start = True
+        #: set only by :func:`write_workflow_commands`
+        self.workflow_commands = False
+
+    def _neutralised(self, text: str) -> str:
+        """``text`` with the first colon of every line that starts (after
+        blanks) with one escaped; a line may span several writes."""
+        pieces = text.split("\n")
+        for i, piece in enumerate(pieces):
+            if self._line_start or i:
+                stripped = piece.lstrip(" \t")
+                if stripped.startswith(":"):
+                    piece = pieces[i] = piece[:len(piece) - len(stripped)] + "\\x3a" + stripped[1:]
+                self._line_start = not piece.strip(" \t")
+            elif piece:
+                self._line_start = False
+        if len(pieces) > 1:
+            self._line_start = not pieces[-1].strip(" \t")
+        return "\n".join(pieces)
 
     def write(self, text: str) -> int:
+        if not self.workflow_commands and (":" in text or "\n" in text):
+            text = self._neutralised(text)
         if control_character(text, in_text=True):
             if self._allow_colour:
                 parts = _SGR.split(text)
@@ -108,6 +135,23 @@ def safe_streams():
                     pass
             else:
                 inner.close()
+
+
+def write_workflow_commands(text: str) -> None:
+    """Write GitHub workflow commands (``::error file=...::...``) to stdout:
+    the one writer allowed to start a line with ``::``. ``text`` must come from
+    :func:`dsv4sel.cli.render.diagnostics.github`, which %-escapes every
+    newline and carriage return of its data."""
+    stream = sys.stdout
+    allowed = getattr(stream, "workflow_commands", None)
+    if allowed is None:  # not a SafeWriter (a caller's own stream)
+        stream.write(text)
+        return
+    stream.workflow_commands = True
+    try:
+        stream.write(text)
+    finally:
+        stream.workflow_commands = allowed
 
 
 def silence_stdout() -> None:

@@ -96,4 +96,9 @@ def run(args: argparse.Namespace) -> int:
 def _emit(fmt: str, diagnostics) -> None:
     from .render.diagnostics import github, sarif
 
-    sys.stdout.write(github(diagnostics) if fmt == "github" else sarif(diagnostics))
+    from .streams import write_workflow_commands
+
+    if fmt == "github":
+        write_workflow_commands(github(diagnostics))
+    else:
+        sys.stdout.write(sarif(diagnostics))

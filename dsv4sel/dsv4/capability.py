@@ -19,6 +19,12 @@ spelling                              canonical   note
 GPU names (``H100``, ``MI300X``)      per data    the vocabulary's ``aliases:``
 ====================================  ==========  ==============================
 
+A capability string is at most :data:`MAX_LENGTH` printable ASCII
+characters: digits of other scripts (``٩.٠``, ``９.０``), NBSP, line
+separators, CR, LF and NUL are no spelling, and matching a string against
+GPU names stays a bounded cost. A string naming two GPUs (``H100 MI300X``)
+is refused, not decided by the first.
+
 This module knows spellings only; which capabilities exist is the
 vocabulary's business (see :meth:`dsv4sel.dsv4.rules.RuleSet.normalize`).
 """
@@ -27,11 +33,21 @@ from __future__ import annotations
 
 import re
 
-_DOTTED = re.compile(r"(\d{1,2})\.(\d{1,2})")
-_TUPLE_TEXT = re.compile(r"\(\s*(\d{1,2})\s*,\s*(\d{1,2})\s*\)")
-_SM = re.compile(r"(?:sm|compute)_?(\d{1,3})[af]?")
-_DIGITS = re.compile(r"\d{1,3}")
-_GFX = re.compile(r"(gfx[0-9a-f]{3,4})(?::[a-z0-9_+\-:]*)?")
+# ASCII only: `\d` would also match the digits of every other script
+_DOTTED = re.compile(r"([0-9]{1,2})\.([0-9]{1,2})", re.ASCII)
+_TUPLE_TEXT = re.compile(r"\( *([0-9]{1,2}) *, *([0-9]{1,2}) *\)", re.ASCII)
+_SM = re.compile(r"(?:sm|compute)_?([0-9]{1,3})[af]?", re.ASCII)
+_DIGITS = re.compile(r"[0-9]{1,3}", re.ASCII)
+_GFX = re.compile(r"(gfx[0-9a-f]{3,4})(?::[a-z0-9_+\-:]{0,40})?", re.ASCII)
+
+#: The longest capability string looked at (the longest GPU name in use is ~40).
+MAX_LENGTH = 64
+
+
+def acceptable(text: str) -> bool:
+    """Whether ``text`` may be a capability spelling at all: at most
+    :data:`MAX_LENGTH` characters, each printable ASCII (space to ``~``)."""
+    return len(text) <= MAX_LENGTH and all(" " <= c <= "~" for c in text)
 
 
 def _from_digits(digits: str) -> str:
@@ -51,9 +67,9 @@ def canonical(capability: object) -> str | None:
         if len(capability) == 2 and all(type(x) is int and 0 <= x < 100 for x in capability):
             return f"{capability[0]}.{capability[1]}"
         return None
-    if not isinstance(capability, str):
+    if not isinstance(capability, str) or not acceptable(capability):
         return None
-    text = capability.strip().lower()
+    text = capability.strip(" ").lower()
     if text == "unknown":
         return text
     match = _DOTTED.fullmatch(text) or _TUPLE_TEXT.fullmatch(text)
@@ -70,22 +86,30 @@ def canonical(capability: object) -> str | None:
 
 def name_tokens(name: str) -> tuple[str, ...]:
     """A GPU name as lower-case words, ignoring spaces and punctuation."""
-    return tuple(re.findall(r"[a-z0-9]+", name.lower()))
+    return tuple(re.findall(r"[a-z0-9]+", name.lower(), re.ASCII))
 
 
 def match_alias(name: str, aliases: dict[tuple[str, ...], str]) -> str | None:
     """The value of the longest alias whose words appear, in order and
     adjacent, in ``name``: "NVIDIA H100 80GB HBM3" matches ``H100``, and
     "GH200" does not. ``aliases`` maps :func:`name_tokens` of each alias to
-    its value."""
+    its value. None when ``name`` is no :func:`acceptable` string, or names
+    two GPUs: another alias matches words outside the longest match and
+    means another value ("H100 MI300X")."""
+    if not acceptable(name):
+        return None
     words = name_tokens(name)
-    best: tuple[int, str] | None = None
+    found = []  # (length, start, value)
     for alias, value in aliases.items():
         n = len(alias)
-        if n and any(words[i:i + n] == alias for i in range(len(words) - n + 1)):
-            if best is None or n > best[0]:
-                best = (n, value)
-    return best[1] if best else None
+        found.extend((n, i, value) for i in range(len(words) - n + 1) if n and words[i:i + n] == alias)
+    if not found:
+        return None
+    n, start, value = max(found, key=lambda f: (f[0], -f[1]))
+    for m, i, other in found:
+        if other != value and (i + m <= start or i >= start + n):
+            return None  # two GPUs named at once
+    return value
 
 
 #: Spellings shown when a capability is refused.

@@ -19,6 +19,9 @@ from ..errors import InvalidQuery, SelectionError
 from .profile import PROFILE
 from .selection import Query, Selection
 
+#: The longest refused query value matched against the vocabulary and shown whole.
+_MAX_SHOWN = 64
+
 _MEMO_LIMIT = 65536
 
 TYPE_CHECKING = False
@@ -98,8 +101,13 @@ class RuleSet(CompiledRules):
         from .alternatives import flag  # the error path only: the cold start loads neither
         from ..engine.suggest import close_matches
 
-        near = close_matches(value, valid) if isinstance(value, str) else []
-        text = f"unknown {what} {value!r}"
+        from ..engine.text import escape
+
+        # a long string is refused without matching (close_matches is quadratic) and shown cut short
+        long = isinstance(value, str) and len(value) > _MAX_SHOWN
+        near = close_matches(value, valid) if isinstance(value, str) and not long else []
+        shown = f"{value[:_MAX_SHOWN]!r}... ({len(value):,} characters)" if long else repr(value)
+        text = f"unknown {what} {escape(shown)}"
         text += f"; did you mean {near[0]!r}?" if near else "."
         text += f" Valid {what} values: {', '.join(valid)}" + hint
         return InvalidQuery(text, suggestions=tuple(flag(flag_of, n) if flag_of else n for n in near))
@@ -177,7 +185,15 @@ class RuleSet(CompiledRules):
             return default if default in valid else valid[-1]
         if capability.__class__ is str and capability in valid:
             return capability  # already canonical: spares the cold start the spelling parser
-        from .capability import SPELLINGS, canonical, match_alias, name_tokens
+        from ..engine.text import escape
+        from .capability import MAX_LENGTH, SPELLINGS, acceptable, canonical, match_alias, name_tokens
+
+        if isinstance(capability, str) and not acceptable(capability):
+            # refused before any matching: its cost must not grow with the string
+            return self._refuse_capability(
+                f"capability {escape(repr(capability[:MAX_LENGTH]))}{'...' if len(capability) > MAX_LENGTH else ''} "
+                f"({len(capability):,} characters) is not a capability spelling: one is at most {MAX_LENGTH} "
+                f"printable ASCII characters. Write it as {SPELLINGS}.", [])
         from ..engine.suggest import close_matches
         from ..engine.text import escape
 

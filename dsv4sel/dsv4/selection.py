@@ -47,6 +47,14 @@ class Query(Frozen):
         return " ".join(parts)
 
 
+def _differs(old: Any, new: Any) -> bool:
+    """``old != new``, counting a comparison that raises (or gives no bool) as a change."""
+    try:
+        return bool(old != new)
+    except Exception:
+        return True
+
+
 class Selection(Frozen):
     """The decision for one query.
 
@@ -149,13 +157,12 @@ class Selection(Frozen):
                 setattr(cache_config, name, value)
         except BaseException:
             for name in reversed(touched):
-                try:
-                    if getattr(cache_config, name) != previous[name]:
-                        setattr(cache_config, name, previous[name])
+                try:  # put back unconditionally: comparing the values could raise too
+                    setattr(cache_config, name, previous[name])
                 except Exception:  # noqa: S110 - restore what can be restored, then re-raise the cause
                     pass
             raise
-        return {k: v for k, v in previous.items() if v != self.rewrites[k]}
+        return {k: v for k, v in previous.items() if _differs(v, self.rewrites[k])}
 
     def __reduce__(self):
         # rewrites is a read-only mappingproxy, which does not pickle; __post_init__ wraps the dict again

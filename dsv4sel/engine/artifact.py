@@ -115,7 +115,13 @@ class Layout:
 
     @classmethod
     def from_data(cls, data: dict) -> "Layout":
-        return cls(data["dims"], data["backends"], data["order"])
+        """The layout stored in ``data``; its memory order must be the one the
+        compiler writes (smallest dimension outermost), so stored data cannot
+        permute the array's dimensions."""
+        layout = cls(data["dims"], data["backends"])
+        if tuple(data["order"]) != layout.order:
+            raise ValueError("the stored dimension order is not the compiled form's")
+        return layout
 
 
 def _runs(bits: int):
@@ -171,17 +177,11 @@ def paint(ids: array, layout: Layout, box, backend_index: int, value: int) -> No
 
 
 def new_array(layout: Layout, typecode: str = "H") -> array:
-    """A zeroed array for ``layout`` (2-byte entries: fewer than 65,536 outcomes)."""
+    """A zeroed array for ``layout`` (2-byte entries: the compiled form holds at
+    most 65,536 outcomes, ``ruleset.MAX_ROWS``)."""
     from array import array
 
     return array(typecode, bytes(layout.size * array(typecode).itemsize))
-
-
-def widened(ids: array) -> array:
-    """``ids`` in 4-byte entries, for a space with 65,536 outcomes or more."""
-    from array import array
-
-    return array("I", ids)
 
 
 def all_below(ids: memoryview, limit: int) -> bool:
@@ -189,30 +189,31 @@ def all_below(ids: memoryview, limit: int) -> bool:
     untrusted: an index past the outcomes must be found before any lookup).
 
     ``max()`` costs ~20 ns an entry (0.6 s at 30 million); for 2-byte entries
-    the test runs on the bytes instead (translate and big-int AND run in C):
-    an entry ``hi * 256 + lo`` is below ``limit`` when ``hi`` is below the last
+    the test runs on the bytes instead (translate and big-int AND run in C),
+    a megabyte at a time so that it needs no copy of the whole array: an
+    entry ``hi * 256 + lo`` is below ``limit`` when ``hi`` is below the last
     allowed high byte, or equal to it with ``lo`` not above the last low."""
     if limit <= 0:
         return len(ids) == 0
     if ids.format != "H" or limit > 1 << 16:
         return max(ids, default=0) < limit
-    raw = ids.cast("B").tobytes()
     if ids_little_endian() is False:  # pragma: no cover - no big-endian CI machine
         return max(ids, default=0) < limit
     top_high, top_low = divmod(limit - 1, 256)
-    highs, lows = raw[1::2], raw[0::2]
-    if top_high == 0:  # fewer than 256 outcomes, the usual case: every high byte is 0
-        return highs.count(0) == len(highs) and (top_low == 255 or 1 not in lows.translate(
-            bytes(1 if b > top_low else 0 for b in range(256))))
     above = bytes(1 if b > top_high else 0 for b in range(256))
-    if 1 in highs.translate(above):
-        return False
-    if top_low == 255:
-        return True
     at_top = bytes(1 if b == top_high else 0 for b in range(256))
     low_above = bytes(1 if b > top_low else 0 for b in range(256))
-    return not (int.from_bytes(highs.translate(at_top), "little")
-                & int.from_bytes(lows.translate(low_above), "little"))
+    flat = ids.cast("B")
+    step = 1 << 20
+    for start in range(0, len(flat), step):
+        raw = flat[start:start + step].tobytes()
+        highs, lows = raw[1::2], raw[0::2]
+        if 1 in highs.translate(above):
+            return False
+        if top_low != 255 and int.from_bytes(highs.translate(at_top), "little") & int.from_bytes(
+                lows.translate(low_above), "little"):
+            return False
+    return True
 
 
 def ids_little_endian() -> bool:
@@ -242,7 +243,9 @@ class OutcomeTable:
                 index = {v: i * stride for i, v in enumerate(values)}
                 lookups.append((None, tuple(position[n] for n in names), index))
         self._lookups = tuple(lookups)
-        self.ids = memoryview(data["ids"]).cast(data["typecode"])
+        if data["typecode"] != "H":
+            raise ValueError(f"the decision array's typecode is {data['typecode']!r}, not 'H'")
+        self.ids = memoryview(data["ids"]).cast("H")
         if len(self.ids) != layout.size:
             raise ValueError(f"the decision array holds {len(self.ids)} entries, its layout {layout.size}")
 

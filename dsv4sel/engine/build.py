@@ -22,7 +22,7 @@ def load_source(src: Source, schema: str):
     from .validate import validate_file
 
     if src.unreadable is not None:
-        return None, [Problem(src.display, 1, 1, src.unreadable, code="DSV101")], []
+        return None, [Problem(src.display, src.line, 1, src.unreadable, code="DSV101")], []
     loaded, problems = load_file(src.path, src.display)
     # a file that failed to load holds None where the bad nodes were: checking
     # its schema would report each load problem a second time

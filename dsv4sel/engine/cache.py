@@ -1,36 +1,66 @@
-"""The on-disk cache of compiled rule sets and installed-pack scans.
+"""The compiled form on disk: the packaged artifact and the user's cache.
 
-marshal is in the interpreter core, so a warm start neither parses YAML nor
-imports yaml or jsonschema. The cache directory is untrusted, like a rule
-file: a damaged, truncated or hand-edited entry must never change a decision
-or crash a later ``select()``. Hence:
+Two places hold compiled rule sets, read by one bounded decoder:
 
-- every entry is ``MAGIC + CRC-32 of the body + marshal body``; an entry
-  whose checksum fails is ignored (and rebuilt by the caller). CRC-32 finds
-  every single-byte change and every burst of up to 32 bits;
-- what an entry holds is checked again by its reader (``RuleSet`` checks a
-  compiled table's shape and that every impl lies inside the allow-list
-  the *process* was configured with; the allow-list is never read from here);
-- only regular files of bounded size are read;
-- a write goes to a temporary file that is renamed into place, and is
-  removed again when anything fails (a full disk leaves no ``.tmp``).
+- the **packaged artifact** (``dsv4sel/shipped.dsv4c``), the shipped rules'
+  compiled form, written at build time into the package (setup.py's build
+  hook) and read from there: with only the shipped rules, ``select()``
+  reads nothing a user other than the installer can write;
+- the **user cache** (``$DSV4SEL_CACHE_DIR``, else
+  ``$XDG_CACHE_HOME/dsv4sel`` or ``~/.cache/dsv4sel``) for rule sets with
+  packs. It is used only while the directory and each entry belong to the
+  effective user and are writable by nobody else; both are opened without
+  following a symbolic link, and every later operation goes through the
+  directory's descriptor, so a directory renamed or replaced after the check
+  is never used. Anything else is skipped, and the caller compiles.
 
-A cache that cannot be read or written is skipped (read-only homes,
-sandboxes): the caller compiles instead.
+An entry is ``MAGIC``, three big-endian 32-bit words (the JSON length, the
+blob length, the CRC-32 of both parts), a JSON document and a raw blob.
+The lengths are checked against the file's size before anything is read,
+and JSON (unlike marshal) allocates only in proportion to the bytes present
+(no claimed counts, no back-references), so an entry costs at most its size
+in reads and a small multiple of it in memory. The CRC-32 catches accidental
+damage only: it is no MAC, and whoever may write the cache may forge it.
+What protects a reader against a forged entry is the ownership check above,
+and that every value is checked again by its reader (``CompiledRules``).
+
+Writes go to a temporary file (mode 0600) renamed into place; a failure
+leaves no temporary file. Pruning removes only entries this module wrote:
+names of its own pattern, owned by the user, starting with ``MAGIC``.
 """
 
 from __future__ import annotations
 
-import marshal
+import json
 import os
 import stat
 import zlib
 
-_KEEP = 16  # table entries kept per directory; older ones are pruned on write
-_MAGIC = b"dsv4sel-cache-2\n"
-_HEADER = len(_MAGIC) + 4
-_MAX_ENTRY_BYTES = 256 << 20
-_SUFFIX = ".marshal"
+_KEEP = 16  # entries kept per directory; older ones are pruned on write
+MAGIC = b"dsv4sel-cache-3\n"
+_HEADER = len(MAGIC) + 12
+#: The largest JSON part an entry may hold (a rule set's outcomes, rules and vocabulary).
+MAX_JSON_BYTES = 8 << 20
+#: The largest blob (the decision array, at most 2 bytes x 2^26 inputs, and the fingerprint).
+MAX_BLOB_BYTES = (128 << 20) + (16 << 20)
+#: The most JSON lists and objects an entry may hold (the shipped rules' hold ~10,000): counted
+#: on the bytes before parsing, as each costs ~60 bytes of memory for 2 bytes of file.
+MAX_CONTAINERS = 1 << 19
+#: The deepest nesting of lists and objects an entry's JSON may hold (the compiled form needs 5).
+MAX_DEPTH = 12
+SUFFIX = ".dsv4c"
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+
+class Entry:
+    """A decoded entry: ``data`` (the JSON part, lists turned into tuples) and
+    ``blob`` (a read-only memoryview of the raw part)."""
+
+    __slots__ = ("data", "blob")
+
+    def __init__(self, data: dict, blob: memoryview):
+        self.data, self.blob = data, blob
 
 
 def cache_dir() -> str:
@@ -45,81 +75,219 @@ def enabled() -> bool:
     return os.environ.get("DSV4SEL_NO_CACHE", "") in ("", "0")
 
 
-def entry_path(name: str) -> str:
-    return os.path.join(cache_dir(), name + _SUFFIX)
+def _tuples(value, depth: int = 0):
+    """``value`` with every JSON list as a tuple (the compiled form's shape);
+    raises ValueError past :data:`MAX_DEPTH` levels."""
+    if depth > MAX_DEPTH:
+        raise ValueError("nested too deeply")
+    kind = value.__class__
+    if kind is list:
+        return tuple([_tuples(v, depth + 1) for v in value])
+    if kind is dict:
+        return {k: _tuples(v, depth + 1) for k, v in value.items()}
+    return value
 
 
-def decode(raw: bytes) -> dict | None:
-    """The dict stored in ``raw`` (a whole entry file), or None when it is not
-    an intact entry."""
-    if len(raw) < _HEADER or not raw.startswith(_MAGIC):
+def encode(data: dict, blob: bytes = b"") -> bytes:
+    """An entry holding ``data`` (JSON-able: dicts with str keys, tuples,
+    lists, str, int, bool, None) and ``blob``."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    if len(text) > MAX_JSON_BYTES or len(blob) > MAX_BLOB_BYTES:
+        raise ValueError("the compiled form is larger than a cache entry holds")
+    crc = zlib.crc32(blob, zlib.crc32(text))
+    return b"".join((MAGIC, len(text).to_bytes(4, "big"), len(blob).to_bytes(4, "big"),
+                     crc.to_bytes(4, "big"), text, blob))
+
+
+def _lengths(header: bytes, size: int) -> tuple[int, int] | None:
+    """``(json length, blob length)`` from an entry's header, when they are
+    within bounds and add up to exactly ``size`` bytes; else None."""
+    if len(header) < _HEADER or not header.startswith(MAGIC):
         return None
-    body = memoryview(raw)[_HEADER:]
-    if zlib.crc32(body) != int.from_bytes(raw[len(_MAGIC):_HEADER], "big"):
+    n_json = int.from_bytes(header[len(MAGIC):len(MAGIC) + 4], "big")
+    n_blob = int.from_bytes(header[len(MAGIC) + 4:len(MAGIC) + 8], "big")
+    if n_json > MAX_JSON_BYTES or n_blob > MAX_BLOB_BYTES or _HEADER + n_json + n_blob != size:
+        return None
+    return n_json, n_blob
+
+
+def decode(raw: bytes) -> Entry | None:
+    """The entry stored in ``raw`` (a whole entry file), or None when it is
+    not an intact entry of this format. Work and memory are bounded by
+    ``len(raw)``: the lengths are checked before anything is parsed."""
+    lengths = _lengths(raw[:_HEADER], len(raw))
+    if lengths is None:
+        return None
+    n_json, _ = lengths
+    view = memoryview(raw)
+    text, blob = view[_HEADER:_HEADER + n_json], view[_HEADER + n_json:]
+    if zlib.crc32(blob, zlib.crc32(text)) != int.from_bytes(raw[len(MAGIC) + 8:_HEADER], "big"):
+        return None
+    raw_text = bytes(text)
+    if raw_text.count(b"[") + raw_text.count(b"{") > MAX_CONTAINERS:  # an over-count (strings) only refuses
         return None
     try:
-        data = marshal.loads(body)
-    except (EOFError, ValueError, TypeError):
+        data = _tuples(json.loads(raw_text))
+    except (ValueError, RecursionError, MemoryError):  # UnicodeDecodeError is a ValueError
         return None
-    return data if isinstance(data, dict) else None
+    return Entry(data, blob.toreadonly()) if isinstance(data, dict) else None
 
 
-def encode(data: dict) -> bytes:
-    body = marshal.dumps(data)
-    return _MAGIC + zlib.crc32(body).to_bytes(4, "big") + body
+def _owned(info: os.stat_result) -> bool:
+    """The user's own, and writable by no one else (group and others)."""
+    return info.st_uid == os.geteuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
-def read_entry(name: str) -> dict | None:
-    """The entry ``name``, or None when missing, unreadable or damaged."""
-    if not enabled():
-        return None
+def _open_dir(create: bool) -> int | None:
+    """A descriptor of the cache directory when it is the user's own and
+    writable by no one else (created 0700 when missing and ``create``); else None."""
+    directory = cache_dir()
+    if create:
+        parent = os.path.dirname(os.path.abspath(directory))
+        try:
+            os.makedirs(parent, exist_ok=True)
+            os.mkdir(directory, 0o700)
+        except OSError:
+            pass  # exists already (checked below), or cannot be made: skipped
     try:
-        fd = os.open(entry_path(name), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW)
     except OSError:
         return None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_ENTRY_BYTES:
+    except OSError:
+        os.close(fd)
+        return None
+    if not stat.S_ISDIR(info.st_mode) or not _owned(info):
+        os.close(fd)
+        return None
+    return fd
+
+
+def _read_at(dir_fd: int | None, path: str, owned: bool) -> Entry | None:
+    """Read and decode one entry (``path`` relative to ``dir_fd``), refusing a
+    link, anything but a regular file, a size the header does not account
+    for and, with ``owned``, a file that is not the user's own or that
+    others may write."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or (owned and not _owned(info)):
+            return None
+        size = info.st_size
+        if size > _HEADER + MAX_JSON_BYTES + MAX_BLOB_BYTES:
             return None
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            raw = fh.read(_MAX_ENTRY_BYTES + 1)
-    except OSError:
+            if _lengths(fh.read(_HEADER), size) is None:
+                return None
+            fh.seek(0)
+            raw = fh.read(size + 1)
+    except (OSError, MemoryError):
         return None
     finally:
         os.close(fd)
-    return decode(raw)
+    return decode(raw) if len(raw) == size else None
 
 
-def write_entry(name: str, data: dict, prune: bool = False) -> None:
-    """Store ``data`` as entry ``name`` atomically; never raises for a cache
-    that cannot be written, and leaves no temporary file behind."""
+def read_packaged(path: str) -> Entry | None:
+    """The artifact at ``path`` inside the installed package, or None when it
+    is missing or not intact (the caller compiles then)."""
+    return _read_at(None, path, owned=False)
+
+
+def read_entry(name: str) -> Entry | None:
+    """The user-cache entry ``name``, or None when missing, damaged, or not
+    trusted (see the module docstring)."""
+    if not enabled():
+        return None
+    dir_fd = _open_dir(create=False)
+    if dir_fd is None:
+        return None
+    try:
+        return _read_at(dir_fd, name + SUFFIX, owned=True)
+    finally:
+        os.close(dir_fd)
+
+
+def write_file(path: str, data: dict, blob: bytes = b"") -> None:
+    """Write an entry to ``path`` (the build hook's packaged artifact); raises on failure."""
+    raw = encode(data, blob)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(raw)
+    os.replace(tmp, path)
+
+
+def write_entry(name: str, data: dict, blob: bytes = b"", prune: bool = False) -> None:
+    """Store entry ``name`` in the user cache atomically; never raises for a
+    cache that cannot (or must not) be written, and leaves no temporary file."""
     if not enabled():
         return
-    import tempfile  # ~6 ms of imports; only a cache miss pays it
-
-    directory = cache_dir()
+    dir_fd = _open_dir(create=True)
+    if dir_fd is None:
+        return
     tmp = None
     try:
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+        raw = encode(data, blob)
+        tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600, dir_fd=dir_fd)
         with os.fdopen(fd, "wb") as fh:
-            fh.write(encode(data))
-        os.replace(tmp, entry_path(name))
+            fh.write(raw)
+        os.replace(tmp, name + SUFFIX, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         tmp = None
         if prune:
-            _prune(directory)
-    except (OSError, ValueError):  # ValueError: marshal cannot store the value
+            _prune(dir_fd, name + SUFFIX)
+    except (OSError, ValueError, TypeError):  # ValueError/TypeError: not JSON-able, or too large
         pass
     finally:
         if tmp is not None:
             try:
-                os.unlink(tmp)
+                os.unlink(tmp, dir_fd=dir_fd)
             except OSError:
                 pass
+        os.close(dir_fd)
 
 
-def _prune(directory: str) -> None:
-    entries = sorted((e for e in os.scandir(directory) if e.name.endswith(_SUFFIX)),
-                     key=lambda e: e.stat().st_mtime, reverse=True)
-    for stale in entries[_KEEP:]:
-        os.unlink(stale.path)
+def _is_entry_name(name: str) -> bool:
+    """The names :func:`write_entry` gives: eight lowercase hex digits and :data:`SUFFIX`."""
+    stem = name[:-len(SUFFIX)]
+    return name.endswith(SUFFIX) and len(stem) == 8 and all(c in "0123456789abcdef" for c in stem)
+
+
+def _prune(dir_fd: int, keep: str) -> None:
+    """Remove all but the newest :data:`_KEEP` entries this module wrote.
+
+    Only names of the entry pattern, regular files owned by the user and
+    starting with :data:`MAGIC` count; ``keep`` (just written) is never
+    removed. A modification time in the future counts as now, so a planted
+    (or clock-skewed) entry cannot push the fresh one out at every start."""
+    import time
+
+    now = time.time()
+    found = []
+    with os.scandir(dir_fd) as it:
+        for e in it:
+            if not _is_entry_name(e.name) or e.name == keep:
+                continue
+            try:
+                info = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+                continue
+            found.append((min(info.st_mtime, now), e.name))
+    found.sort(reverse=True)
+    for _, stale in found[_KEEP - 1:]:
+        try:
+            fd = os.open(stale, os.O_RDONLY | _NOFOLLOW | _NONBLOCK, dir_fd=dir_fd)
+            try:
+                ours = os.read(fd, len(MAGIC)) == MAGIC
+            finally:
+                os.close(fd)
+            if ours:
+                os.unlink(stale, dir_fd=dir_fd)
+        except OSError:
+            pass

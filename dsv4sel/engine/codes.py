@@ -46,6 +46,7 @@ CODES: dict[str, tuple[str, str]] = {
     "DSV313": ("compile", "a rule file loaded twice (the same pack installed and named with --rules)"),
     "DSV314": ("compile", "the decision space is larger than the compiled form holds"),
     "DSV315": ("compile", "a `hosts:` entry (a serving engine's own class) is malformed"),
+    "DSV316": ("compile", "the compiled form exceeds a bound (distinct outcomes, rendered text)"),
     "DSV399": ("compile", "other compile problem"),
     "DSV401": ("gap", "inputs no rule decides"),
     "DSV402": ("overlap", "rules overlap under hit policy unique"),

@@ -35,6 +35,14 @@ class _Builder:
         self.packs = packs
         self.problems: list[Problem] = []
         self.descriptions: dict[RuleRef, str] = {}
+        #: (file, line, column) of each declaration by a pack (not the shipped
+        #: rules) that grew the space: new input values or backends, load order
+        self.growth: list[tuple[str, int, int]] = []
+
+    def grew(self, f: LoadedFile, path: tuple) -> None:
+        if self.packs.get(f.file, "dsv4sel") != "dsv4sel":
+            line, column = f.where(path)
+            self.growth.append((f.file, line, column))
 
     def error(self, f: LoadedFile, path: tuple, code: str, message: str, *, key: bool = False) -> None:
         """Record problem ``code`` (:mod:`dsv4sel.engine.codes`) at ``path`` of ``f``."""
@@ -72,6 +80,8 @@ class _Builder:
                                    f"each {decl['by']} value to a list")
                         continue
                     scoped = slot["scoped"] = slot["scoped"] or {}
+                    if any(str(v) not in scoped.get(str(p), ()) for p, vs in values.items() for v in vs):
+                        self.grew(f, path + ("values",))
                     for parent, vals in values.items():
                         bucket = scoped.setdefault(str(parent), [])
                         bucket.extend(str(v) for v in vals if str(v) not in bucket)
@@ -83,6 +93,8 @@ class _Builder:
                         self.error(f, path + ("values",), "DSV305", f"input {name!r} lists values per "
                                    "parent value; add `by: <input>`")
                         continue
+                    if any(str(v) not in slot["values"] for v in values):
+                        self.grew(f, path + ("values",))
                     slot["values"].extend(str(v) for v in values if str(v) not in slot["values"])
                 for attr in ("default", "fallback", "probe"):
                     if attr in decl:
@@ -297,6 +309,8 @@ class _Builder:
                     declared_in.setdefault(name, f)
                 table = Table(names[0] if len(names) == 1 else "|".join(names), names,
                               f.data["hit_policy"], f.file, f.where(("backends",), key=True)[0])
+                if any(name not in tables for name in names):
+                    self.grew(f, ("backends",))
                 for name in names:
                     if name not in tables:
                         tables[name] = table
@@ -361,7 +375,8 @@ class _Builder:
                            f"`use: {target}` names a backend without a table"
                            + did_you_mean(target, tables))
         program = Program(self.inputs, default_table, tables, tuple(backend_order), all_rules,
-                          self.allowed, tuple(f.file for f in self.files), self.profile, self.descriptions)
+                          self.allowed, tuple(f.file for f in self.files), self.profile, self.descriptions,
+                          tuple(self.growth))
         self._check_cycles(program)
         return program
 

@@ -136,7 +136,7 @@ def host_class_problem(host: str, cls: str, versions: str) -> str | None:
     module_name, _, attr = cls.partition(":")
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # the host's own import failing is the finding
+    except BaseException as exc:  # noqa: BLE001 - the host's own import failing (sys.exit too) is the finding
         return (f"host {host} {have} class {cls!r}: cannot import {module_name}: "
                 f"{type(exc).__name__}: {exc}")
     obj = getattr(module, attr, None)

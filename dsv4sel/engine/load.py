@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from ..errors import Problem
-from .text import control_character, escape
+from .text import control_character, escape, read_bounded
 
 #: Limits on what one rule file may cost; the shipped files stay far below them.
 MAX_FILE_BYTES = 1 << 20
@@ -249,21 +249,7 @@ def read_rule_file(path: str) -> str:
     Only a regular file of at most :data:`MAX_FILE_BYTES` bytes is read: a
     FIFO, a device or a directory is refused without blocking or reading.
     Raises OSError or ValueError with a message fit for a Problem."""
-    # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-            raise ValueError(f"{kind}; rule files are regular *.yaml files")
-        if info.st_size > MAX_FILE_BYTES:
-            raise ValueError(f"{info.st_size} bytes; a rule file may have at most {MAX_FILE_BYTES}")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_FILE_BYTES:  # grew while being read
-        raise ValueError(f"more than {MAX_FILE_BYTES} bytes; a rule file may have at most that")
+    data = read_bounded(path, MAX_FILE_BYTES, "a rule file", "rule files are regular *.yaml files")
     return data.decode("utf-8")
 
 

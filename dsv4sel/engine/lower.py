@@ -14,8 +14,28 @@ from . import artifact
 from ..errors import Problem, RuleError
 from .flow import Flow
 from .model import Program, render, template_fields
-from .ruleset import COMPILED_FORMAT
+from .ruleset import COMPILED_FORMAT, MAX_ROWS
 from .space import Space
+
+#: The most bytes of text (messages, reasons, string fields) the distinct
+#: outcome rows of a compiled form may hold together; it is what every
+#: start reads. The shipped rules hold about 0.2 MB.
+MAX_TEXT_BYTES = 4 << 20
+#: The most bytes of text the compiler may render in all, rows that turn out
+#: identical included: a message is rendered once per region its
+#: placeholders split the space into, so this bounds the compile time.
+MAX_RENDERED_BYTES = 64 << 20
+
+
+def _too_large(program: Program, message: str, code: str) -> RuleError:
+    """One RuleError at the pack declaration that last grew the space (a
+    pack's file, not the shipped rules'), or at the default decision's file
+    when no pack grew it."""
+    if program.growth:
+        file, line, column = program.growth[-1]
+    else:
+        file, line, column = program.default_table.file, program.default_table.line, 1
+    return RuleError([Problem(file, line, column, message, code=code)])
 
 
 def to_table(program: Program) -> dict[str, Any]:
@@ -32,12 +52,10 @@ def to_table(program: Program) -> dict[str, Any]:
     space = Space(program.inputs)
     layout = artifact.Layout.for_space(space, program.backends)
     if layout.size > artifact.MAX_INPUTS:
-        where = program.default_table
-        raise RuleError([Problem(where.file, where.line, 1, (
+        raise _too_large(program, (
             f"the decision space has {layout.points:,} points x {len(layout.backends)} backend choices "
             f"= {layout.size:,} inputs; the compiled form holds at most {artifact.MAX_INPUTS:,}. "
-            "Declare fewer input values, or split the vocabulary into rule sets loaded separately"),
-            code="DSV314")])
+            "Declare fewer input values, or split the vocabulary into rule sets loaded separately"), "DSV314")
     profile = program.profile
     select_row = artifact.select_row_type(profile.field_names)
     rule_index = {id(rule): i for i, rule in enumerate(program.rules)}
@@ -46,28 +64,43 @@ def to_table(program: Program) -> dict[str, Any]:
     ids = artifact.new_array(layout, "H")
     flow = Flow(program, space, needs=lambda rule: True)
 
-    def store(item: tuple, box, backend_index: int) -> None:
-        nonlocal ids
+    budget = {"stored": MAX_TEXT_BYTES, "rendered": MAX_RENDERED_BYTES}
+
+    def store(item: tuple, box, backend_index: int, rule) -> None:
         oid = outcome_ids.get(item)
         if oid is None:
+            if len(outcomes) >= MAX_ROWS:
+                raise _bound(rule, f"the rules decide more than {MAX_ROWS:,} distinct outcomes (each rendering "
+                             "of a rule's texts is one)")
+            budget["stored"] -= _text_bytes(item)
+            if budget["stored"] < 0:
+                raise _bound(rule, f"the distinct outcomes hold more than {MAX_TEXT_BYTES:,} bytes of rendered "
+                             "text (messages, reasons, fields)")
             oid = outcome_ids[item] = len(outcomes)
             outcomes.append(item)
-            if oid >= 1 << 16 and ids.typecode == "H":
-                ids = artifact.widened(ids)
         artifact.paint(ids, layout, box, backend_index, oid)
+
+    def rendered(item: tuple, rule) -> tuple:
+        budget["rendered"] -= _text_bytes(item)
+        if budget["rendered"] < 0:
+            raise _bound(rule, f"rendering the rules' texts once per region their placeholders split the space "
+                         f"into takes more than {MAX_RENDERED_BYTES:,} bytes")
+        return item
 
     for backend_index, backend in enumerate(layout.backends):
         for event in flow.walk(backend):
             if event.kind == "gap":
                 path = tuple(rule_index[id(r)] for r in event.path)
-                store(artifact.GapRow(("gap", event.label, event.table.name, path)), event.box, backend_index)
+                store(artifact.GapRow(("gap", event.label, event.table.name, path)), event.box, backend_index,
+                      event.path[-1] if event.path else None)
             elif event.kind == "decide":
                 rules = (*event.path, event.rule)
                 labels = _labels(backend, rules)
                 path = tuple(rule_index[id(r)] for r in rules)
                 for region in event.scan.regions.get(event.position, ()):
                     for values, box in space.split_by(region, _template_inputs(rules, profile)):
-                        store(_row(rules, labels, path, values, profile, select_row), box, backend_index)
+                        row = rendered(_row(rules, labels, path, values, profile, select_row), event.rule)
+                        store(row, box, backend_index, event.rule)
             elif event.kind in ("dangling", "cycle"):  # pragma: no cover - the builder refuses both
                 raise AssertionError(f"a {event.kind} use chain reached the compiled form")
     table = {**layout.as_data(), "typecode": ids.typecode, "ids": ids.tobytes()}
@@ -87,6 +120,28 @@ def to_table(program: Program) -> dict[str, Any]:
         "sources": program.sources,
         "descriptions": tuple(program.descriptions.get(r.ref) for r in program.rules),
     }
+
+def _bound(rule, what: str) -> RuleError:
+    """The RuleError for a compiled form past one of its bounds, at the rule whose outcome crossed it."""
+    file, line = (rule.ref.file, rule.ref.line) if rule is not None else ("<rules>", 1)
+    return RuleError([Problem(file, line, 1, (
+        f"{what}: the compiled form holds at most that, and every start would read it. Shorten the "
+        "messages (an alias repeated in a message list repeats its text), or name fewer inputs in "
+        "{placeholders}: each input named splits the rule's outcome once per value"), code="DSV316")])
+
+
+def _text_bytes(item: tuple) -> int:
+    """The bytes of text a rendered outcome row holds (strings, and the texts of its messages)."""
+    total = 0
+    for value in item:
+        if value.__class__ is str:
+            total += len(value)
+        elif value.__class__ is tuple:
+            for part in value:
+                if part.__class__ is tuple:
+                    total += sum(len(x) for x in part if x.__class__ is str)
+    return total
+
 
 def _labels(backend: str | None, rules: tuple) -> tuple:
     """The backend whose table each rule of a chain belongs to."""

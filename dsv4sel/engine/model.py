@@ -175,6 +175,9 @@ class Program:
     profile: Profile
     #: rule -> its `description:` (rules without one are absent)
     descriptions: dict[RuleRef, str] = field(default_factory=dict)
+    #: ``(file, line, column)`` of each pack declaration that grew the space (new
+    #: values, new backends), in load order: where a too-large space is reported
+    growth: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def input_order(self) -> tuple[str, ...]:

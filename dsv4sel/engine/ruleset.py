@@ -26,6 +26,34 @@ if TYPE_CHECKING:  # importing typing costs ~5 ms; with postponed annotations it
     from typing import Any, Mapping
 
 
+#: The most distinct outcomes a compiled form holds (its array stores 2-byte indices).
+MAX_ROWS = 1 << 16
+
+
+def _is_name(name) -> bool:
+    """An input or field name as rule files spell it: ``[a-z][a-z0-9_]*``."""
+    return (type(name) is str and name[:1].isascii() and name[:1].islower()
+            and all(c.isascii() and (c.islower() or c.isdigit() or c == "_") for c in name))
+
+
+def _host_ok(host) -> bool:
+    """A compiled ``(host, "module:Class", versions)`` whose class lies inside
+    the host's own package (``-`` and ``.`` read as ``_``, as
+    :func:`dsv4sel.engine.hosts.package_of` says), so a cache entry cannot point
+    a host at another package's code."""
+    if len(host) != 3 or not all(type(x) is str for x in host):
+        return False
+    name, cls, versions = host
+    package = "".join("_" if c in "-." else c for c in name.lower())
+    while "__" in package:
+        package = package.replace("__", "_")
+    module, sep, attr = cls.partition(":")
+    return (bool(package) and bool(sep) and attr.isidentifier()
+            and (module == package or module.startswith(package + "."))
+            and all(p.isidentifier() for p in module.split("."))
+            and all(c in "0123456789.,<>=!* " for c in versions))
+
+
 class CorruptTable(ValueError):
     """Compiled data that is not what ``dsv4sel.engine.lower.to_table`` writes (a
     damaged or hand-edited cache entry); :func:`dsv4sel.load_rules` rebuilds it."""
@@ -89,9 +117,12 @@ class CompiledRules:
         self.selectable_backends: tuple[str, ...] = tuple(data["selectable"])
         self._rule_rows = data["rules"]
         for rid, file, line, pack, table in self._rule_rows:
-            if not (type(rid) is str and type(file) is str and type(line) is int and type(table) is str):
+            if not (type(rid) is str and type(file) is str and type(line) is int and type(table) is str
+                    and type(pack) is str):
                 raise CorruptTable("a compiled rule row is malformed")
         self._rules: dict[int, RuleRef] = {}
+        if len(data["outcomes"]) > MAX_ROWS:
+            raise CorruptTable(f"compiled rules hold more than {MAX_ROWS:,} outcomes")
         for row in data["outcomes"]:
             self._check_row(row)
         select_row = select_row_type(profile.field_names)
@@ -117,11 +148,15 @@ class CompiledRules:
             n = len(self.profile.select_fields)
             backend, fields = row[1], row[2:2 + n]
             rewrites, messages, path, hosts, settings = row[2 + n:]
+            types = dict(self.profile.select_fields)
             ok = (type(backend) is str and len(fields) == n
                   and all(type(value) is kind_ for value, (_, kind_) in zip(fields, self.profile.select_fields))
-                  and all(type(k) is str for k, _ in rewrites)
-                  and all(type(level) is str and type(text) is str for level, text in messages)
-                  and all(type(x) is str for host in hosts for x in host)
+                  # a rewrite names a field the rules may write (`[a-z][a-z0-9_]*`, so never
+                  # `__dict__`), and a select field's rewrite holds a value of its type
+                  and all(len(pair) == 2 and _is_name(pair[0]) and type(pair[1]) is types.get(pair[0], type(pair[1]))
+                          and type(pair[1]) in (str, int, bool) for pair in rewrites)
+                  and all(level in ("info", "warning") and type(text) is str for level, text in messages)
+                  and all(_host_ok(host) for host in hosts)
                   and all(type(host) is str and all(type(k) is str and type(v) in (str, int) for k, v in pairs)
                           for host, pairs in settings))
         elif kind == "reject":

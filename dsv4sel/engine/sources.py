@@ -40,20 +40,25 @@ class Pack(Frozen):
     the default allow-list, and the ``label`` that prefixes its file names in
     messages (None: the path relative to the working directory)."""
 
-    __slots__ = ("name", "path", "impl_modules", "label")
-    _defaults = {"impl_modules": (), "label": None}
+    __slots__ = ("name", "path", "impl_modules", "label", "problem", "line")
+    _defaults = {"impl_modules": (), "label": None, "problem": None, "line": 1}
 
     def sources(self) -> list["Source"]:
+        """The pack's rule files; for a pack that cannot be loaded (``problem``
+        set, e.g. a broken installed declaration), one Source refused with that
+        problem at ``path``:``line``."""
+        if self.problem is not None:
+            return [Source(self.path, _display(self.path, None, None), self.name, self.problem, self.line)]
         return expand(self.path, self.name, self.label)
 
 
 class Source(Frozen):
     """One rule file: ``path`` on disk, ``display`` in messages, the ``pack``
     it belongs to, and ``unreadable``: why the file (or its pack's directory)
-    cannot be read, found while listing it, or None."""
+    cannot be read, found while listing it, or None (reported at ``line``)."""
 
-    __slots__ = ("path", "display", "pack", "unreadable")
-    _defaults = {"pack": "dsv4sel", "unreadable": None}
+    __slots__ = ("path", "display", "pack", "unreadable", "line")
+    _defaults = {"pack": "dsv4sel", "unreadable": None, "line": 1}
 
 
 def shipped_rules_dir() -> str:
@@ -133,91 +138,129 @@ def _entry_point_metadata() -> tuple:
     return tuple(out)
 
 
-def _scan_entry_points() -> list[tuple]:
-    from importlib.metadata import entry_points
+def _dist_name(folder: str) -> str:
+    """The normalized distribution name of a ``NAME-VERSION.dist-info`` folder
+    (PEP 503: case and runs of ``-_.`` do not count)."""
+    name = folder.rsplit(".", 1)[0].split("-", 1)[0]
+    return "".join("_" if c in "-_." else c for c in name.lower()).replace("__", "_")
+
+
+def _declared(key: tuple) -> list[tuple[str, str, str, str, int]]:
+    """``(entry-point name, module, distribution, entry_points.txt path, line)``
+    for each pack that the metadata ``key`` (see :func:`_entry_point_metadata`)
+    declares, read as importlib.metadata reads it: an INI file of ``[group]``
+    headers and ``name = module[:attr]`` lines, the first distribution of a
+    name on the path shadowing later copies of it."""
+    if not any(declared for _entry, _names, declared in key):
+        return []  # no pack installed: spare the cold start configparser's import
+    import configparser
+
+    out = []
+    seen: set[str] = set()
+    for entry, _names, declared in key:
+        for folder, text in declared:
+            dist = _dist_name(folder)
+            if dist in seen:
+                continue  # a second copy of one distribution further down the path is shadowed
+            seen.add(dist)
+            parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
+            parser.optionxform = str  # entry-point names are case-sensitive
+            decoded = text.decode("utf-8", "replace")
+            try:
+                parser.read_string(decoded)
+            except configparser.Error:
+                continue
+            if not parser.has_section(ENTRY_POINT_GROUP):
+                continue
+            lines = decoded.splitlines()
+            where = os.path.join(entry or ".", folder, "entry_points.txt")
+            for name, value in parser.items(ENTRY_POINT_GROUP):
+                line = next((i + 1 for i, t in enumerate(lines)
+                             if t.split("=", 1)[0].strip() == name and "=" in t), 1)
+                out.append((name, value.split(":")[0].strip(), folder, where, line, entry or "."))
+    return out
+
+
+def _is_module_path(module: str) -> bool:
+    return bool(module) and all(part.isidentifier() for part in module.split("."))
+
+
+def _package_dir(module: str, entry: str) -> str | None:
+    """The directory of package ``module``, found without importing anything:
+    first under the distribution's own path entry ``entry``, then through the
+    finders of the top-level name (an editable install's). ``find_spec`` of a
+    top-level name runs no code of the package; only a dotted name would
+    import its parents, so the rest of the path is walked as directories."""
+    parts = module.split(".")
+    here = os.path.join(entry, *parts)
+    if os.path.isdir(here):
+        return here
     from importlib.util import find_spec
 
-    found = []
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        module = ep.value.split(":")[0].strip()
-        try:
-            spec = find_spec(module)
-        except (ImportError, ValueError):
-            spec = None
-        if spec is None or not spec.submodule_search_locations:
-            # a broken pack must not silently vanish: it becomes a path that fails to load
-            found.append((ep.name, f"<entry point {ep.name} = {ep.value}: package not found>", (), None))
-            continue
-        top = module.split(".")[0]
-        found.append((ep.name, list(spec.submodule_search_locations)[0], (top,), ep.name))
-    return found
+    try:
+        spec = find_spec(parts[0])
+    except (ImportError, ValueError):
+        return None
+    for location in (spec.submodule_search_locations or ()) if spec is not None else ():
+        candidate = os.path.join(location, *parts[1:])
+        if os.path.isdir(candidate):
+            return candidate
+    return None
+
+
+def _not_a_pack(module: str) -> str | None:
+    """Why the top-level package of ``module`` may not be a pack's (its
+    modules join the impl allow-list), or None."""
+    import sys
+
+    top = module.split(".")[0]
+    if top in getattr(sys, "stdlib_module_names", ()) or top in sys.builtin_module_names:
+        return f"{top} is a standard-library module; a pack's rules live in the pack's own package"
+    if top == __name__.split(".")[0]:
+        return f"{top} is dsv4sel itself; a pack's rules live in the pack's own package"
+    return None
 
 
 def installed_packs() -> list[Pack]:
     """Packs of installed distributions (entry point group ``dsv4sel.rules``).
 
-    Scanning distributions costs ~20 ms of imports, so the result is cached,
-    and reused only while :func:`_entry_point_metadata` is unchanged: the
-    packs, and the impl modules they allow, always follow the installed
-    distributions, never a stale or edited cache entry."""
-    from . import cache
+    Found from installed metadata alone: the ``entry_points.txt`` files on
+    the import path name each pack's package, whose directory is located
+    without importing it, so no code of an installed distribution runs
+    during discovery (an ``__init__.py`` that raises or calls ``sys.exit``
+    cannot stop ``select()``). Nothing of this is cached: the packs, and the
+    impl modules they allow, always follow the installed distributions.
 
-    key = _entry_point_metadata()
-    entry = cache.read_entry("installed-packs")
-    found = None
-    if entry is not None and entry.get("key") == key:
-        found = _valid_pack_rows(entry.get("packs"), key)
-    if found is None:
-        found = _scan_entry_points()
-        cache.write_entry("installed-packs", {"key": key, "packs": found})
-    return [Pack(name, path, tuple(modules), label) for name, path, modules, label in found]
-
-
-def _declared(key: tuple) -> dict[str, str]:
-    """Entry-point name -> module of group ``dsv4sel.rules``, read from the
-    ``entry_points.txt`` texts that :func:`_entry_point_metadata` collected
-    (an INI file: ``[group]`` headers, ``name = module[:attr]`` lines)."""
-    out: dict[str, str] = {}
-    if not any(declared for _entry, _names, declared in key):
-        return out  # no pack installed: spare the cold start configparser's import
-    import configparser
-
-    for _entry, _names, declared in key:
-        for _dist, text in declared:
-            parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
-            parser.optionxform = str  # entry-point names are case-sensitive
-            try:
-                parser.read_string(text.decode("utf-8", "replace"))
-            except configparser.Error:
-                continue
-            if parser.has_section(ENTRY_POINT_GROUP):
-                for name, value in parser.items(ENTRY_POINT_GROUP):
-                    out.setdefault(name, value.split(":")[0].strip())
-    return out
-
-
-def _valid_pack_rows(rows, key: tuple) -> list | None:
-    """Cached pack rows, if each is one that the installed metadata ``key``
-    declares (its name an entry point of the group, its impl module that
-    entry point's top-level package) and names an existing directory; else
-    None. A cache entry can therefore never widen the impl allow-list beyond
-    what installed distributions declare."""
-    try:
-        rows = list(rows)
-        declared = _declared(key)
-        for name, path, modules, label in rows:
-            module = declared.get(name)
-            if module is None or type(path) is not str or label not in (None, name):
-                return None
-            if path.startswith("<entry point"):  # a broken pack, kept so that it fails loudly
-                if tuple(modules) != ():
-                    return None
-                continue
-            if tuple(modules) != (module.split(".")[0],) or not os.path.isdir(path):
-                return None
-    except (TypeError, ValueError):
-        return None
-    return rows if len(rows) == len(declared) else None
+    A declaration that cannot be a pack (a package that is not found, a
+    standard-library package, one entry-point name declared by two
+    distributions) becomes a pack whose one source is refused with a
+    problem located at that distribution's ``entry_points.txt``."""
+    declared = _declared(_entry_point_metadata())
+    by_name: dict[str, list] = {}
+    for item in declared:
+        by_name.setdefault(item[0], []).append(item)
+    packs = []
+    for name in sorted(by_name):
+        items = by_name[name]
+        _, module, folder, where, line, entry = items[0]
+        problem = None
+        if len(items) > 1:
+            problem = (f"entry point {name!r} of group {ENTRY_POINT_GROUP} is declared by "
+                       + " and by ".join(escape(i[2]) for i in items)
+                       + ": two packs cannot share one name; uninstall one of the distributions")
+        elif not _is_module_path(module):
+            problem = f"entry point {name} = {escape(module)}: not a dotted package name"
+        else:
+            problem = _not_a_pack(module)
+            if problem is None:
+                path = _package_dir(module, entry)
+                if path is None:
+                    problem = f"entry point {name} = {module}: package not found (is {folder} installed whole?)"
+                else:
+                    packs.append(Pack(name, path, (module.split(".")[0],), name))
+                    continue
+        packs.append(Pack(name, where, (), name, problem, line))
+    return packs
 
 
 def environment_packs() -> list[Pack]:
@@ -286,12 +329,27 @@ def fingerprint(sources: list[Source], extra: tuple[str, ...] = (), code: tuple[
     """Everything a compiled table depends on, exactly: the version, ``extra``
     (the allow-list), and the bytes of the engine's modules, of the domain's
     files ``code`` (its profile and rule schema) and of every rule file with
-    its name and pack. A cached table is current only when its
-    fingerprint equals this one, so an edit is seen even when the file keeps
-    its size and mtime (``touch -d``, ``cp -p``, ``rsync -a``, fixed-mtime
-    builds). Reading ~20 small files costs well under a millisecond."""
+    its name and pack (not its absolute path: the packaged artifact is
+    compiled in the build directory and read where the package is
+    installed). A cached table is current only when its fingerprint equals
+    this one, so an edit is seen even when the file keeps its size and mtime
+    (``touch -d``, ``cp -p``, ``rsync -a``, fixed-mtime builds). Reading ~20
+    small files costs well under a millisecond."""
     return (__version__, tuple(extra), tuple(_read_bytes(path) for path in (*compiler_files(), *code)),
-            tuple((s.display, s.pack, s.path, _read_bytes(s.path)) for s in sources))
+            tuple((s.display, s.pack, _read_bytes(s.path)) for s in sources))
+
+
+def fingerprint_bytes(sources: list[Source], extra: tuple[str, ...] = (), code: tuple[str, ...] = ()) -> bytes:
+    """:func:`fingerprint` as one byte string (every part length-prefixed, so
+    no two fingerprints share one encoding): what a cache entry stores and
+    is compared with."""
+    version, allowed, compiler, files = fingerprint(sources, extra, code)
+    parts: list[bytes] = [version.encode(), *(a.encode() for a in allowed), b"--"]
+    parts.extend(b"\xff" if c is None else b"=" + c for c in compiler)
+    for display, pack, data in files:
+        parts.extend((display.encode("utf-8", "surrogateescape"), pack.encode("utf-8", "surrogateescape"),
+                      b"\xff" if data is None else b"=" + data))
+    return b"".join(len(p).to_bytes(8, "big") + p for p in parts)
 
 
 def entry_name(sources: list[Source], extra: tuple[str, ...] = ()) -> str:
@@ -316,7 +374,7 @@ def content_hash(sources: list[Source], extra: tuple[str, ...] = (), code: tuple
         h.update(b"\0c" + (item if item is not None else b"<missing>"))
     for item in allowed:
         h.update(b"\0x" + item.encode())
-    for display, pack, _path, data in files:
+    for display, pack, data in files:
         h.update(b"\0f" + display.encode() + b"\0" + pack.encode() + b"\0")
         h.update(data if data is not None else b"<unreadable>")
     return h.hexdigest()

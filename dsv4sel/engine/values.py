@@ -80,8 +80,9 @@ def load_impl_class(impl: str, allowed: tuple[str, ...]) -> type:
     module_name, attr = check_impl_allowed(impl, allowed)
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise ImplLoadError(f"impl {impl!r}: cannot import {module_name}: {type(exc).__name__}: {exc}") from exc
+    except BaseException as exc:  # noqa: BLE001 - a module calling sys.exit() or raising
+        # KeyboardInterrupt at import must not end the process that asked for its class
+        raise ImplLoadError(f"impl {impl!r}: cannot import {module_name}: {type(exc).__name__}: {exc}") from None
     cls = getattr(module, attr, None)
     if cls is None:
         from .suggest import did_you_mean

@@ -150,8 +150,12 @@ class TestReport:
 # ------------------------------------------------------------------ loading
 
 def _display(path: str) -> str:
+    """A test file's name in messages, control characters (a newline too) escaped:
+    a file name is as untrusted as the file."""
+    from ..engine.text import escape
+
     rel = os.path.relpath(path)
-    return path if rel.startswith("..") else rel
+    return escape(path if rel.startswith("..") else rel)
 
 
 def find_test_files(paths) -> tuple[list[str], list[Problem]]:
@@ -184,12 +188,14 @@ def find_test_files(paths) -> tuple[list[str], list[Problem]]:
 
 def _looks_like_tests(path: str) -> bool:
     """A quick look for a top-level ``kind: tests`` line (directories mix rule and test files)."""
+    from ..engine.load import read_rule_file  # the guarded reader: a FIFO or /dev/zero is refused
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            return any(line.split("#")[0].strip().replace("'", "").replace('"', "") == "kind: tests"
-                       for line in fh)
-    except (OSError, UnicodeDecodeError):
+        text = read_rule_file(path)
+    except (OSError, ValueError):  # UnicodeDecodeError too
         return True  # let the loader report it
+    return any(line.split("#")[0].strip().replace("'", "").replace('"', "") == "kind: tests"
+               for line in text.splitlines())
 
 
 def _mixed_expect(data, path: tuple) -> str | None:

@@ -49,11 +49,16 @@ def github(diagnostics) -> str:
 
 
 def _uri(file: str) -> str:
+    """``file`` as a SARIF ``uri``: absolute paths as ``file:`` URIs, relative
+    ones percent-encoded (RFC 3986: a space, ``#``, ``?``, ``%`` or a control
+    character in a file name must not change what the URI names)."""
     if os.path.isabs(file):
         from pathlib import Path
 
         return Path(file).as_uri()
-    return file.replace(os.sep, "/")
+    from urllib.parse import quote
+
+    return quote(file.replace(os.sep, "/"), safe="/")
 
 
 def sarif(diagnostics) -> str:

@@ -1,0 +1,389 @@
+"""Hostile cache entries, installed packs and query strings (issue 17).
+
+Each case is an attack from the issue with the answer it must give. Cache
+entries run in a fresh process with a memory cap (RLIMIT_AS) and a timeout:
+the process must give the right answers within 2 s and grow by less than
+200 MB, or the test fails instead of hanging CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import dsv4sel
+from dsv4sel.engine import cache, sources
+
+from conftest import REPO
+
+#: Run in the child: load the shipped rules with the packaged artifact out of the way,
+#: answer the probes, and report time and memory growth.
+CHILD = textwrap.dedent("""
+    import json, os, resource, sys, time
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t = time.perf_counter()
+    import dsv4sel
+    from dsv4sel import api
+    api.SHIPPED_ARTIFACT = os.devnull + ".none"
+    out = []
+    for q in [dict(platform="cuda", capability="9.0"), dict(platform="cuda", capability="12.0", kv_cache_dtype="fp8"),
+              dict(platform="cuda", capability="9.0", kv_cache_dtype="bfloat16")]:
+        try:
+            s = dsv4sel.select(**q)
+            out.append([s.backend, s.impl, s.bytes_per_token, s.block_size, dict(s.rewrites)])
+        except dsv4sel.SelectionError as e:
+            out.append(["rejected", type(e).__name__])
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+    print(json.dumps({"answers": out, "seconds": time.perf_counter() - t, "grown": grown,
+                      "compiled": "yaml" in sys.modules}))
+""")
+
+
+def child(cache_dir: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("DSV4SEL_NO_CACHE",)}
+    env["DSV4SEL_CACHE_DIR"] = str(cache_dir)
+    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=60,
+                          cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def truth(tmp_path_factory):
+    """The right answers, and an intact user-cache entry for the shipped rules."""
+    directory = tmp_path_factory.mktemp("truth-cache")
+    first = child(directory)
+    (entry,) = directory.glob("*" + cache.SUFFIX)
+    return first["answers"], entry.read_bytes(), entry.name
+
+
+def forged(raw: bytes, edit) -> bytes:
+    """``raw`` decoded, edited by ``edit`` and encoded again with a valid checksum."""
+    entry = cache.decode(raw)
+    edit(entry.data)
+    return cache.encode(entry.data, bytes(entry.blob))
+
+
+def _first_select(data, change):
+    outcomes = list(data["table"]["outcomes"])
+    i = next(i for i, row in enumerate(outcomes) if row[0] == "select")
+    outcomes[i] = change(list(outcomes[i]))
+    data["table"]["outcomes"] = outcomes
+
+
+def _set(index, value):
+    def change(row):
+        row[index] = value
+        return tuple(row)
+    return lambda data: _first_select(data, change)
+
+
+def _header(json_len: int, blob_len: int, body: bytes = b"") -> bytes:
+    return cache.MAGIC + json_len.to_bytes(4, "big") + blob_len.to_bytes(4, "big") + b"\0\0\0\0" + body
+
+
+N_FIELDS = 2 + 6  # kind, backend, then the profile's six select fields
+#: name -> how the entry is made from the intact one. Every one must be ignored or refused,
+#: and the shipped answers given.
+FORGED = {
+    "rewrite names __dict__": _set(N_FIELDS, (("__dict__", "x"),)),
+    "rewrite value of the wrong type": _set(N_FIELDS, (("cache_dtype", 5),)),
+    "rewrite key with a capital": _set(N_FIELDS, (("Cache_dtype", "fp8"),)),
+    "host class outside its host's package": _set(N_FIELDS + 3, (("vllm", "vllm_evil.x:Anything", ">=0.33"),)),
+    "host class in os": _set(N_FIELDS + 3, (("vllm", "os:system", ">=0.33"),)),
+    "message level not info/warning": _set(N_FIELDS + 1, (("error", "x"),)),
+    "digest of the wrong type": lambda data: data.update(digest=12345),
+    "digest not hex": lambda data: data.update(digest="z" * 64),
+    "fingerprint length past the blob": lambda data: data.update(fingerprint=1 << 40),
+    "typecode d": lambda data: data["table"]["table"].update(typecode="d"),
+    "dimension order reversed": lambda data: data["table"]["table"].update(
+        order=tuple(reversed(data["table"]["table"]["order"]))),
+    "70,000 outcome rows": lambda data: data["table"].update(outcomes=[("gap", None, "t", ())] * 70_000),
+}
+
+RAW = {
+    "marshal body claiming 2^31-1 items": b"dsv4sel-cache-2\n\0\0\0\0" + b"[\xff\xff\xff\x7f" + b"\0" * 20,
+    "header claiming 8 MiB of JSON in 40 bytes": _header(8 << 20, 0, b"{}"),
+    "header claiming 4 GiB": _header(0xFFFFFFFF, 0xFFFFFFFF),
+    "1,000 nested headers": cache.MAGIC * 1000,
+    "JSON nested 1,000 deep": cache.encode({"x": 0}, b"")[:0] + (lambda t: _header(len(t), 0, t))(
+        b"[" * 1000 + b"]" * 1000),
+    "2 million empty lists (6 MB of JSON)": (lambda t: _header(len(t), 0, t))(
+        b'{"table":{"outcomes":[' + b",".join([b"[]"] * 2_000_000) + b"]}}"),
+    "truncated": None,  # filled in from the intact entry
+    "empty": b"",
+}
+
+
+def _fix_crc(raw: bytes) -> bytes:
+    """An entry whose CRC-32 matches its body, as someone who knows the format writes it."""
+    import zlib
+
+    if len(raw) < len(cache.MAGIC) + 12:
+        return raw
+    n = len(cache.MAGIC)
+    crc = zlib.crc32(raw[n + 12:])
+    return raw[:n + 8] + crc.to_bytes(4, "big") + raw[n + 12:]
+
+
+@pytest.mark.parametrize("name", [*FORGED, *RAW])
+def test_a_hostile_entry_is_refused_within_bounds(truth, tmp_path, name):
+    answers, intact, entry_name = truth
+    if name in FORGED:
+        raw = forged(intact, FORGED[name])
+    elif name == "truncated":
+        raw = intact[:len(intact) // 2]
+    else:
+        raw = _fix_crc(RAW[name])
+    directory = tmp_path / "cache"
+    directory.mkdir(mode=0o700)
+    (directory / entry_name).write_bytes(raw)
+    result = child(directory)
+    assert result["answers"] == answers
+    assert result["seconds"] < 2 and result["grown"] < 200 << 20, result
+
+
+def _planted(truth, directory: Path) -> None:
+    """The intact entry with bytes per token 9999, block size 64 and every selection's
+    impl swapped, with a valid checksum: the worst another user could plant."""
+    _, intact, entry_name = truth
+
+    def evil(data):
+        data["table"]["outcomes"] = [
+            (row[0], row[1], "dsv4sel.kernels.flashinfer:DeepseekV4FlashInferMLASparseImpl", *row[3:6], 9999, 64,
+             *row[8:]) if row[0] == "select" else row for row in data["table"]["outcomes"]]
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / entry_name).write_bytes(forged(intact, evil))
+    (directory / entry_name).chmod(0o600)
+
+
+def test_a_planted_entry_is_served_when_the_user_wrote_it_so_the_test_can_fail(truth, tmp_path):
+    # the control: an entry of the user's own, in a private directory, is trusted
+    directory = tmp_path / "own"
+    directory.mkdir(mode=0o700)
+    _planted(truth, directory)
+    assert child(directory)["answers"][0][2:4] == [9999, 64]
+
+
+@pytest.mark.parametrize("where", ["world-writable directory", "group-writable directory", "world-writable entry",
+                                   "symlinked entry", "symlinked directory", "entry of another user",
+                                   "directory of another user"])
+def test_an_entry_another_user_could_have_planted_is_never_served(truth, tmp_path, where):
+    answers = truth[0]
+    directory = tmp_path / "cache"
+    if where in ("entry of another user", "directory of another user") and os.geteuid() != 0:
+        pytest.skip("making a file of another user needs root")
+    if where == "symlinked directory":
+        _planted(truth, tmp_path / "elsewhere")
+        (tmp_path / "elsewhere").chmod(0o700)
+        directory.symlink_to(tmp_path / "elsewhere")
+    elif where == "symlinked entry":
+        directory.mkdir(mode=0o700)
+        _planted(truth, tmp_path / "elsewhere")
+        (directory / truth[2]).symlink_to(tmp_path / "elsewhere" / truth[2])
+    else:
+        directory.mkdir(mode=0o700)
+        _planted(truth, directory)
+        if where == "world-writable directory":
+            directory.chmod(0o777)
+        elif where == "group-writable directory":
+            directory.chmod(0o770)
+        elif where == "world-writable entry":
+            (directory / truth[2]).chmod(0o666)
+        elif where == "entry of another user":
+            os.chown(directory / truth[2], 65534, 65534)
+        elif where == "directory of another user":
+            os.chown(directory, 65534, 65534)
+    assert child(directory)["answers"] == answers
+
+
+def test_a_missing_cache_directory_is_created_private_whatever_the_umask(tmp_path):
+    old = os.umask(0)
+    try:
+        directory = tmp_path / "made" / "dsv4sel"
+        child(directory)
+    finally:
+        os.umask(old)
+    assert directory.stat().st_mode & 0o777 == 0o700
+
+
+def test_pruning_touches_only_entries_it_wrote_and_future_mtimes_force_no_recompile(truth, tmp_path, monkeypatch):
+    directory = tmp_path / "cache"
+    directory.mkdir(mode=0o700)
+    foreign = {"notes.dsv4c": b"mine", "0000000a.marshal": b"old", "abcdef01.dsv4c": b"not an entry"}
+    for n, data in foreign.items():
+        (directory / n).write_bytes(data)
+    future = time.time() + 365 * 86400
+    for i in range(20):  # planted entries of the right name and magic, dated a year ahead
+        p = directory / f"{i:08x}{cache.SUFFIX}"
+        p.write_bytes(cache.encode({"x": i}))
+        os.utime(p, (future, future))
+    first = child(directory)
+    assert first["compiled"]
+    second = child(directory)
+    assert not second["compiled"], "the fresh entry was pruned, so every start compiles"
+    for n, data in foreign.items():
+        assert (directory / n).read_bytes() == data, n
+    assert len(list(directory.glob("*" + cache.SUFFIX))) <= 16 + len([n for n in foreign if n.endswith(cache.SUFFIX)])
+
+
+# ------------------------------------------------------------ installed packs
+
+def _distribution(site: Path, dist: str, entry_points: str, init: str = "", package: str = "rt") -> None:
+    (site / package / "rules").mkdir(parents=True, exist_ok=True)
+    (site / package / "__init__.py").write_text(init)
+    (site / package / "rules" / "__init__.py").write_text(init)
+    info = site / f"{dist}-1.0.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(entry_points)
+
+
+PACK_INITS = {
+    "raises": "raise RuntimeError('pack __init__ ran')\n",
+    "exits 0": "import sys\nsys.exit(0)\n",
+    "interrupts": "raise KeyboardInterrupt\n",
+}
+
+
+@pytest.mark.parametrize("init", PACK_INITS)
+def test_discovering_an_installed_pack_runs_none_of_its_code(tmp_path, init):
+    site = tmp_path / "site"
+    _distribution(site, "rtpack", "[dsv4sel.rules]\nrt = rt.rules\n", PACK_INITS[init])
+    code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+            "import dsv4sel\nfrom dsv4sel.engine import sources\n"
+            "(p,) = [p for p in sources.installed_packs() if p.name == 'rt']\n"
+            "print(p.path.endswith('rt/rules'), p.impl_modules, 'rt' in sys.modules,\n"
+            "      dsv4sel.select(platform='cuda', capability='9.0').backend)")
+    proc = subprocess.run([sys.executable, "-c", code, str(site)], capture_output=True, text=True, timeout=60,
+                          cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["True", "('rt',)", "False", "FLASHMLA_SPARSE_DSV4"]
+
+
+def test_an_impl_module_that_exits_at_import_is_one_error_not_the_end_of_the_process(tmp_path, monkeypatch):
+    from dsv4sel.engine.values import load_impl_class
+    from dsv4sel.errors import ImplLoadError
+
+    (tmp_path / "exiter.py").write_text("import sys\nsys.exit(0)\n")
+    (tmp_path / "interrupter.py").write_text("raise KeyboardInterrupt\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for module in ("exiter", "interrupter"):
+        with pytest.raises(ImplLoadError, match=f"cannot import {module}: (SystemExit|KeyboardInterrupt)"):
+            load_impl_class(f"{module}:X", (module,))
+
+
+BROKEN_PACKS = {
+    "a standard-library package": (["[dsv4sel.rules]\nj = json\n"],
+                                   "json is a standard-library module; a pack's rules live in the pack's own package"),
+    "dsv4sel itself": (["[dsv4sel.rules]\nd = dsv4sel.rules\n"], "dsv4sel is dsv4sel itself"),
+    "a package that is not there": (["[dsv4sel.rules]\nghost = nothere.rules\n"],
+                                    "entry point ghost = nothere.rules: package not found"),
+    "one name, two distributions": (["[dsv4sel.rules]\nrt = rt.rules\n", "[dsv4sel.rules]\nrt = rt.rules\n"],
+                                    "entry point 'rt' of group dsv4sel.rules is declared by"),
+    "not a package name": (["[dsv4sel.rules]\nbad = ../../etc\n"], "not a dotted package name"),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN_PACKS)
+def test_a_declaration_that_cannot_be_a_pack_is_one_located_error(tmp_path, monkeypatch, case):
+    texts, message = BROKEN_PACKS[case]
+    site = tmp_path / "site"
+    for i, text in enumerate(texts):
+        _distribution(site, f"dist{i}", "\n# a comment\n" + text)
+    monkeypatch.syspath_prepend(str(site))
+    before = set(dsv4sel.DEFAULT_ALLOWED_IMPL_MODULES)
+    with pytest.raises(dsv4sel.RuleError) as info:
+        dsv4sel.load_rules(use_cache=False)
+    (problem,) = info.value.problems
+    assert message in problem.message
+    assert problem.file.endswith("-1.0.dist-info/entry_points.txt") and problem.line == 4, str(problem)
+    _, _, allowed = dsv4sel.api.resolve(None)
+    assert set(allowed) == before, "a broken declaration widened the allow-list"
+    report = dsv4sel.verify()
+    assert [f.code for f in report.findings] == ["DSV101"], "check gives what select() gives"
+
+
+# ------------------------------------------------------------- query strings
+
+QUERIES = {
+    "٩.٠": "not a capability spelling", "９.０": "not a capability spelling",
+    "9.0\u00a0": "not a capability spelling", "9.0\u2028": "not a capability spelling",
+    "9.0\r\n": "not a capability spelling", "H1\x0000": "not a capability spelling",
+    "H100 MI300X": "is not a cuda capability", "H100 A100": "is not a cuda capability",
+    "x" * 10_000_000: "(10,000,000 characters) is not a capability spelling",
+    "H100 " * 200_000: "is not a capability spelling", "sm_9\u0660": "not a capability spelling",
+}
+
+
+@pytest.mark.parametrize("capability", QUERIES, ids=lambda c: ascii(c[:12]))
+def test_a_hostile_capability_string_is_refused_quickly(capability):
+    start = time.perf_counter()
+    with pytest.raises(dsv4sel.InvalidQuery, match=".*" + __import__("re").escape(QUERIES[capability])):
+        dsv4sel.select(platform="cuda", capability=capability)
+    assert time.perf_counter() - start < 0.5
+
+
+def test_one_gpu_name_and_the_documented_spellings_still_decide():
+    for capability in ("H100", "NVIDIA H100 80GB HBM3", " 9.0 ", "sm_90a", "(9, 0)", "90"):
+        assert dsv4sel.select(platform="cuda", capability=capability).backend == "FLASHMLA_SPARSE_DSV4"
+
+
+def test_a_huge_unknown_value_of_any_input_is_refused_without_matching_it():
+    start = time.perf_counter()
+    with pytest.raises(dsv4sel.InvalidQuery, match=r"\(10,000,000 characters\)"):
+        dsv4sel.select(platform="cuda", capability="9.0", kv_cache_dtype="y" * 10_000_000)
+    assert time.perf_counter() - start < 0.5
+
+
+# ------------------------------------------------------------- smaller points
+
+class _Hostile:
+    """A value whose comparisons raise, as a broken config type's might."""
+
+    def __ne__(self, other):
+        raise RuntimeError("no comparing")
+
+    __eq__ = __ne__
+    __hash__ = object.__hash__
+
+
+def test_apply_leaves_the_config_unchanged_when_a_comparison_raises():
+    sel = dsv4sel.select(platform="cuda", capability="9.0")  # rewrites cache_dtype
+    old = _Hostile()
+
+    class Config:
+        cache_dtype = old
+
+    config = Config()
+    changed = sel.apply(config)
+    assert config.cache_dtype == "fp8_ds_mla" and changed == {"cache_dtype": old}
+
+    class Failing:
+        def __init__(self):
+            object.__setattr__(self, "cache_dtype", old)
+
+        def __setattr__(self, name, value):
+            object.__setattr__(self, name, value)
+            raise RuntimeError("stored, then raised")
+
+    failing = Failing()
+    with pytest.raises(RuntimeError, match="stored, then raised"):
+        sel.apply(failing)
+    assert failing.__dict__["cache_dtype"] is old
+
+
+def test_explain_only_rules_without_rules_is_a_usage_error_as_in_check():
+    from _cli import run
+
+    result = run("explain", "--platform", "cuda", "--only-rules")
+    assert result.rc == 2 and "--only-rules needs at least one --rules PATH" in result.err
+    assert run("check", "--only-rules").rc == 2

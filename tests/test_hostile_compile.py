@@ -1,0 +1,118 @@
+"""Hostile rule packs against the compiled form's bounds, and files a command
+is named (issue 17, points 1, 2 and 5): each gives one located error, the
+same from ``select()`` and from ``check``, within 2 s."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import dsv4sel
+from dsv4sel.engine.sources import default_packs
+
+from _cli import run
+
+BACKEND = """\
+kind: backend
+backends: [AMP_DSV4]
+hit_policy: first
+defaults:
+  impl: dsv4sel.kernels.reference:DeepseekV4ReferenceSparseImpl
+  layout: fp8_ds_mla
+  cache_dtype: fp8_ds_mla
+  torch_dtype: uint8
+  bytes_per_token: 584
+  block_size: 256
+rules:
+  - id: amplified
+    when: {{platform: cuda}}
+    select: {{}}
+    messages: [{messages}]
+  - id: amp-rest
+    reject:
+      reason: no.
+"""
+
+
+def vocabulary(n: int) -> str:
+    return ("kind: vocabulary\ninputs:\n  shard:\n    description: many values\n    default: s0\n"
+            f"    values: [{', '.join(f's{i}' for i in range(n))}]\n")
+
+
+def pack(tmp_path, files: dict[str, str]) -> str:
+    directory = tmp_path / "amp"
+    directory.mkdir()
+    for name, text in files.items():
+        (directory / name).write_text(text)
+    return str(directory)
+
+
+def refusal(paths) -> tuple[dsv4sel.Problem, float]:
+    start = time.perf_counter()
+    with pytest.raises(dsv4sel.RuleError) as info:
+        dsv4sel.load_rules(paths, use_cache=False)
+    (problem,) = info.value.problems
+    return problem, time.perf_counter() - start
+
+
+def test_a_message_aliased_thousands_of_times_is_one_error_at_its_rule_and_check_agrees(tmp_path):
+    # 12 kB of YAML: one 300-byte message, aliased 3,000 times, rendered per shard and kv dtype
+    text = "x" * 280 + " {shard} {kv_cache_dtype}"
+    first = f'&m {{info: "{text}"}}'
+    directory = pack(tmp_path, {"shard.vocabulary.yaml": vocabulary(40),
+                                "amp.yaml": BACKEND.format(messages=", ".join([first] + ["*m"] * 2999))})
+    paths = [*default_packs(), directory]
+    problem, seconds = refusal(paths)
+    assert problem.code == "DSV316" and seconds < 2
+    assert problem.file.endswith("amp/amp.yaml") and problem.line == 12, str(problem)
+    assert "bytes of rendered text" in problem.message
+    report = dsv4sel.verify(paths)
+    assert [(f.code, f.file, f.line) for f in report.findings] == [("DSV316", problem.file, 12)]
+
+
+def test_a_pack_that_grows_the_space_past_the_compiled_form_is_refused_at_its_file_by_check_too(tmp_path):
+    directory = pack(tmp_path, {"shard.vocabulary.yaml": vocabulary(246),
+                                "amp.yaml": BACKEND.format(messages="{info: hi}")})
+    paths = [*default_packs(), directory]
+    problem, seconds = refusal(paths)
+    assert problem.code == "DSV314" and seconds < 2
+    # at the pack's last declaration that grew the space (its new backend), not at a shipped file
+    assert (problem.file, problem.line) == (os.path.join(directory, "amp.yaml"), 2), str(problem)
+    assert "the compiled form holds at most 67,108,864" in problem.message
+    report = dsv4sel.verify(paths)
+    assert [(f.code, f.file, f.line) for f in report.findings] == [("DSV314", problem.file, 2)]
+    assert run("check", "--rules", directory).rc == 1
+
+
+@pytest.fixture
+def hostile_files(tmp_path):
+    """A FIFO and a link to /dev/zero, both named like the files a command reads."""
+    directory = tmp_path / "hostile"
+    directory.mkdir()
+    os.mkfifo(directory / "fifo.yaml")
+    (directory / "zero.yaml").symlink_to("/dev/zero")
+    return directory
+
+
+def _timed(*args: str):
+    start = time.perf_counter()
+    result = run(*args)
+    return result, time.perf_counter() - start
+
+
+def test_dsv4sel_test_refuses_a_fifo_and_dev_zero_without_reading_them(hostile_files):
+    result, seconds = _timed("test", str(hostile_files))
+    assert result.rc == 2 and seconds < 10
+    for name in ("fifo.yaml", "zero.yaml"):
+        assert f"{name}:1:1: cannot read rule file: not a regular file; rule files are regular *.yaml files" in result.err, result.err
+
+
+@pytest.mark.parametrize("name", ["fifo.yaml", "zero.yaml"])
+def test_table_check_refuses_a_fifo_and_dev_zero_without_reading_them(hostile_files, name):
+    result, seconds = _timed("table", "--format", "md", "--check", str(hostile_files / name))
+    assert result.rc == 2 and seconds < 10
+    assert "not a regular file; a generated table is a regular file" in result.err, result.err
