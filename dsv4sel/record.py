@@ -9,12 +9,6 @@
 from __future__ import annotations
 
 
-# When true, every field in a subclass's ``__slots__`` must have a class-level
-# annotation (so the type checker sees it); off until the classes listed in
-# tests/test_types.py UNANNOTATED are annotated (files owned by other branches).
-REQUIRE_ANNOTATIONS = False
-
-
 def unannotated_fields(cls: type) -> list:
     """Fields in ``cls.__slots__`` without a class-level annotation."""
     notes = cls.__dict__.get("__annotations__", {})
@@ -32,10 +26,12 @@ class Frozen:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if REQUIRE_ANNOTATIONS:
-            missing = unannotated_fields(cls)
-            if missing:
-                raise TypeError(f"{cls.__name__}: field {missing[0]!r} in __slots__ has no annotation")
+        # the annotations are what a type checker sees of the fields (``__slots__``
+        # alone are strings to it), so a field without one is refused here
+        missing = unannotated_fields(cls)
+        if missing:
+            raise TypeError(f"{cls.__name__}: field {missing[0]!r} in __slots__ has no annotation; "
+                            f"declare it as `{missing[0]}: <type>` in the class body")
         cls._fields = tuple(f for klass in reversed(cls.__mro__) for f in klass.__dict__.get("__slots__", ()))
 
     def __init__(self, *args, **kwargs):
