@@ -32,6 +32,11 @@ class Problem(Frozen):
     set where the problem is found: callers and tests match codes, never text."""
 
     __slots__ = ("file", "line", "column", "message", "code")
+    file: str
+    line: int
+    column: int | None
+    message: str
+    code: str
 
     @property
     def loc(self) -> Loc:

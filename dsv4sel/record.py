@@ -9,6 +9,12 @@
 from __future__ import annotations
 
 
+def unannotated_fields(cls: type) -> list:
+    """Fields in ``cls.__slots__`` without a class-level annotation."""
+    notes = cls.__dict__.get("__annotations__", {})
+    return [f for f in cls.__dict__.get("__slots__", ()) if f not in notes]
+
+
 class FrozenError(AttributeError):
     """Raised on an attempt to assign to a field of a frozen value."""
 
@@ -20,6 +26,12 @@ class Frozen:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        # the annotations are what a type checker sees of the fields (``__slots__``
+        # alone are strings to it), so a field without one is refused here
+        missing = unannotated_fields(cls)
+        if missing:
+            raise TypeError(f"{cls.__name__}: field {missing[0]!r} in __slots__ has no annotation; "
+                            f"declare it as `{missing[0]}: <type>` in the class body")
         cls._fields = tuple(f for klass in reversed(cls.__mro__) for f in klass.__dict__.get("__slots__", ()))
 
     def __init__(self, *args, **kwargs):

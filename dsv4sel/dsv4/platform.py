@@ -66,6 +66,10 @@ class InputProbe(Frozen):
     ``reason`` is the class's."""
 
     __slots__ = ("name", "impl", "value", "reason")
+    name: str
+    impl: str
+    value: str
+    reason: str
 
 
 class Machine(Frozen):
@@ -79,6 +83,13 @@ class Machine(Frozen):
 
     __slots__ = ("platform", "capability", "source", "torch", "torch_problem", "problem", "probes")
     _defaults = {"probes": ()}
+    platform: str | None
+    capability: str | None
+    source: str
+    torch: str | None
+    torch_problem: str | None
+    problem: str | None
+    probes: tuple[InputProbe, ...]
 
     @property
     def given(self) -> bool:

@@ -42,6 +42,12 @@ class Pack(Frozen):
 
     __slots__ = ("name", "path", "impl_modules", "label", "problem", "line")
     _defaults = {"impl_modules": (), "label": None, "problem": None, "line": 1}
+    name: str
+    path: str
+    impl_modules: tuple[str, ...]
+    label: str | None
+    problem: str | None
+    line: int
 
     def sources(self) -> list["Source"]:
         """The pack's rule files; for a pack that cannot be loaded (``problem``
@@ -59,6 +65,11 @@ class Source(Frozen):
 
     __slots__ = ("path", "display", "pack", "unreadable", "line")
     _defaults = {"pack": "dsv4sel", "unreadable": None, "line": 1}
+    path: str
+    display: str
+    pack: str
+    unreadable: str | None
+    line: int
 
 
 def shipped_rules_dir() -> str:

@@ -22,6 +22,10 @@ from typing import Any
 from ..errors import SelectionError
 from ..record import Frozen
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..dsv4.selection import Selection
+
 HOST = "sglang"
 VERSIONS = ">=0.5.23,<0.5.24"
 CLASSES = {
@@ -107,6 +111,9 @@ class HostDecision(Frozen):
     dsv4sel selection that decided (its rule is ``selection.rule``)."""
 
     __slots__ = ("cls", "settings", "selection")
+    cls: str
+    settings: dict[str, Any]
+    selection: Selection
 
 
 def _holds(when: dict, point: dict) -> bool:

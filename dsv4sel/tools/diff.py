@@ -39,6 +39,19 @@ class Outcome(Frozen):
     _defaults = {"backend": None, "impl": None, "layout": None, "cache_dtype": None, "torch_dtype": None,
                  "bytes_per_token": None, "block_size": None, "rewrites": (), "messages": (), "hosts": (),
                  "reason": None, "table": None}
+    kind: str
+    backend: str | None
+    impl: str | None
+    layout: str | None
+    cache_dtype: str | None
+    torch_dtype: str | None
+    bytes_per_token: int | None
+    block_size: int | None
+    rewrites: tuple[tuple[str, object], ...]
+    messages: tuple[tuple[str, str], ...]
+    hosts: tuple[tuple[str, str, str], ...]
+    reason: str | None
+    table: str | None
 
 
 ABSENT = Outcome("absent")
@@ -105,12 +118,18 @@ class Change(Frozen):
     whose text follows the query, those of its first input)."""
 
     __slots__ = ("count", "cubes", "old", "new")
+    count: int
+    cubes: tuple[str, ...]
+    old: Outcome
+    new: Outcome
 
 
 class Diff(Frozen):
     """All changes between two rule sets; ``compared`` counts the inputs of both spaces."""
 
     __slots__ = ("changes", "compared")
+    changes: tuple[Change, ...]
+    compared: int
 
     @property
     def changed(self) -> int:

@@ -45,6 +45,10 @@ class ImplCheck(Frozen):
     can run (``reason`` says why or why not)."""
 
     __slots__ = ("impl", "backends", "available", "reason")
+    impl: str
+    backends: tuple[str, ...]
+    available: bool
+    reason: str
 
 
 class Report(Frozen):
@@ -56,6 +60,13 @@ class Report(Frozen):
     True when the default kv dtype selects and that impl can run."""
 
     __slots__ = ("machine", "query", "notes", "selections", "impls", "rules_digest", "rule_files")
+    machine: Machine
+    query: Query | None
+    notes: tuple[str, ...]
+    selections: tuple[tuple[str, Selection | Rejection], ...]
+    impls: tuple[ImplCheck, ...]
+    rules_digest: str
+    rule_files: tuple[str, ...]
 
     @property
     def probes(self) -> tuple[InputProbe, ...]:

@@ -50,6 +50,23 @@ class Row(Frozen):
                  "layout", "cache_dtype", "torch_dtype", "bytes_per_token", "block_size", "default", "impl",
                  "notes", "hosts", "host_settings")
     _defaults = {"hosts": (), "host_settings": ()}
+    model: str
+    backend: str
+    platform: str
+    capabilities: tuple[str, ...]
+    label: str
+    condition: tuple[tuple[str, str], ...]
+    kv_cache_dtypes: tuple[str, ...]
+    layout: str
+    cache_dtype: str
+    torch_dtype: str
+    bytes_per_token: int
+    block_size: int
+    default: str
+    impl: str
+    notes: tuple[int, ...]
+    hosts: tuple[tuple[str, str, str], ...]
+    host_settings: tuple[tuple[str, tuple[tuple[str, str | int], ...]], ...]
 
 
 class Unsupported(Frozen):
@@ -57,6 +74,11 @@ class Unsupported(Frozen):
     any kv dtype or input value, and the rule that rejects the default query there."""
 
     __slots__ = ("model", "platform", "capabilities", "label", "rule")
+    model: str
+    platform: str
+    capabilities: tuple[str, ...]
+    label: str
+    rule: RuleRef
 
 
 class Matrix(Frozen):
@@ -65,6 +87,11 @@ class Matrix(Frozen):
     the rule files it was generated from."""
 
     __slots__ = ("rows", "notes", "unsupported", "models", "sources")
+    rows: tuple[Row, ...]
+    notes: tuple[str, ...]
+    unsupported: tuple[Unsupported, ...]
+    models: tuple[str, ...]
+    sources: tuple[str, ...]
 
     def as_dict(self) -> dict[str, Any]:
         return {
