@@ -28,16 +28,17 @@ def findings(*args: str, env=None) -> list[tuple]:
 
 
 @pytest.mark.parametrize("mistake, code, severity, file, line, column", [
-    ("value-typo", "DSV301", "error", "my.yaml", 22, 74),
-    ("overlap", "DSV402", "error", "my.yaml", 21, None),
+    ("value-typo", "DSV301", "error", "my.yaml", 23, 74),
+    ("overlap", "DSV402", "error", "my.yaml", 22, None),
     ("gap", "DSV401", "error", "my.yaml", 4, None),
     ("wrong-impl-module", "DSV406", "error", "my.yaml", 7, 9),   # at `defaults: impl`, once
-    ("capability-spelling", "DSV301", "error", "my.yaml", 22, 40),
-    ("unquoted-number", "DSV202", "error", "my.yaml", 22, 40),
-    ("duplicate-key", "DSV106", "error", "my.yaml", 22, 75),
+    ("capability-spelling", "DSV301", "error", "my.yaml", 23, 40),
+    ("unquoted-number", "DSV202", "error", "my.yaml", 23, 40),
+    ("duplicate-key", "DSV106", "error", "my.yaml", 23, 75),
     ("hijacking-override", "DSV413", "warning", "defaults.yaml", 8, None),
     ("wrong-field-type", "DSV201", "error", "my.yaml", 12, 15),
-    ("missing-field", "DSV204", "error", "my.yaml", 26, 13),
+    ("missing-field", "DSV204", "error", "my.yaml", 27, 13),
+    ("no-vllm-host", "DSV412", "warning", "my.yaml", 18, None),  # at its first select rule, once
 ])
 def test_each_mistake_is_one_finding_with_its_code_and_location(mistake, code, severity, file, line, column):
     got = findings("--rules", f"{MISTAKES}/{mistake}")
@@ -46,6 +47,43 @@ def test_each_mistake_is_one_finding_with_its_code_and_location(mistake, code, s
 
 def test_the_clean_pack_is_clean():
     assert findings("--rules", f"{MISTAKES}/clean") == []
+
+
+def test_a_backend_without_a_vllm_class_is_one_warning_naming_the_fix():
+    # issue 22 point 4: check and test pass it, and the vLLM plugin refuses every selection of it
+    result = run("check", "--rules", f"{MISTAKES}/no-vllm-host")
+    (line,) = [s for s in result.out.splitlines() if "DSV412" in s]
+    assert line.startswith(f"{MISTAKES}/no-vllm-host/my.yaml:18: warning DSV412 [hostless] backend MY_MLA_SPARSE "
+                           "selects on cuda, which vLLM serves, but names no vLLM class (`hosts: vllm`); the vLLM "
+                           "plugin refuses every selection of it: add `hosts: {vllm: {class: ..., versions: ...}}`")
+    assert result.rc == 1  # a warning is a finding
+
+
+def test_a_select_rule_without_a_vllm_class_is_named(tmp_path):
+    # one select rule names a class of its own, the other none: the warning names the other
+    host = '{vllm: {class: "vllm.models.deepseek_v4.nvidia.flashinfer_sparse:DeepseekV4FlashInferSM120Attention", versions: ">=0.33.0,<0.34"}}'
+    text = CLEAN.replace(f"  hosts: {host}\n", "").replace("select: {}", f"select: {{hosts: {host}}}")
+    assert text != CLEAN and "hosts" in text
+    (tmp_path / "my.yaml").write_text(text)
+    result = run("check", "--rules", str(tmp_path))
+    (line,) = [s for s in result.out.splitlines() if "DSV412" in s]
+    assert f"{tmp_path}/my.yaml:21: warning DSV412" in line
+    assert "but its rule my-fp8 names no vLLM class (`hosts: vllm`); the vLLM plugin refuses every such selection" in line
+
+
+def test_the_platforms_held_to_vllm_are_those_the_plugin_patches():
+    from dsv4sel.dsv4.profile import HOST_PLATFORMS
+    from dsv4sel.vllm_plugin import _TARGETS
+
+    assert set(HOST_PLATFORMS["vllm"]) == set(_TARGETS)
+
+
+def test_a_rule_set_that_names_no_vllm_class_is_not_held_to_vllm():
+    # SGLang's own rule set (its own vocabulary and host) gets no vLLM warning
+    from dsv4sel import verify
+
+    report = verify([str(REPO / "rules" / "compat" / "sglang-0.5.23")])
+    assert [f for f in report.findings if f.code == "DSV412"] == []
 
 
 def test_a_hijacking_override_names_the_rule_an_input_it_lost_and_the_fix():
@@ -88,7 +126,7 @@ def test_a_tab_in_indentation_says_so(tmp_path):
     pack = tmp_path / "tab"
     pack.mkdir()
     (pack / "my.yaml").write_text(CLEAN.replace("  - id: my-fp8\n", "\t- id: my-fp8\n"))
-    assert findings("--rules", str(pack)) == [("DSV102", "error", f"{pack}/my.yaml", 21, 1)]
+    assert findings("--rules", str(pack)) == [("DSV102", "error", f"{pack}/my.yaml", 22, 1)]
     assert "a tab character: YAML indents with spaces only; replace the tab with spaces" in run(
         "check", "--rules", str(pack)).out
 

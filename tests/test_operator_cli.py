@@ -33,7 +33,7 @@ def test_a_mistyped_flag_gets_the_subcommands_usage_and_the_nearest_flag(args, u
 def test_rule_files_that_do_not_load_exit_2_from_every_command(command):
     r = run(*command, "--rules", TYPO)
     assert r.rc == 2, r
-    assert "my.yaml:22:74" in r.out + r.err and "DSV301" in r.out + r.err
+    assert "my.yaml:23:74" in r.out + r.err and "DSV301" in r.out + r.err
 
 
 def test_json_gets_a_json_error_document_on_exit_2():
@@ -42,7 +42,7 @@ def test_json_gets_a_json_error_document_on_exit_2():
     doc = json.loads(r.out)
     assert doc["version"] == 1 and doc["ok"] is False and doc["error"]["kind"] == "rules"
     (p,) = doc["error"]["problems"]
-    assert (p["code"], p["line"], p["column"]) == ("DSV301", 22, 74)
+    assert (p["code"], p["line"], p["column"]) == ("DSV301", 23, 74)
     assert os.path.isabs(p["path"]) and os.path.isfile(p["path"])
     usage = run("explain", "--platfrom", "cuda", "--json")
     assert usage.rc == 2 and json.loads(usage.out)["error"]["kind"] == "usage"
@@ -65,7 +65,7 @@ def test_json_locations_are_openable_from_any_directory(tmp_path):
 
 def test_check_text_names_a_path_that_opens_from_here(tmp_path):
     r = run("check", "--rules", str(REPO / TYPO), cwd=tmp_path)
-    assert f"{REPO / TYPO}/my.yaml:22:74: error DSV301" in r.out
+    assert f"{REPO / TYPO}/my.yaml:23:74: error DSV301" in r.out
 
 
 def test_completion_completes_values():
@@ -81,7 +81,7 @@ def test_completion_completes_values():
 def test_wrapping_never_splits_a_word():
     from dsv4sel.cli.render.text import wrap_line
 
-    word = "examples/mistakes/value-typo/my.yaml:22:74:"
+    word = "examples/mistakes/value-typo/my.yaml:23:74:"
     lines = wrap_line(f"  x  {word} error DSV301 [vocabulary] 'fp8_e4m4' is not declared", 30)
     assert any(word in line for line in lines)
 

@@ -37,6 +37,8 @@ KINDS: dict[str, str] = {
                    "does not read its layout",
     "fixpoint": "selecting again with the rewritten cache dtype gives another selection or rewrites again",
     "model": "a backend table that never tests `model` selects for every declared model (a warning)",
+    "hostless": "a backend that selects on a platform a host's plugin serves names no class for that host "
+                "(`hosts:`), so that plugin refuses it (a warning)",
 }
 
 

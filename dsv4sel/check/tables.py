@@ -174,3 +174,50 @@ def model_findings(ctx: CheckContext) -> Iterator[Finding]:
             f"first rule `- {{id: {stem}-other-model, when: {{model: {{not: {own}}}}}, reject: {{reason: "
             f"{table.backends[0]} serves {own} only, not {{model}}.}}}}`, or add a `model:` condition to "
             "its select rules", table.file, table.line, None, rules=(first,), table=table.name)
+
+
+def host_findings(ctx: CheckContext) -> Iterator[Finding]:
+    """A warning (DSV412) for each backend table that selects on a platform a host serves
+    (:data:`dsv4sel.dsv4.profile.HOST_PLATFORMS`) with a rule naming no class for that host,
+    in a rule set written for that host (some rule names it): the host's plugin refuses
+    those selections, although ``check`` and ``test`` pass."""
+    from ..dsv4.profile import HOST_NAMES, HOST_PLATFORMS
+
+    decl = ctx.program.inputs.get("platform")
+    if decl is None:
+        return
+    def hosts_of(rule):
+        return {h for h, _, _ in (rule.outcome.field("hosts") or ())}
+    named = set().union(*(hosts_of(r) for r in ctx.program.rules if r.outcome.kind == "select"))
+    for host, served in HOST_PLATFORMS.items():
+        if host not in named:
+            continue  # a rule set for another engine (e.g. SGLang's own vocabulary)
+        served = tuple(p for p in decl.values if p in served)
+        for table in ctx.flow.tables.values():
+            if not table.backends:
+                continue
+            won = ctx.flow.table_scan(table).won
+            missing, platforms = [], []
+            for r, rule in enumerate(table.rules):
+                if rule.outcome.kind != "select" or not won[r] or host in hosts_of(rule):
+                    continue
+                allowed = dict(rule.conditions).get("platform", frozenset(decl.values))
+                hit = [p for p in served if p in allowed]
+                if hit:
+                    missing.append(rule)
+                    platforms.extend(p for p in hit if p not in platforms)
+            if not missing:
+                continue
+            name, backend = HOST_NAMES.get(host, host), table.backends[0]
+            some = len(missing) < sum(1 for r, rule in enumerate(table.rules)
+                                      if rule.outcome.kind == "select" and won[r])
+            who = f"its rule{'s' if len(missing) > 1 else ''} {', '.join(r.ref.id for r in missing)} " if some else ""
+            first = missing[0].ref
+            yield Finding(
+                WARNING, "hostless",
+                f"backend {backend} selects on {', '.join(platforms)}, which {name} serves, but {who}names no "
+                f"{name} class (`hosts: {host}`); the {name} plugin refuses every "
+                f"{'such ' if some else ''}selection of it: add `hosts: {{{host}: {{class: ..., versions: ...}}}}` "
+                f"(the {name} layer class that builds it) to its `defaults:`, or leave it to an engine that builds "
+                "the impl "
+                "itself", first.file, first.line, None, rules=tuple(r.ref for r in missing), table=table.name)

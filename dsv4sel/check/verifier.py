@@ -18,6 +18,8 @@ What counts as a finding (severity ``error`` unless noted):
 * dead: a rule that matches no input at all (only dead, never also shadowed);
 * dangling / cycle: a ``use:`` target without a table, or a loop;
 * hijack (a ``warning``): a default rule whose target table rejects every input it sends there;
+* hostless (a ``warning``): a backend that selects on a platform a serving engine's plugin serves
+  but names no class for that engine (``hosts:``), in a rule set written for it;
 * impl / layout / consistency: a selection whose impl class does not import
   from the allowed modules, whose layout ``dsv4sel.kernels.layouts`` does not
   define, or whose torch dtype or bytes per token disagree with the layout
@@ -41,13 +43,13 @@ from typing import Any, Mapping
 from .context import CheckContext
 from .chains import gap_findings, hijack_findings, walk
 from .selections import selection_findings
-from .tables import model_findings, table_findings
+from .tables import host_findings, model_findings, table_findings
 from ..errors import Problem
 from .findings import ERROR, Finding, Report
 
 _KIND_ORDER = {k: i for i, k in enumerate((
     "load", "schema", "vocabulary", "dangling", "compile", "cycle", "dead", "overlap", "shadowed",
-    "redundant", "gap", "hijack", "impl", "layout", "consistency", "fixpoint", "model"))}
+    "redundant", "gap", "hijack", "impl", "layout", "consistency", "fixpoint", "model", "hostless"))}
 
 
 def verify_program(program, *, layouts: Mapping[str, Any] | None = None) -> Report:
@@ -71,6 +73,7 @@ def verify_program(program, *, layouts: Mapping[str, Any] | None = None) -> Repo
     findings.extend(hijack_findings(ctx, walked.routes))
     findings.extend(selection_findings(ctx, walked.regions, walked.examples))
     findings.extend(model_findings(ctx))
+    findings.extend(host_findings(ctx))
     return Report(tuple(program.sources), _sorted(findings), walked.coverage,
                   rule_count=len(program.rules), table_count=len(ctx.flow.tables))
 

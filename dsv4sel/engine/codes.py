@@ -59,7 +59,7 @@ CODES: dict[str, tuple[str, str]] = {
     "DSV409": ("fixpoint", "rewrite is not a fixpoint"),
     "DSV410": ("model", "a backend table never tests `model` though several models are declared"),
     "DSV411": ("host", "a host class does not resolve where its host is installed in a listed version"),
-    # DSV412 is left to the vLLM plugin's check (issue 22), written in parallel
+    "DSV412": ("hostless", "a backend selects where a host's plugin serves but names no class for that host (`hosts:`)"),
     "DSV413": ("hijack", "a default rule sends inputs to a table that rejects every one of them"),
     "DSV501": ("tests", "a test file where a rule file belongs, or the other way round"),
     "DSV502": ("tests", "no test files at a path"),
@@ -70,7 +70,7 @@ CODES: dict[str, tuple[str, str]] = {
 _KIND_CODES = {
     "gap": "DSV401", "overlap": "DSV402", "redundant": "DSV403", "shadowed": "DSV404", "dead": "DSV405",
     "layout": "DSV407", "consistency": "DSV408", "fixpoint": "DSV409", "cycle": "DSV312", "host": "DSV411",
-    "dangling": "DSV311", "model": "DSV410", "hijack": "DSV413",
+    "dangling": "DSV311", "model": "DSV410", "hijack": "DSV413", "hostless": "DSV412",
 }
 
 def kind_code(kind: str) -> str:
