@@ -41,7 +41,15 @@ def test_shipped_selections_name_vllm_classes():
     sel10 = dsv4sel.select(platform="cuda", capability="10.0", kv_cache_dtype="auto",
                            backend="FLASHINFER_MLA_SPARSE_DSV4")
     assert sel10.host_class("vllm")[0].endswith(":DeepseekV4FlashInferMLAAttention")
-    assert sel.host_class("sglang") is None
+    # SGLang builds the SM12x fp8_ds_mla pages with its FlashMLA backend, told these settings
+    assert sel.host_class("sglang") == (
+        "sglang.srt.layers.attention.deepseek_v4_backend:DeepseekV4AttnBackend", ">=0.5.23,<0.5.24")
+    assert sel.settings_for("sglang") == {"dsv4_attn_backend": "flashmla", "kv_layout": "v4",
+                                          "kv_cache_dtype": "fp8_e4m3", "page_size": 256, "kv_pool": "single"}
+    # SGLang 0.5.23 cannot build FlashInfer's SM10x bf16 rows: no sglang entry there
+    assert sel10.layout == "bf16_row"
+    assert sel10.host_class("sglang") is None and sel10.settings_for("sglang") == {}
+    assert sel10.settings_for("vllm") == {}
 
 
 def test_every_shipped_selection_names_a_vllm_class():

@@ -7,8 +7,9 @@ the deployment and ``SGLANG_HACK_FLASHMLA_BACKEND``) is decided in three steps, 
 1. :data:`REFUSE` - host inputs dsv4sel refuses before asking the rules (first hit), each with
    the SGLang behaviour it replaces;
 2. :data:`BACKEND` / :data:`KV` / :func:`query` - the dsv4sel query the input means;
-3. the shipped rules decide; :data:`BUILDS` says what SGLang must be told to build the selected
-   (backend, layout), and a selection SGLang cannot build is refused. A set
+3. the shipped rules decide; the selected rule's ``hosts: {sglang: ...}`` entry (its class and
+   ``settings``, :meth:`Selection.host_class` / :meth:`Selection.settings_for`) says what SGLang
+   must be told to build it, and a selection with no such entry is refused. A set
    ``SGLANG_DSV4_KV_LAYOUT`` other than the decided layout is refused (the layout is decided,
    never left to the variable).
 
@@ -28,13 +29,6 @@ if TYPE_CHECKING:
 
 HOST = "sglang"
 VERSIONS = ">=0.5.23,<0.5.24"
-CLASSES = {
-    "flashmla": "sglang.srt.layers.attention.deepseek_v4_backend:DeepseekV4AttnBackend",
-    "hip": "sglang.srt.layers.attention.deepseek_v4_backend_hip_radix:DeepseekV4HipRadixBackend",
-    "flashmla_mega": "sglang.srt.layers.attention.deepseek_v4_mega_backend:DeepseekV4MegaAttnBackend",
-    "trtllm": "sglang.srt.layers.attention.deepseek_v4_trtllm_backend:DeepseekV4TrtllmAttnBackend",
-}
-
 #: (fix, when, reason): the first row whose ``when`` holds refuses. ``when`` maps an input to a
 #: value or a tuple of values; a leading "!" negates one value.
 REFUSE: tuple[tuple[str, dict, str], ...] = (
@@ -88,22 +82,6 @@ BACKEND: tuple[tuple[dict, str | None], ...] = (
 #: ``fp8`` for the packed records; trtllm's rows are e4m3 for ``auto`` too (SGLang makes it fp8).
 KV = {"auto": "auto", "fp8_e4m3": "fp8", "bfloat16": "bfloat16", "fp8_e5m2": "fp8_e5m2"}
 KV_TRTLLM = {"auto": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "bfloat16": "bfloat16", "fp8_e5m2": "fp8_e5m2"}
-
-#: (dsv4sel backend, layout) -> (class key, --dsv4-attn-backend, kv_layout, kv pool)
-BUILDS: dict[tuple[str, str], tuple[str, str, str, str]] = {
-    ("FLASHMLA_SPARSE_DSV4", "fp8_ds_mla"): ("flashmla", "flashmla", "v4", "single"),
-    ("FLASHMLA_SPARSE_DSV41", "fp8_ds_mla"): ("flashmla", "flashmla", "v4", "single"),
-    ("FLASHMLA_SPARSE_DSV41", "fp8_ds_mla_v41"): ("flashmla", "flashmla", "v41", "single"),
-    ("FLASHINFER_MLA_SPARSE_DSV4", "fp8_ds_mla"): ("flashmla", "flashmla", "v4", "single"),
-    ("FLASHINFER_MLA_SPARSE_DSV41", "fp8_ds_mla"): ("flashmla", "flashmla", "v4", "single"),
-    ("FLASHINFER_MLA_SPARSE_DSV4", "fp8_e4m3_row"): ("trtllm", "trtllm", "v4", "uniform_fp8"),
-    ("FLASHINFER_MLA_SPARSE_DSV41", "fp8_e4m3_row"): ("trtllm", "trtllm", "v4", "uniform_fp8"),
-    ("FLASHMLA_MEGA_ATTN_DSV41", "fp8_ds_mla_v41"): ("flashmla_mega", "flashmla_mega", "v41", "single"),
-    ("FLASHMLA_MEGA_ATTN_DSV41", "nvfp4_ds_mla"): ("flashmla_mega", "flashmla_mega", "v41", "single"),
-    ("ROCM_FLASHMLA_SPARSE_DSV4", "fp8_ds_mla"): ("hip", "flashmla", "v4", "single"),
-    ("ROCM_FLASHMLA_SPARSE_DSV41", "fp8_ds_mla"): ("hip", "flashmla", "v4", "single"),
-}
-
 
 class HostDecision(Frozen):
     """What SGLang must be told (``settings``: ``dsv4_attn_backend``, ``kv_layout``,
@@ -161,18 +139,19 @@ def decide(point: dict, rules=None) -> HostDecision:
     sel = (rules or dsv4sel.default_rules()).select(**{k: v for k, v in q.items() if k in (
         "platform", "capability", "backend", "kv_cache_dtype", "model")},
         extra={k: v for k, v in q.items() if k in ("mega_attn", "flashinfer_sm120")})
-    built = BUILDS.get((sel.backend, sel.layout))
-    if built is None:
+    built = sel.host_class(HOST)
+    settings = sel.settings_for(HOST)
+    if built is None or not settings:
         raise SelectionError(
             f"DeepSeek-V4 attention in SGLang: the rules select {sel.backend} with the {sel.layout} cache "
             f"({sel.rule.location}), which SGLang 0.5.23 cannot build; choose another --kv-cache-dtype or "
             "--dsv4-attn-backend. [dsv4sel SGLang fix S2]")
-    cls, attn, layout, pool = built
+    layout = settings["kv_layout"]
     env = point.get("kv_layout_env", "unset")
     if env not in ("unset", "auto", layout):
         raise SelectionError(
             f"DeepSeek-V4 attention in SGLang: SGLANG_DSV4_KV_LAYOUT={env} asks for another KV record than the "
             f"one the rules decide ({layout}, {sel.rule.location}); unset it. [dsv4sel SGLang fix S4]")
-    settings = {"dsv4_attn_backend": attn, "kv_layout": layout, "kv_cache_dtype": "fp8_e4m3",
-                "page_size": 256, "kv_pool": pool}
-    return HostDecision(CLASSES[cls], settings, sel)
+    order = ("dsv4_attn_backend", "kv_layout", "kv_cache_dtype", "page_size", "kv_pool")
+    settings = {**{k: settings[k] for k in order if k in settings}, **settings}
+    return HostDecision(built[0], settings, sel)

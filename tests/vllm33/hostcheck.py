@@ -32,7 +32,7 @@ def main() -> int:
     rules = (dsv4sel.default_rules() if not args.rules
              else dsv4sel.load_rules(paths=[shipped_rules_dir(), args.rules]))
     report = dsv4sel.verify(rules)
-    hosts = sorted({cls for row in rules.rows if row.kind == "select" for _, cls, _ in row.hosts})
+    hosts = sorted({cls for row in rules.rows if row.kind == "select" for host, cls, _ in row.hosts if host == "vllm"})
     from vllm.config.cache import CacheDType
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
     from typing import get_args
