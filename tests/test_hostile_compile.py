@@ -15,19 +15,11 @@ import dsv4sel
 from dsv4sel.engine.sources import default_packs
 
 from _cli import run
+from _rule_text import BACKEND_HEAD
 
-BACKEND = """\
-kind: backend
-backends: [AMP_DSV4]
-hit_policy: first
-defaults:
-  impl: dsv4sel.kernels.reference:DeepseekV4ReferenceSparseImpl
-  layout: fp8_ds_mla
-  cache_dtype: fp8_ds_mla
-  torch_dtype: uint8
-  bytes_per_token: 584
-  block_size: 256
-rules:
+# one backend whose rule repeats ``{messages}``; ``BACKEND_HEAD`` keeps its
+# ``backends:`` on line 2 and its first rule on line 12, where the errors are expected
+BACKEND = BACKEND_HEAD.format(name="AMP_DSV4") + """\
   - id: amplified
     when: {{platform: cuda}}
     select: {{}}
