@@ -13,6 +13,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = [
     ("select(): warm vs seed, cold start", ["bench_select.py"]),
     ("dsv4sel explain: cold CLI", ["bench_cli.py"]),
+    ("dsv4sel diff --pack against check", ["bench_diff.py"]),
     ("dsv4sel check: verification scale", ["bench_verify.py"]),
     ("kernels: layout codecs (CPU)", ["kernels/bench_layouts.py", "--device", "cpu"]),
     ("kernels: reference decode (CPU)", ["kernels/bench_reference_decode.py", "--device", "cpu"]),

@@ -119,19 +119,11 @@ def test_the_array_comparison_gives_what_a_lookup_per_key_gives(edited_rules):
         assert fast.changes == slow.changes
 
 
-def test_the_pack_review_is_as_fast_as_check_and_its_lines_are_bounded():
-    import time
-
+def test_the_pack_review_keeps_its_lines_bounded():
+    # its speed against check's is measured by benchmarks/bench_diff.py, not here
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "examples", "b12x-pack"))
-    args = ("diff", "--pack", "--allow-impl-module", "dsv4sel_b12x", "-", "examples/b12x-pack/dsv4sel_b12x/rules")
-    run(*args, env=env)  # warm the compiled-rules cache, as check's figure is taken warm
-    start = time.perf_counter()
-    result = run(*args, env=env)
-    elapsed = time.perf_counter() - start
+    result = run("diff", "--pack", "--allow-impl-module", "dsv4sel_b12x", "-",
+                 "examples/b12x-pack/dsv4sel_b12x/rules", env=env)
     assert result.returncode == 1
     longest = max(len(line) for line in result.stdout.splitlines())
     assert longest < 250, longest  # was 411: every kv dtype listed, every `=*`, impl on the same line
-    start = time.perf_counter()
-    run("check", env=env)
-    check = time.perf_counter() - start
-    assert elapsed < 3 * check + 1, (elapsed, check)  # was 7-10 s against check's 0.5 s
