@@ -84,8 +84,9 @@ class Cube:
 
     def points(self) -> Iterator[dict[str, str | None]]:
         names = [k for k, _ in self.values]
-        allowed = [(child, parent, {p: set(vals) for p, vals in table})
-                   for child, parent, table in self.scopes]
+        # keyed by str | None: a point's value may be None (no backend requested), a parent's never is
+        allowed: list[tuple[str, str, dict[str | None, set[str]]]] = [
+            (child, parent, {p: set(vals) for p, vals in table}) for child, parent, table in self.scopes]
         for combo in itertools.product(*(v for _, v in self.values)):
             point = dict(zip(names, combo))
             if all(point[child] in table.get(point[parent], ()) for child, parent, table in allowed):

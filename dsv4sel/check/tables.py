@@ -197,7 +197,8 @@ def host_findings(ctx: CheckContext) -> Iterator[Finding]:
             if not table.backends:
                 continue
             won = ctx.flow.table_scan(table).won
-            missing, platforms = [], []
+            missing = []
+            platforms: list[str] = []
             for r, rule in enumerate(table.rules):
                 if rule.outcome.kind != "select" or not won[r] or host in hosts_of(rule):
                     continue
