@@ -56,7 +56,7 @@ def unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
     from ..engine.suggest import close_matches
 
     options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
-    hints = []
+    hints: list[str] = []
     for word in extras:
         if word.startswith("-"):
             near = close_matches(word.partition("=")[0], options)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..errors import InvalidQuery, Problem, SelectionError
 from ..engine.values import RuleRef
@@ -293,7 +293,8 @@ def run_case(rules, case: Case) -> CaseResult:
         selection = select(rules=rules, **query)
     except SelectionError as exc:
         rule = exc.rule
-        reached = tuple(exc.path)
+        # the rule set raises with its own RuleRefs; errors.py, below the engine, types them structurally
+        reached = cast("tuple[RuleRef, ...]", exc.path)
         outcome = {"status": "rejected", "message": str(exc),
                    "rule": None if rule is None else {"id": rule.id, "location": rule.location}}
         if rule is not None:

@@ -10,6 +10,10 @@ from __future__ import annotations
 from ...dsv4.rules import Rejection
 from .text import Style, align, where
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .text import Cell
+
 
 def report_lines(report, style: Style) -> list[str]:
     """One string per line; colour only when ``style`` is enabled."""
@@ -39,7 +43,7 @@ def report_lines(report, style: Style) -> list[str]:
     if query is not None:
         given = ", ".join([f"model {query.model}"] + [f"{k}={v}" for k, v in query.extra])
         lines += ["", style.bold(f"selection on {where(query)}") + f" ({given}, no --attention-backend)"]
-        rows = [["kv dtype", "backend", "layout", "cache dtype", "rule", "at"]]
+        rows: list[list[Cell]] = [["kv dtype", "backend", "layout", "cache dtype", "rule", "at"]]
         for kv, outcome in report.selections:
             ref = outcome.rule
             decided_by = [ref.id, (ref.location, "cyan")] if ref is not None else ["-", ""]
