@@ -37,7 +37,7 @@ LAYOUTS_MODULE = "dsv4sel.kernels.layouts"
 def placeholders(rule) -> frozenset[str]:
     """The input names a select rule's fields and rewrites render."""
     names: set[str] = set()
-    for key, value in rule.outcome.fields:
+    for _field, value in rule.outcome.fields:
         values = value.values() if isinstance(value, dict) else (value,)
         for v in values:
             if isinstance(v, str) and "{" in v:
@@ -92,7 +92,7 @@ class FieldChecker:
             try:
                 module = importlib.import_module(LAYOUTS_MODULE)
                 self._layouts = dict(module.LAYOUTS)
-            except Exception as exc:  # an import error of any kind is the finding
+            except Exception as exc:  # noqa: BLE001 - an import error of any kind is the finding
                 self._layout_error = f"cannot read the layouts: import {LAYOUTS_MODULE} failed: {exc}"
         return self._layouts
 

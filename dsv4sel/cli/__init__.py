@@ -120,7 +120,7 @@ def _run(argv: list[str] | None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # a bug: one line for the user, the traceback on request
+    except Exception as exc:  # noqa: BLE001 - a bug: one line for the user, the traceback on request
         return _internal(exc)
 
 
