@@ -81,7 +81,12 @@ class CubeWriter:
         if len(d.inputs) == 2:
             return self._scoped_groups(d.inputs[0], d.inputs[1], {p: [k[0] for k in kids]
                                                                  for p, kids in by_parent.items()})
-        # several inputs scoped by one parent (rare): exact products only
+        return self._exact_products(d, by_parent)
+
+    @staticmethod
+    def _exact_products(d: Dim, by_parent: dict[str, list[tuple[str, ...]]]) -> list[dict[str, tuple[str, ...]]]:
+        """Several inputs scoped by one parent (rare): parents with the same child combinations
+        together, as one product where the combinations are one, else one cube per combination."""
         by_children: dict[tuple[tuple[str, ...], ...], list[str]] = {}
         for parent, kids in by_parent.items():
             by_children.setdefault(tuple(kids), []).append(parent)
@@ -129,25 +134,26 @@ class CubeWriter:
                 alternatives = self._alternatives[(d.index, bits)] = self._dim_alternatives(d, bits)
             combos = [{**acc, **alt} for acc in combos for alt in alternatives] if len(alternatives) > 1 else [
                 {**acc, **alternatives[0]} for acc in combos]
-        out = []
-        for values in combos:
-            items = tuple((n, values[n]) for n in self.order)
-            scopes: list[Scope] = []
-            parts = []
-            for name, vals in items:
-                by = self.inputs[name].by if name != BACKEND else None
-                # a parent is an input, never the backend: its values are never None
-                parents = cast("tuple[str, ...]", values[by]) if by else None
-                key = (name, vals, parents)
-                text = self._texts.get(key)
-                if text is None:
-                    domain = list(self.backend_domain) if name == BACKEND else self._domain(name, parents)
-                    text = self._texts[key] = f"{name}={describe(vals, domain)}"
-                parts.append(text)
-                if by and parents is not None:
-                    scopes.append(self._scope(name, by, parents))
-            out.append(Cube(items, " ".join(parts), tuple(scopes)))
-        return out
+        return [self._cube(values) for values in combos]
+
+    def _cube(self, values: dict[str, tuple[str | None, ...]]) -> Cube:
+        """One product of per-input value lists as a :class:`Cube`, in display order."""
+        items = tuple((n, values[n]) for n in self.order)
+        scopes: list[Scope] = []
+        parts = []
+        for name, vals in items:
+            by = self.inputs[name].by if name != BACKEND else None
+            # a parent is an input, never the backend: its values are never None
+            parents = cast("tuple[str, ...]", values[by]) if by else None
+            key = (name, vals, parents)
+            text = self._texts.get(key)
+            if text is None:
+                domain = list(self.backend_domain) if name == BACKEND else self._domain(name, parents)
+                text = self._texts[key] = f"{name}={describe(vals, domain)}"
+            parts.append(text)
+            if by and parents is not None:
+                scopes.append(self._scope(name, by, parents))
+        return Cube(items, " ".join(parts), tuple(scopes))
 
     def _scope(self, name: str, by: str, parents: tuple[str, ...]) -> Scope:
         """``name``'s values per value of its parent input ``by`` (one of ``parents``)."""
