@@ -47,7 +47,11 @@ sglang-env: $(STAMP)
 	@test -f $(SGLANG_STAMP) || $(BIN)/python tools/sglang_env.py --venv $(SGLANG_VENV) > .venv-sglang.log 2>&1 \
 		|| echo "warning: building $(SGLANG_VENV) failed (see .venv-sglang.log); the SGLang 0.5.23 tests will skip"
 
+# mypy with no arguments checks the packages [tool.mypy] names: dsv4sel and kernels/ as
+# dsv4sel.kernels (through typecheck/); ruff's rule set is stated in [tool.ruff.lint].
 test: $(STAMP) $(ARTIFACT) vllm-env sglang-env
+	$(BIN)/mypy
+	$(BIN)/ruff check .
 	$(BIN)/dsv4sel check
 	$(BIN)/dsv4sel test tests/decisions
 	$(BIN)/dsv4sel test examples/b12x-pack/tests --rules examples/b12x-pack/dsv4sel_b12x/rules --allow-impl-module dsv4sel_b12x
@@ -65,4 +69,5 @@ docs: $(STAMP)
 	$(BIN)/python tools/doc_samples.py --write
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .venv-vllm.log $(SGLANG_VENV) .venv-sglang.log build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) .venv-vllm.log $(SGLANG_VENV) .venv-sglang.log build *.egg-info .pytest_cache .hypothesis \
+		.mypy_cache .ruff_cache

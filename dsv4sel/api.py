@@ -59,27 +59,36 @@ def resolve(paths=None, allowed_impl_modules=None, *, also_allowed: tuple[str, .
         # the default set is the process configuration: its allow-list may name pack modules too
         also_allowed = (*also_allowed, *_sources.environment_allowed_modules())
     else:
-        if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") or isinstance(paths, _sources.Pack):
-            paths = [paths]
-        packs = []
-        for item in paths:
-            if isinstance(item, _sources.Pack):
-                packs.append(item)
-                continue
-            pack = _sources.directory_pack(os.fsdecode(item))
-            if strict:
-                _must_hold_rules(pack)
-            packs.append(pack)
-        if strict and not packs:
-            from .check.findings import VerifyError
-
-            raise VerifyError("no rule paths given")
+        packs = _named_packs(paths, strict)
     packs = _sources.unique_packs(packs)
     if isinstance(allowed_impl_modules, str):
         allowed_impl_modules = (allowed_impl_modules,)
     allowed = tuple(dict.fromkeys((*DEFAULT_ALLOWED_IMPL_MODULES, *(allowed_impl_modules or ()), *also_allowed,
                                    *(m for pack in packs for m in pack.impl_modules))))
     return packs, [s for pack in packs for s in pack.sources()], allowed
+
+
+def _named_packs(paths, strict: bool) -> list:
+    """The packs of ``paths`` (a path, a Pack, or a list of those), in order; with ``strict``,
+    each directory must hold rule files and the list must not be empty."""
+    from .engine import sources as _sources
+
+    if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") or isinstance(paths, _sources.Pack):
+        paths = [paths]
+    packs = []
+    for item in paths:
+        if isinstance(item, _sources.Pack):
+            packs.append(item)
+            continue
+        pack = _sources.directory_pack(os.fsdecode(item))
+        if strict:
+            _must_hold_rules(pack)
+        packs.append(pack)
+    if strict and not packs:
+        from .check.findings import VerifyError
+
+        raise VerifyError("no rule paths given")
+    return packs
 
 
 def _must_hold_rules(pack) -> None:

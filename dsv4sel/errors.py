@@ -63,6 +63,21 @@ class RuleError(ValueError):
         super().__init__(head + ":\n" + "\n".join(f"  {p}" for p in self.problems))
 
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs cold start; annotations are postponed
+    from typing import Protocol
+
+    class RuleLike(Protocol):
+        """What an error says of a rule: :class:`dsv4sel.engine.values.RuleRef` (named
+        here structurally: this module sits below the engine and imports none of it)."""
+
+        @property
+        def id(self) -> str: ...
+
+        @property
+        def location(self) -> str: ...
+
+
 class SelectionError(ValueError):
     """No backend can serve the query.
 
@@ -78,9 +93,9 @@ class SelectionError(ValueError):
         message: str,
         *,
         suggestions: tuple[str, ...] = (),
-        rule: object | None = None,
+        rule: RuleLike | None = None,
         query: object | None = None,
-        path: tuple = (),
+        path: tuple[RuleLike, ...] = (),
     ):
         self.reason = message
         self.suggestions: tuple[str, ...] = tuple(suggestions)

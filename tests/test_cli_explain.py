@@ -140,7 +140,7 @@ def test_colour_only_on_a_terminal_and_never_with_no_color():
     assert max(len(line) for line in plain.splitlines()) <= 100
     # piped, nothing is wrapped, whatever COLUMNS says: one line per item
     piped = run("explain", "--platform", "cuda", "--capability", "9.0", env=environ(COLUMNS="40")).out
-    why = next(l for l in piped.splitlines() if l.startswith("  why "))
+    why = next(line for line in piped.splitlines() if line.startswith("  why "))
     assert len(why) > 100 and len(piped.splitlines()) < len(plain.splitlines())
     no_color = run_tty("explain", "--platform", "cuda", "--capability", "9.0", env=environ(NO_COLOR="1"))
     assert no_color.rc == 0 and not ANSI.search(no_color.out) and "selected" in no_color.out

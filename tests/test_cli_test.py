@@ -138,7 +138,7 @@ def test_github_format_annotates_each_failure(tmp_path):
     r = run("test", str(f), "--format", "github")
     assert r.rc == 1, r
     lines = r.out.splitlines()
-    assert len(lines) == 7 and all(l.startswith(f"::error file={f},line=") for l in lines), r.out
+    assert len(lines) == 7 and all(line.startswith(f"::error file={f},line=") for line in lines), r.out
     assert "::DSV510: case wrong-size: expected bytes_per_token 512" in r.out
 
 

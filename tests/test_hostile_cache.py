@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import dsv4sel
-from dsv4sel.engine import cache, sources
+from dsv4sel.engine import cache
 
 from _bounds import CpuTimer
 from conftest import REPO

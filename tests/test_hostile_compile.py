@@ -5,8 +5,6 @@ same from ``select()`` and from ``check``, within 2 s."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 

@@ -141,7 +141,7 @@ SPECIAL = {
 
 @pytest.mark.parametrize("kind", SPECIAL)
 def test_special_files_are_refused_without_reading_them(kind, tmp_path):
-    pack = special_pack(tmp_path, kind)
+    special_pack(tmp_path, kind)
     for command in (("check",), ("explain", "--platform", "cuda")):
         assert_one_clean_error(run_bounded(*command, "--rules", "pack", cwd=tmp_path), SPECIAL[kind])
 

@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _cli import REPO, environ, run  # noqa: E402
+from _cli import REPO, run  # noqa: E402
 
 MISTAKES = "examples/mistakes"
 CLEAN = (REPO / MISTAKES / "clean" / "my.yaml").read_text()

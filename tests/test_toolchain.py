@@ -45,7 +45,7 @@ def bad_pack(tmp_path):
 def test_unquoted_capabilities_say_to_quote_them(bad_pack):
     r = run("check", str(bad_pack))
     assert r.rc == 2, r
-    (line,) = [l for l in r.out.splitlines() if ": error " in l]
+    (line,) = [text for text in r.out.splitlines() if ": error " in text]
     assert line.startswith(f"{bad_pack}/xx.yaml:16:40: error DSV202 [schema] ")
     assert line.endswith('YAML reads unquoted 8.0, 8.6, 8.9 as numbers: quote them, ["8.0", "8.6", "8.9"]')
 
@@ -113,7 +113,7 @@ def test_an_impl_outside_the_allow_list_names_both_fixes(tmp_path):
         "dsv4sel.kernels.flashmla:DeepseekV4FlashMLASparseImpl", "my_pack.impl:Impl"))
     r = run("check", str(pack))
     assert r.rc == 2
-    errors = [l for l in r.out.splitlines() if ": error " in l]
+    errors = [line for line in r.out.splitlines() if ": error " in line]
     assert len(errors) == 1, r.out  # the defaults' impl once, not once per select rule
     assert "error DSV310 [impl]" in errors[0]
     assert "pass --allow-impl-module my_pack (Python: allowed_impl_modules=('my_pack',))" in errors[0]
@@ -263,7 +263,7 @@ def test_text_output_fits_the_terminal(args):
 
     r = run_tty(*args, env=environ(COLUMNS="64"), both=True)
     lines = ANSI.sub("", r.out).splitlines()  # colour takes no columns
-    assert lines and max(len(l) for l in lines) <= 64, "\n".join(l for l in lines if len(l) > 64)
+    assert lines and max(len(line) for line in lines) <= 64, "\n".join(line for line in lines if len(line) > 64)
 
 
 def test_check_text_fits_the_terminal(bad_pack):
@@ -272,11 +272,11 @@ def test_check_text_fits_the_terminal(bad_pack):
     r = run_tty("check", str(bad_pack), env=environ(COLUMNS="72"))
     assert r.rc == 2
     # every line fits, but a path longer than the terminal, which is never split
-    assert all(len(l) <= 72 or " " not in l.strip() for l in ANSI.sub("", r.out).splitlines()), r.out
+    assert all(len(line) <= 72 or " " not in line.strip() for line in ANSI.sub("", r.out).splitlines()), r.out
     assert "quote them" in r.out
     # piped: one line per finding, for grep, whatever COLUMNS says
     piped = run("check", str(bad_pack), env=environ(COLUMNS="72")).out
-    assert len([l for l in piped.splitlines() if ": error " in l and l.endswith('"8.9"]')]) == 1
+    assert len([line for line in piped.splitlines() if ": error " in line and line.endswith('"8.9"]')]) == 1
 
 
 def test_an_unknown_backend_is_not_a_700_character_message():
@@ -326,8 +326,8 @@ def test_rule_errors_fit_the_terminal(tmp_path):
     r = run_tty("explain", "--platform", "cuda", "--rules", str(pack), env=environ(COLUMNS="60"), both=True)
     assert r.rc == 2 and "did you mean 'fp8_e4m3'?" in r.out
     # a word longer than the terminal (this temporary path) stays whole: wrapping never splits one
-    assert all(len(l) <= 60 or " " not in l.strip() or len(max(l.split(), key=len)) > 60 - 8
-               for l in ANSI.sub("", r.out).splitlines()), r.out
+    assert all(len(line) <= 60 or " " not in line.strip() or len(max(line.split(), key=len)) > 60 - 8
+               for line in ANSI.sub("", r.out).splitlines()), r.out
     piped = run("explain", "--platform", "cuda", "--rules", str(pack))
     assert len(piped.err.strip().splitlines()) == 5  # the head line and one per problem
 

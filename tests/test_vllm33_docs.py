@@ -7,9 +7,9 @@ import sys
 
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-
 import dsv4sel
+
+REPO = Path(__file__).resolve().parent.parent
 
 COMPAT = REPO / "rules" / "compat" / "vllm-0.33"
 

@@ -193,7 +193,7 @@ class Session:
                 try:
                     code = compile(source, "<sample>", "single")
                     exec(code, self.namespace)  # noqa: S102 - the docs' own samples
-                except Exception as exc:  # the sample shows the exception, doctest-style
+                except Exception as exc:  # noqa: BLE001 - the sample shows the exception, doctest-style
                     last = traceback.format_exception_only(type(exc), exc)[-1].rstrip("\n")
                     buffer.write(f"Traceback (most recent call last):\n  ...\n{last}\n")
         finally:

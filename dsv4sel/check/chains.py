@@ -48,15 +48,8 @@ def walk(ctx: CheckContext) -> Walk:
             if ev.kind == "decide":
                 counts[ev.rule.outcome.kind] += ev.count
                 per_rule[id(ev.rule)] = per_rule.get(id(ev.rule), 0) + ev.count
-                if start is None and ev.path and ev.rule.outcome.kind == "select":
-                    routes[id(ev.path[0])][2] += ev.count
-                if ev.rule.outcome.kind != "select":
-                    continue
-                if ev.position in flow.record[ev.table.name]:
-                    for box in ev.scan.regions[ev.position]:
-                        regions.append((start, ev.label, ev.rule, box))
-                elif id(ev.rule) not in examples:
-                    examples[id(ev.rule)] = (ev.rule, start, ev.scan.first[ev.position])
+                if ev.rule.outcome.kind == "select":
+                    _selected(ev, start, flow, routes, regions, examples)
             elif ev.kind == "route":
                 per_rule[id(ev.rule)] = per_rule.get(id(ev.rule), 0) + ev.count
                 if start is None and not ev.path:  # a rule of the default-backend decision
@@ -71,16 +64,32 @@ def walk(ctx: CheckContext) -> Walk:
         backends.append(BackendCoverage(start, table.name, table.file, Counts(**counts)))
         for k in totals:
             totals[k] += counts[k]
+    coverage = Coverage(ctx.space.size(ctx.space.full), len(ctx.starts), Counts(**totals),
+                        tuple(backends), _rule_coverage(program, flow, per_rule))
+    return Walk(coverage, gaps, regions, examples, list(chains.values()), routes)
+
+
+def _selected(ev, start, flow, routes: dict, regions: list, examples: dict) -> None:
+    """Records a select decision: on the route that led there (a default rule's), and as the
+    rule's regions (when they are checked region by region) or else one example input."""
+    if start is None and ev.path:
+        routes[id(ev.path[0])][2] += ev.count
+    if ev.position in flow.record[ev.table.name]:
+        for box in ev.scan.regions[ev.position]:
+            regions.append((start, ev.label, ev.rule, box))
+    elif id(ev.rule) not in examples:
+        examples[id(ev.rule)] = (ev.rule, start, ev.scan.first[ev.position])
+
+
+def _rule_coverage(program, flow, per_rule: dict[int, int]) -> tuple[RuleCoverage, ...]:
+    """Each rule's inputs (``per_rule``, from the walk) and its first-match points in its own table."""
     won = {}
     for table in flow.tables.values():
         full = flow.table_scan(table)
         for r, rule in enumerate(table.rules):
             won[id(rule)] = full.won[r]
-    rules = [RuleCoverage(rule.ref, rule.table, rule.outcome.kind, per_rule.get(id(rule), 0),
-                          won.get(id(rule), 0)) for rule in program.rules]
-    coverage = Coverage(ctx.space.size(ctx.space.full), len(ctx.starts), Counts(**totals),
-                        tuple(backends), tuple(rules))
-    return Walk(coverage, gaps, regions, examples, list(chains.values()), routes)
+    return tuple(RuleCoverage(rule.ref, rule.table, rule.outcome.kind, per_rule.get(id(rule), 0),
+                              won.get(id(rule), 0)) for rule in program.rules)
 
 
 def hijack_findings(ctx: CheckContext, routes) -> Iterator[Finding]:

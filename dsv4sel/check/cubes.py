@@ -11,13 +11,18 @@ value lists, read with capability scoped by platform), e.g.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, cast
 
 from ..engine.families import compact
 from .findings import Cube, Input
-from ..engine.space import Box, Space, iter_bits
+from ..engine.space import Box, Dim, Space, iter_bits
+
+if TYPE_CHECKING:
+    from ..engine.model import InputDecl
 
 BACKEND = "backend"
+#: one scoped input of a cube: (input, its parent input, ((parent value, the input's values), ...))
+Scope = tuple[str, str, tuple[tuple[str, tuple[str, ...]], ...]]
 
 
 def describe(values: Sequence[str | None], domain: Sequence[str | None]) -> str:
@@ -39,7 +44,7 @@ class CubeWriter:
     """Writes cubes of a :class:`Space` (plus requested backends) as
     :class:`Cube` values and points as :class:`Input` values."""
 
-    def __init__(self, space: Space, inputs: Mapping[str, object], backends: Sequence[str],
+    def __init__(self, space: Space, inputs: Mapping[str, InputDecl], backends: Sequence[str],
                  key: Sequence[str] = ()):
         self.space = space
         self.inputs = inputs
@@ -52,7 +57,8 @@ class CubeWriter:
         self.order: tuple[str, ...] = tuple(names[:at] + [BACKEND] + names[at:])
         # tables repeat the same value sets over and over: write each once
         self._alternatives: dict[tuple[int, int], list[dict]] = {}
-        self._texts: dict[tuple, object] = {}  # value texts and scopes
+        self._texts: dict[tuple, str] = {}  # "name=values" per (name, values, parents)
+        self._scopes: dict[tuple[str, tuple[str, ...]], Scope] = {}
 
     def _domain(self, name: str, parents: Sequence[str] | None) -> list[str]:
         decl = self.inputs[name]
@@ -64,7 +70,7 @@ class CubeWriter:
                 seen.setdefault(v, None)
         return list(seen)
 
-    def _dim_alternatives(self, d, bits: int) -> list[dict[str, tuple[str, ...]]]:
+    def _dim_alternatives(self, d: Dim, bits: int) -> list[dict[str, tuple[str, ...]]]:
         """One dimension's value set as products of per-input value lists."""
         rows = [d.values[i] for i in iter_bits(bits)]
         if len(d.inputs) == 1:
@@ -75,20 +81,25 @@ class CubeWriter:
         if len(d.inputs) == 2:
             return self._scoped_groups(d.inputs[0], d.inputs[1], {p: [k[0] for k in kids]
                                                                  for p, kids in by_parent.items()})
-        # several inputs scoped by one parent (rare): exact products only
-        by_children: dict[tuple, list[str]] = {}
+        return self._exact_products(d, by_parent)
+
+    @staticmethod
+    def _exact_products(d: Dim, by_parent: dict[str, list[tuple[str, ...]]]) -> list[dict[str, tuple[str, ...]]]:
+        """Several inputs scoped by one parent (rare): parents with the same child combinations
+        together, as one product where the combinations are one, else one cube per combination."""
+        by_children: dict[tuple[tuple[str, ...], ...], list[str]] = {}
         for parent, kids in by_parent.items():
             by_children.setdefault(tuple(kids), []).append(parent)
-        out = []
-        for kids, parents in by_children.items():
-            columns = [tuple(dict.fromkeys(k[j] for k in kids)) for j in range(len(d.inputs) - 1)]
+        out: list[dict[str, tuple[str, ...]]] = []
+        for combos, parents in by_children.items():
+            columns = [tuple(dict.fromkeys(k[j] for k in combos)) for j in range(len(d.inputs) - 1)]
             product = 1
             for c in columns:
                 product *= len(c)
-            if product == len(kids):
+            if product == len(combos):
                 out.append({d.inputs[0]: tuple(parents), **dict(zip(d.inputs[1:], columns))})
             else:  # not a product: one cube per child combination
-                for k in kids:
+                for k in combos:
                     out.append({d.inputs[0]: tuple(parents), **{n: (v,) for n, v in zip(d.inputs[1:], k)}})
         return out
 
@@ -116,39 +127,41 @@ class CubeWriter:
         """``box`` x ``backends`` as a list of :class:`Cube` (usually one)."""
         chosen = set(backends)
         backend_values = tuple(b for b in self.backend_domain if b in chosen)
-        combos: list[dict] = [{BACKEND: backend_values}]
+        combos: list[dict[str, tuple[str | None, ...]]] = [{BACKEND: backend_values}]
         for d, bits in zip(self.space.dims, box):
             alternatives = self._alternatives.get((d.index, bits))
             if alternatives is None:
                 alternatives = self._alternatives[(d.index, bits)] = self._dim_alternatives(d, bits)
             combos = [{**acc, **alt} for acc in combos for alt in alternatives] if len(alternatives) > 1 else [
                 {**acc, **alternatives[0]} for acc in combos]
-        out = []
-        for values in combos:
-            items = tuple((n, values[n]) for n in self.order)
-            scopes = []
-            parts = []
-            for name, vals in items:
-                by = self.inputs[name].by if name != BACKEND else None
-                parents = values[by] if by else None
-                key = (name, vals, parents)
-                text = self._texts.get(key)
-                if text is None:
-                    domain = list(self.backend_domain) if name == BACKEND else self._domain(name, parents)
-                    text = self._texts[key] = f"{name}={describe(vals, domain)}"
-                parts.append(text)
-                if by:
-                    scopes.append(self._scope(name, parents))
-            out.append(Cube(items, " ".join(parts), tuple(scopes)))
-        return out
+        return [self._cube(values) for values in combos]
 
-    def _scope(self, name: str, parents: tuple[str, ...]) -> tuple:
-        key = ("scope", name, parents)
-        hit = self._texts.get(key)
+    def _cube(self, values: dict[str, tuple[str | None, ...]]) -> Cube:
+        """One product of per-input value lists as a :class:`Cube`, in display order."""
+        items = tuple((n, values[n]) for n in self.order)
+        scopes: list[Scope] = []
+        parts = []
+        for name, vals in items:
+            by = self.inputs[name].by if name != BACKEND else None
+            # a parent is an input, never the backend: its values are never None
+            parents = cast("tuple[str, ...]", values[by]) if by else None
+            key = (name, vals, parents)
+            text = self._texts.get(key)
+            if text is None:
+                domain = list(self.backend_domain) if name == BACKEND else self._domain(name, parents)
+                text = self._texts[key] = f"{name}={describe(vals, domain)}"
+            parts.append(text)
+            if by and parents is not None:
+                scopes.append(self._scope(name, by, parents))
+        return Cube(items, " ".join(parts), tuple(scopes))
+
+    def _scope(self, name: str, by: str, parents: tuple[str, ...]) -> Scope:
+        """``name``'s values per value of its parent input ``by`` (one of ``parents``)."""
+        key = (name, parents)
+        hit = self._scopes.get(key)
         if hit is None:
             decl = self.inputs[name]
-            hit = self._texts[key] = (name, decl.by, tuple((p, tuple(decl.values_for({decl.by: p})))
-                                                           for p in parents))
+            hit = self._scopes[key] = (name, by, tuple((p, tuple(decl.values_for({by: p}))) for p in parents))
         return hit
 
     def input(self, point: Mapping[str, str], backend: str | None) -> Input:

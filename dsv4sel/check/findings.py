@@ -17,30 +17,6 @@ from ..errors import Loc
 
 ERROR, WARNING = "error", "warning"
 
-#: Every finding kind, with what it means. Stable: scripts may match on them.
-KINDS: dict[str, str] = {
-    "load": "a rule file cannot be read or is not valid YAML",
-    "schema": "a rule file does not match the rule-file schema",
-    "vocabulary": "a rule uses an input or value the vocabulary does not declare",
-    "dangling": "a reference to something that does not exist (a `use:` target without a table)",
-    "compile": "any other problem the compiler reports",
-    "cycle": "`use:` rules route an input in a loop",
-    "gap": "inputs no rule decides (an explicit rejection is a decision; a gap is not)",
-    "overlap": "under hit policy unique, two rules with different outcomes match a common input",
-    "redundant": "two rules with identical outcomes match a common input",
-    "shadowed": "under hit policy first, a rule that matches inputs but never decides one",
-    "dead": "a rule that matches no input at all",
-    "impl": "an impl class that does not resolve inside the allowed modules",
-    "host": "a host class (`hosts:`) that does not resolve where its host is installed in a listed version",
-    "layout": "a layout id that dsv4sel.kernels.layouts does not define",
-    "consistency": "a selection whose torch dtype or bytes per token disagree with its layout, or whose impl "
-                   "does not read its layout",
-    "fixpoint": "selecting again with the rewritten cache dtype gives another selection or rewrites again",
-    "model": "a backend table that never tests `model` selects for every declared model (a warning)",
-    "hostless": "a backend that selects on a platform a host's plugin serves names no class for that host "
-                "(`hosts:`), so that plugin refuses it (a warning)",
-}
-
 
 class VerifyError(ValueError):
     """Verification could not start: a rule path does not exist, a directory
@@ -84,8 +60,9 @@ class Cube:
 
     def points(self) -> Iterator[dict[str, str | None]]:
         names = [k for k, _ in self.values]
-        allowed = [(child, parent, {p: set(vals) for p, vals in table})
-                   for child, parent, table in self.scopes]
+        # keyed by str | None: a point's value may be None (no backend requested), a parent's never is
+        allowed: list[tuple[str, str, dict[str | None, set[str]]]] = [
+            (child, parent, {p: set(vals) for p, vals in table}) for child, parent, table in self.scopes]
         for combo in itertools.product(*(v for _, v in self.values)):
             point = dict(zip(names, combo))
             if all(point[child] in table.get(point[parent], ()) for child, parent, table in allowed):

@@ -37,7 +37,7 @@ LAYOUTS_MODULE = "dsv4sel.kernels.layouts"
 def placeholders(rule) -> frozenset[str]:
     """The input names a select rule's fields and rewrites render."""
     names: set[str] = set()
-    for key, value in rule.outcome.fields:
+    for _field, value in rule.outcome.fields:
         values = value.values() if isinstance(value, dict) else (value,)
         for v in values:
             if isinstance(v, str) and "{" in v:
@@ -56,7 +56,7 @@ def needs_regions(rule) -> bool:
     return bool(rule.outcome.field("rewrites")) or bool(placeholders(rule))
 
 
-def render_fields(rule, values: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def render_fields(rule, values: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The rule's selection fields and rewrites rendered with ``values``
     (input name -> value, plus ``backend``)."""
     raw = dict(rule.outcome.fields)
@@ -82,6 +82,8 @@ class FieldChecker:
         self._layouts = layouts
         self._layout_error: str | None = None
         self._impl_memo: dict[str, str | None] = {}
+        #: (host, class, versions) -> why that host class does not resolve, or None
+        self._host_memo: dict[tuple[str, str, str], str | None] = {}
         self._fields_memo: dict[tuple, list[tuple[str, str]]] = {}
         self._classes: dict[str, type] = {}
 
@@ -90,7 +92,7 @@ class FieldChecker:
             try:
                 module = importlib.import_module(LAYOUTS_MODULE)
                 self._layouts = dict(module.LAYOUTS)
-            except Exception as exc:  # an import error of any kind is the finding
+            except Exception as exc:  # noqa: BLE001 - an import error of any kind is the finding
                 self._layout_error = f"cannot read the layouts: import {LAYOUTS_MODULE} failed: {exc}"
         return self._layouts
 
@@ -138,11 +140,12 @@ class FieldChecker:
         if problem:
             out.append(("impl", problem))
         for host, cls, versions in fields.get("hosts") or ():
-            hkey = ("host", host, cls, versions)
-            if hkey not in self._impl_memo:
-                self._impl_memo[hkey] = host_class_problem(host, cls, versions)
-            if self._impl_memo[hkey]:
-                out.append(("host", self._impl_memo[hkey]))
+            hkey = (host, cls, versions)
+            if hkey not in self._host_memo:
+                self._host_memo[hkey] = host_class_problem(host, cls, versions)
+            host_problem = self._host_memo[hkey]
+            if host_problem:
+                out.append(("host", host_problem))
         layouts = self.layouts()
         if layouts is None:
             return out  # reported once by the caller from layout_error

@@ -121,12 +121,7 @@ def _fixpoint(ctx: CheckContext, rule, start, label, sub, fields, rewrites, repo
     again = f"selecting again with {restated}={target} (the rewritten {field})"
 
     def preimage(box):
-        point = space.first_point(box)
-        for v in moved:
-            cube = space.point_cube({**point, restated: v})
-            if cube is not None and all(c & o == c for c, o in zip(cube, orig)):
-                return cube
-        return orig  # pragma: no cover - every image point has a preimage
+        return _preimage(space, box, restated, moved, orig)
 
     for ev in ctx.flow.walk(start, image, detail=True):
         if ev.kind in ("route",):
@@ -151,14 +146,31 @@ def _fixpoint(ctx: CheckContext, rule, start, label, sub, fields, rewrites, repo
             names = placeholders(other) - {"backend"}
             for assignment, part in space.split_by(box, names):
                 fields2, rewrites2 = render_fields(other, dict(assignment, backend=ev.label or ""))
-                problems = [f"selects {k} {fields2[k]!r} instead of {fields[k]!r}"
-                            for k in SELECTION_FIELDS if fields2[k] != fields[k]]
-                again_to = rewrites2.get(field, target)
-                if again_to != target:
-                    problems.append(f"rewrites {field} again, to {again_to!r}")
-                problems += [f"rewrites {k} to {v!r} instead of {rewrites.get(k)!r}"
-                             for k, v in rewrites2.items() if k != field and rewrites.get(k) != v]
+                problems = _reselection_problems(fields, rewrites, fields2, rewrites2, field, target)
                 if problems:
                     report("fixpoint", f"rule {rule.ref.id}: {again} " + "; ".join(problems)
                            + f" ({other.ref.id}, {other.ref.location})", rule, start, preimage(part),
                            space.size(part) * len(moved), (other.ref,))
+
+
+def _preimage(space, box, restated: str, moved: list[str], orig):
+    """The cube of ``orig`` (the inputs before the rewrite) whose rewrite is ``box``'s first point."""
+    point = space.first_point(box)
+    for v in moved:
+        cube = space.point_cube({**point, restated: v})
+        if cube is not None and all(c & o == c for c, o in zip(cube, orig)):
+            return cube
+    return orig  # pragma: no cover - every image point has a preimage
+
+
+def _reselection_problems(fields, rewrites, fields2, rewrites2, field: str, target: str) -> list[str]:
+    """How selecting again (``fields2``, ``rewrites2``) differs from the first selection
+    (``fields``, ``rewrites``, which rewrote ``field`` to ``target``)."""
+    problems = [f"selects {k} {fields2[k]!r} instead of {fields[k]!r}"
+                for k in SELECTION_FIELDS if fields2[k] != fields[k]]
+    again_to = rewrites2.get(field, target)
+    if again_to != target:
+        problems.append(f"rewrites {field} again, to {again_to!r}")
+    problems += [f"rewrites {k} to {v!r} instead of {rewrites.get(k)!r}"
+                 for k, v in rewrites2.items() if k != field and rewrites.get(k) != v]
+    return problems

@@ -181,43 +181,65 @@ def host_findings(ctx: CheckContext) -> Iterator[Finding]:
     (:data:`dsv4sel.dsv4.profile.HOST_PLATFORMS`) with a rule naming no class for that host,
     in a rule set written for that host (some rule names it): the host's plugin refuses
     those selections, although ``check`` and ``test`` pass."""
-    from ..dsv4.profile import HOST_NAMES, HOST_PLATFORMS
+    from ..dsv4.profile import HOST_PLATFORMS
 
     decl = ctx.program.inputs.get("platform")
     if decl is None:
         return
-    def hosts_of(rule):
-        return {h for h, _, _ in (rule.outcome.field("hosts") or ())}
-    named = set().union(*(hosts_of(r) for r in ctx.program.rules if r.outcome.kind == "select"))
+    named = set().union(*(_hosts_of(r) for r in ctx.program.rules if r.outcome.kind == "select"))
     for host, served in HOST_PLATFORMS.items():
         if host not in named:
             continue  # a rule set for another engine (e.g. SGLang's own vocabulary)
-        served = tuple(p for p in decl.values if p in served)
+        served_here = tuple(p for p in decl.values if p in served)
         for table in ctx.flow.tables.values():
-            if not table.backends:
-                continue
-            won = ctx.flow.table_scan(table).won
-            missing, platforms = [], []
-            for r, rule in enumerate(table.rules):
-                if rule.outcome.kind != "select" or not won[r] or host in hosts_of(rule):
-                    continue
-                allowed = dict(rule.conditions).get("platform", frozenset(decl.values))
-                hit = [p for p in served if p in allowed]
-                if hit:
-                    missing.append(rule)
-                    platforms.extend(p for p in hit if p not in platforms)
-            if not missing:
-                continue
-            name, backend = HOST_NAMES.get(host, host), table.backends[0]
-            some = len(missing) < sum(1 for r, rule in enumerate(table.rules)
-                                      if rule.outcome.kind == "select" and won[r])
-            who = f"its rule{'s' if len(missing) > 1 else ''} {', '.join(r.ref.id for r in missing)} " if some else ""
-            first = missing[0].ref
-            yield Finding(
-                WARNING, "hostless",
-                f"backend {backend} selects on {', '.join(platforms)}, which {name} serves, but {who}names no "
-                f"{name} class (`hosts: {host}`); the {name} plugin refuses every "
-                f"{'such ' if some else ''}selection of it: add `hosts: {{{host}: {{class: ..., versions: ...}}}}` "
-                f"(the {name} layer class that builds it) to its `defaults:`, or leave it to an engine that builds "
-                "the impl "
-                "itself", first.file, first.line, None, rules=tuple(r.ref for r in missing), table=table.name)
+            if table.backends:
+                finding = _hostless_finding(ctx, table, host, served_here, frozenset(decl.values))
+                if finding is not None:
+                    yield finding
+
+
+def _hosts_of(rule) -> set[str]:
+    """The hosts a select rule names a class for (``hosts:``)."""
+    return {h for h, _, _ in (rule.outcome.field("hosts") or ())}
+
+
+def _hostless_rules(selecting: list, host: str, served: tuple[str, ...],
+                    platforms_declared: frozenset[str]) -> tuple[list, list[str]]:
+    """The rules of ``selecting`` that select on a platform of ``served`` without naming a class
+    for ``host``, and those platforms (in ``served``'s order)."""
+    missing = []
+    platforms: list[str] = []
+    for rule in selecting:
+        if host in _hosts_of(rule):
+            continue
+        allowed = dict(rule.conditions).get("platform", platforms_declared)
+        hit = [p for p in served if p in allowed]
+        if hit:
+            missing.append(rule)
+            platforms.extend(p for p in hit if p not in platforms)
+    return missing, platforms
+
+
+def _hostless_finding(ctx: CheckContext, table, host: str, served: tuple[str, ...],
+                      platforms_declared: frozenset[str]) -> Finding | None:
+    """The DSV412 warning for ``table`` and ``host``: its winning select rules that name no
+    class for ``host`` on a platform of ``served``; None when every such rule names one."""
+    from ..dsv4.profile import HOST_NAMES
+
+    won = ctx.flow.table_scan(table).won
+    selecting = [rule for r, rule in enumerate(table.rules) if rule.outcome.kind == "select" and won[r]]
+    missing, platforms = _hostless_rules(selecting, host, served, platforms_declared)
+    if not missing:
+        return None
+    name, backend = HOST_NAMES.get(host, host), table.backends[0]
+    some = len(missing) < len(selecting)
+    who = f"its rule{'s' if len(missing) > 1 else ''} {', '.join(r.ref.id for r in missing)} " if some else ""
+    first = missing[0].ref
+    return Finding(
+        WARNING, "hostless",
+        f"backend {backend} selects on {', '.join(platforms)}, which {name} serves, but {who}names no "
+        f"{name} class (`hosts: {host}`); the {name} plugin refuses every "
+        f"{'such ' if some else ''}selection of it: add `hosts: {{{host}: {{class: ..., versions: ...}}}}` "
+        f"(the {name} layer class that builds it) to its `defaults:`, or leave it to an engine that builds "
+        "the impl "
+        "itself", first.file, first.line, None, rules=tuple(r.ref for r in missing), table=table.name)

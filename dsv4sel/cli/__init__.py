@@ -56,7 +56,7 @@ def unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
     from ..engine.suggest import close_matches
 
     options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
-    hints = []
+    hints: list[str] = []
     for word in extras:
         if word.startswith("-"):
             near = close_matches(word.partition("=")[0], options)
@@ -120,7 +120,7 @@ def _run(argv: list[str] | None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # a bug: one line for the user, the traceback on request
+    except Exception as exc:  # noqa: BLE001 - a bug: one line for the user, the traceback on request
         return _internal(exc)
 
 

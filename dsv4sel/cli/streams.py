@@ -143,10 +143,10 @@ def write_workflow_commands(text: str) -> None:
     :func:`dsv4sel.cli.render.diagnostics.github`, which %-escapes every
     newline and carriage return of its data."""
     stream = sys.stdout
-    allowed = getattr(stream, "workflow_commands", None)
-    if allowed is None:  # not a SafeWriter (a caller's own stream)
+    if not isinstance(stream, SafeWriter):  # a caller's own stream
         stream.write(text)
         return
+    allowed = stream.workflow_commands
     stream.workflow_commands = True
     try:
         stream.write(text)

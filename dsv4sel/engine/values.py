@@ -36,6 +36,7 @@ class Message(str):
     """A message from a rule: a plain ``str`` that also carries ``level``
     (``"info"`` or ``"warning"``), so ``messages`` compares equal to strings."""
 
+    level: str  # the slot below, declared so that the type checker sees it
     __slots__ = ("level",)
 
     def __new__(cls, text: str, level: str = "info") -> "Message":

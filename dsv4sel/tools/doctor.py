@@ -27,6 +27,7 @@ from __future__ import annotations
 from ..dsv4.platform import InputProbe, Machine, impl_available, machine as read_machine, probe_inputs
 from ..dsv4.rules import Rejection, RuleSet
 from ..dsv4.selection import Query, Selection
+from ..engine.values import Message
 from ..record import Frozen
 
 __all__ = ["ImplCheck", "InputProbe", "Machine", "Report", "UnknownPlatform", "build_report", "impl_checks",
@@ -62,7 +63,7 @@ class Report(Frozen):
     __slots__ = ("machine", "query", "notes", "selections", "impls", "rules_digest", "rule_files")
     machine: Machine
     query: Query | None
-    notes: tuple[str, ...]
+    notes: tuple[Message, ...]
     selections: tuple[tuple[str, Selection | Rejection], ...]
     impls: tuple[ImplCheck, ...]
     rules_digest: str
@@ -172,7 +173,8 @@ def build_report(rules: RuleSet, platform: str | None = None, capability: str | 
     target = found.target  # what the kernels are asked about: the machine as given, or this one
     extra = found.inputs
     extra.update(inputs or {})
-    query, notes = None, ()
+    query = None
+    notes: tuple[Message, ...] = ()
     if found.platform is not None:
         try:
             query, notes = rules.normalize(platform=found.platform, capability=found.capability,

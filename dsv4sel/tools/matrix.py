@@ -164,6 +164,22 @@ def _declared(rules: RuleSet, extra: tuple, model: str, platform: str) -> bool:
     return all(rules.declared_at(name, value, point) for name, value in extra)
 
 
+#: what a backend gives at one point, per condition on the pack-declared inputs:
+#: ``((condition, groups of :func:`_groups`), ...)``; empty when it gives nothing there
+Signature = tuple[tuple[tuple[tuple[str, str], ...], tuple], ...]
+
+
+def _signature(rules: RuleSet, model: str, platform: str, cap: str, backend: str,
+               combos: list[tuple[tuple[str, str], ...]]) -> Signature:
+    """What ``backend`` gives at one point under each combination of the pack-declared inputs."""
+    per_combo = [(extra, _groups(rules, Query(model, platform, cap, None, "auto", extra), backend))
+                 for extra in combos]
+    if all(g == per_combo[0][1] for _, g in per_combo):
+        # the pack-declared inputs do not matter here: no condition
+        return (((), per_combo[0][1]),) if per_combo[0][1] else ()
+    return tuple((extra, g) for extra, g in per_combo if g)
+
+
 def build_matrix(rules: RuleSet) -> Matrix:
     """The support matrix of ``rules`` (see the module docstring)."""
     combos = probe.extra_combos(rules)
@@ -179,16 +195,10 @@ def build_matrix(rules: RuleSet) -> Matrix:
         for backend in rules.selectable_backends:
             for platform in rules.values("platform"):
                 declared = rules.values("capability", platform)
-                by_signature: dict[tuple, list[str]] = {}
+                by_signature: dict[Signature, list[str]] = {}
                 here = [extra for extra in combos if _declared(rules, extra, model, platform)]
                 for cap in declared:
-                    per_combo = [(extra, _groups(rules, Query(model, platform, cap, None, "auto", extra), backend))
-                                 for extra in here]
-                    if all(g == per_combo[0][1] for _, g in per_combo):
-                        # the pack-declared inputs do not matter here: no condition
-                        signature = (((), per_combo[0][1]),) if per_combo[0][1] else ()
-                    else:
-                        signature = tuple((extra, g) for extra, g in per_combo if g)
+                    signature = _signature(rules, model, platform, cap, backend, here)
                     if signature:
                         by_signature.setdefault(signature, []).append(cap)
                 for signature, caps in by_signature.items():

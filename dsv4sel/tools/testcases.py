@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..errors import InvalidQuery, Problem, SelectionError
 from ..engine.values import RuleRef
@@ -287,41 +287,58 @@ def run_case(rules, case: Case) -> CaseResult:
     """Run one case against ``rules`` (a RuleSet) through :func:`dsv4sel.select`."""
     from .. import select
 
-    expect = dict(case.expect)
-    query = dict(case.query)
     try:
-        selection = select(rules=rules, **query)
+        selection = select(rules=rules, **dict(case.query))
     except SelectionError as exc:
-        rule = exc.rule
-        reached = tuple(exc.path)
-        outcome = {"status": "rejected", "message": str(exc),
-                   "rule": None if rule is None else {"id": rule.id, "location": rule.location}}
-        if rule is not None:
-            by = f" by rule {rule.id} ({rule.location})"
-        else:  # an input outside the vocabulary, or one no rule decides (a gap, not the query's fault)
-            by = " (an invalid query)" if isinstance(exc, InvalidQuery) else " (no rule decides it: a gap)"
-        reason = exc.reason
-        if rule is not None and reason.endswith(f" [rule {rule.id} at {rule.location}]"):
-            reason = reason[: -len(f" [rule {rule.id} at {rule.location}]")]
-        got = f"a rejection{by}: {reason}"
-        failures = []
-        if not expect.get("reject"):
-            line, column = case.where("backend" if "backend" in expect else None)
-            wanted = ", ".join(f"{k} {_show(v)}" for k, v in expect.items())
-            failures.append(Failure("outcome", "selection", "rejection",
-                                    f"expected a selection ({wanted}), got {got}", line, column))
-        else:
-            text = expect.get("reason_contains")
-            if text is not None and text not in str(exc):
-                line, column = case.where("reason_contains")
-                failures.append(Failure("reason_contains", text, str(exc),
-                                        f"expected the reason to contain {text!r}, got {got}", line, column))
-            want_rule = expect.get("rule")
-            if want_rule is not None and (rule is None or rule.id != want_rule):
-                line, column = case.where("rule")
-                failures.append(Failure("rule", want_rule, None if rule is None else rule.id,
-                                        f"expected rule {want_rule}, got {got}", line, column))
-        return CaseResult(case, tuple(failures), outcome, reached)
+        return _rejected_case(case, exc)
+    return _selected_case(case, selection)
+
+
+def _rejected_case(case: Case, exc: SelectionError) -> CaseResult:
+    """The result of a case whose query was rejected (or invalid)."""
+    rule = exc.rule
+    # the rule set raises with its own RuleRefs; errors.py, below the engine, types them structurally
+    reached = cast("tuple[RuleRef, ...]", exc.path)
+    outcome = {"status": "rejected", "message": str(exc),
+               "rule": None if rule is None else {"id": rule.id, "location": rule.location}}
+    if rule is not None:
+        by = f" by rule {rule.id} ({rule.location})"
+    else:  # an input outside the vocabulary, or one no rule decides (a gap, not the query's fault)
+        by = " (an invalid query)" if isinstance(exc, InvalidQuery) else " (no rule decides it: a gap)"
+    reason = exc.reason
+    if rule is not None and reason.endswith(f" [rule {rule.id} at {rule.location}]"):
+        reason = reason[: -len(f" [rule {rule.id} at {rule.location}]")]
+    got = f"a rejection{by}: {reason}"
+    return CaseResult(case, tuple(_rejection_failures(case, exc, got)), outcome, reached)
+
+
+def _rejection_failures(case: Case, exc: SelectionError, got: str) -> list[Failure]:
+    """What a rejection (described by ``got``) does not do that the case expects."""
+    expect = dict(case.expect)
+    rule = exc.rule
+    failures = []
+    if not expect.get("reject"):
+        line, column = case.where("backend" if "backend" in expect else None)
+        wanted = ", ".join(f"{k} {_show(v)}" for k, v in expect.items())
+        failures.append(Failure("outcome", "selection", "rejection",
+                                f"expected a selection ({wanted}), got {got}", line, column))
+        return failures
+    text = expect.get("reason_contains")
+    if text is not None and text not in str(exc):
+        line, column = case.where("reason_contains")
+        failures.append(Failure("reason_contains", text, str(exc),
+                                f"expected the reason to contain {text!r}, got {got}", line, column))
+    want_rule = expect.get("rule")
+    if want_rule is not None and (rule is None or rule.id != want_rule):
+        line, column = case.where("rule")
+        failures.append(Failure("rule", want_rule, None if rule is None else rule.id,
+                                f"expected rule {want_rule}, got {got}", line, column))
+    return failures
+
+
+def _selected_case(case: Case, selection) -> CaseResult:
+    """The result of a case whose query selected ``selection``."""
+    expect = dict(case.expect)
     outcome = {"status": "selected", **selection.as_dict()}
     failures = []
     if expect.get("reject"):

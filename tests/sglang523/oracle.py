@@ -186,7 +186,7 @@ class Oracle:
         sa = self.last_args = self.ServerArgs(**kwargs)
         try:
             sa.resolve_once()
-        except Exception as exc:  # SGLang's refusal is the observation
+        except Exception as exc:  # noqa: BLE001 - SGLang's refusal is the observation
             return Outcome("config", **_error(exc))
         resolved = {f: self.result(sa, f) for f in ("attention_backend", "prefill_attention_backend",
                                                      "decode_attention_backend", "page_size",
@@ -194,7 +194,7 @@ class Oracle:
         try:
             self.publish(sa, role="scheduler")
             layout, compressed = self.select_layout()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - SGLang failing after the config is the observation
             return Outcome("late", resolved=resolved, **_error(exc))
         pool_cls = ("DeepSeekV4UnifiedKVPool" if self.unified() else "DeepSeekV4UniformFP8KVPool"
                     if resolved["dsv4_attn_backend"] == "trtllm" else "DeepSeekV4SingleKVPool")
@@ -210,13 +210,13 @@ class Oracle:
                     size=resolved["page_size"], page_size=resolved["page_size"], dtype=dtype,
                     qk_nope_head_dim=448, qk_rope_head_dim=64, layer_num=1, device="cpu",
                     enable_memory_saver=False, kv_layout=layout)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - SGLang failing to build the pool is the observation
             return Outcome("late", resolved=resolved, layout=layout.name, pool=pool_cls, **_error(exc))
         try:
             self.factory(_Runner(sa))
         except _Built as built:
             cls = built.args[0]
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - SGLang's factory failing is the observation
             return Outcome("late", resolved=resolved, layout=layout.name, pool=pool_cls, **_error(exc))
         else:  # pragma: no cover - the factory always builds one of the recorded classes
             cls = None

@@ -82,7 +82,7 @@ def plugin_outcome(plugin, model, platform, capability, backend, kv, extra, d) -
     oracle._MEGA["available"], oracle.FLASHINFER_SM120["available"] = mega, fi
     try:
         cfg = oracle.vllm_config(backend, kv, pcp=_pcp(extra), model=model)
-    except Exception:
+    except Exception:  # noqa: BLE001 - any refusal of vLLM's config classes
         return {"kind": "refused"}  # vLLM's config refused the value: dsv4sel is never asked
     config_module._current_vllm_config = cfg
     try:
@@ -91,7 +91,7 @@ def plugin_outcome(plugin, model, platform, capability, backend, kv, extra, d) -
     except SelectionError as exc:
         return {"kind": "reject", "untouched": cfg.cache_config.cache_dtype == kv, "at": "config",
                 "message": str(exc).splitlines()[0][:160]}
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any other failure is recorded as the outcome
         if _pcp(extra) > 1 and isinstance(exc, NotImplementedError):
             return {"kind": "undecided"}  # vLLM itself refuses before dsv4sel is asked
         return {"kind": "error", "error": type(exc).__name__, "message": str(exc)[:160]}

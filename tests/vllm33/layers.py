@@ -108,7 +108,7 @@ def build(cls, platform, capability, backend, kv, mega: bool, fi_sm120: bool, pc
                    "message": str(exc).splitlines()[0][:200]}
         except ValueError as exc:
             out = {"kind": "reject", "error": type(exc).__name__, "message": str(exc)[:200], "at": "layer"}
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any other failure of vLLM's layer is no decision
             out = {"kind": "undecided", "error": type(exc).__name__, "message": str(exc)[:200], "at": "layer"}
         else:
             out = {"kind": "select", "class": f"{type(layer).__module__}:{type(layer).__qualname__}",

@@ -102,7 +102,7 @@ def _config_part(kind, value):
     if key not in _configs:
         try:
             _configs[key] = AttentionConfig(backend=value) if kind == "attention" else CacheConfig(cache_dtype=value)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - remembered and re-raised to every caller of this input
             _configs[key] = exc
     got = _configs[key]
     if isinstance(got, Exception):
@@ -150,14 +150,14 @@ def decide(model: str, platform: str, capability: str, backend: str | None, kv: 
     FLASHINFER_SM120["available"] = flashinfer_sm120 == "available"
     try:
         cfg = vllm_config(backend, kv, pcp=pcp, model=model)
-    except Exception as exc:  # pydantic ValidationError (a ValueError) or KeyError from the enum lookup
+    except Exception as exc:  # noqa: BLE001 - pydantic ValidationError (a ValueError) or KeyError from the enum lookup
         return {"kind": "reject", "error": type(exc).__name__, "message": str(exc).splitlines()[0][:200],
                 "at": "config"}
     try:
         cls = _layer_class(model, platform, cfg)
     except ValueError as exc:
         return {"kind": "reject", "error": type(exc).__name__, "message": str(exc)[:200], "at": "select"}
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any other failure of vLLM's selection is no decision
         return {"kind": "undecided", "error": type(exc).__name__, "message": str(exc)[:200], "at": "select"}
     return layers.build(cls, platform, capability, backend, kv, mega_attn == "available",
                         flashinfer_sm120 == "available", pcp)

@@ -38,35 +38,44 @@ def text(report) -> str:
             lines.append("    rules:   " + ", ".join(f"{r.id} ({r.location})" for r in f.rules))
         if f.counterexample is not None:
             lines.append(f"    e.g.:    {f.counterexample}")
-    cov = report.coverage
-    if cov is not None:
-        t = cov.totals
-        lines += ["", f"coverage: {cov.points} points x {cov.backend_choices} backend choices "
-                  f"(none or one of {cov.backend_choices - 1} backends) = {cov.inputs} inputs",
-                  f"  select {t.select}, reject {t.reject}, undecided {t.undecided}", ""]
-        rows = [("backend", "first table", "select", "reject", "undecided")]
-        groups: dict[tuple, list] = {}
-        for b in cov.backends:  # backends sharing one table have identical figures
-            groups.setdefault((b.table, b.backend is None), []).append(b)
-        for members in groups.values():
-            b = members[0]
-            name = "<none>" if b.backend is None else b.backend
-            if len(members) > 1:
-                name += f" +{len(members) - 1} more, each"
-            # the default decision may span several files (packs add default rules)
-            where = b.file if b.backend is not None else "<default-backend decision>"
-            rows.append((name, where, b.counts.select, b.counts.reject, b.counts.undecided))
-        lines += _table(rows, {2, 3, 4}) + [""]
-        rows = [("rule", "location", "outcome", "inputs", "points")]
-        rows += [(r.rule.id, r.rule.location, r.outcome, r.inputs, r.points) for r in cov.rules]
-        lines += _table(rows, {3, 4}) + [""]
-    if report.ok:
-        lines.append(f"clean: all {cov.inputs} inputs are decided; no rule overlaps, shadows or repeats "
-                     "another, and every selection resolves and is consistent")
-    else:
-        e, w = len(report.errors), len(report.warnings)
-        lines.append(f"{len(report.findings)} finding{'s' if len(report.findings) != 1 else ''}: "
-                     f"{e} error{'s' if e != 1 else ''}, {w} warning{'s' if w != 1 else ''}")
-        if not report.analysed:
-            lines.append("the decision space was not analysed: fix the problems above first")
+    if report.coverage is not None:
+        lines += _coverage_lines(report.coverage)
+    lines += _verdict_lines(report)
     return "\n".join(lines) + "\n"
+
+
+def _coverage_lines(cov) -> list[str]:
+    """The size of the space, then each backend's and each rule's share of it."""
+    t = cov.totals
+    lines = ["", f"coverage: {cov.points} points x {cov.backend_choices} backend choices "
+             f"(none or one of {cov.backend_choices - 1} backends) = {cov.inputs} inputs",
+             f"  select {t.select}, reject {t.reject}, undecided {t.undecided}", ""]
+    rows = [("backend", "first table", "select", "reject", "undecided")]
+    groups: dict[tuple, list] = {}
+    for b in cov.backends:  # backends sharing one table have identical figures
+        groups.setdefault((b.table, b.backend is None), []).append(b)
+    for members in groups.values():
+        b = members[0]
+        name = "<none>" if b.backend is None else b.backend
+        if len(members) > 1:
+            name += f" +{len(members) - 1} more, each"
+        # the default decision may span several files (packs add default rules)
+        where = b.file if b.backend is not None else "<default-backend decision>"
+        rows.append((name, where, b.counts.select, b.counts.reject, b.counts.undecided))
+    lines += _table(rows, {2, 3, 4}) + [""]
+    rows = [("rule", "location", "outcome", "inputs", "points")]
+    rows += [(r.rule.id, r.rule.location, r.outcome, r.inputs, r.points) for r in cov.rules]
+    return lines + _table(rows, {3, 4}) + [""]
+
+
+def _verdict_lines(report) -> list[str]:
+    """The last line(s): clean, or how many findings of each severity."""
+    if report.ok:
+        return [f"clean: all {report.coverage.inputs} inputs are decided; no rule overlaps, shadows or repeats "
+                "another, and every selection resolves and is consistent"]
+    e, w = len(report.errors), len(report.warnings)
+    lines = [f"{len(report.findings)} finding{'s' if len(report.findings) != 1 else ''}: "
+             f"{e} error{'s' if e != 1 else ''}, {w} warning{'s' if w != 1 else ''}"]
+    if not report.analysed:
+        lines.append("the decision space was not analysed: fix the problems above first")
+    return lines

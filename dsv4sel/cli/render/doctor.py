@@ -10,9 +10,22 @@ from __future__ import annotations
 from ...dsv4.rules import Rejection
 from .text import Style, align, where
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .text import Cell
+
 
 def report_lines(report, style: Style) -> list[str]:
     """One string per line; colour only when ``style`` is enabled."""
+    lines = _machine_lines(report, style)
+    if report.query is not None:
+        lines += _selection_lines(report, style)
+    lines += _kernel_lines(report, style)
+    return lines + ["", _verdict(report, style)]
+
+
+def _machine_lines(report, style: Style) -> list[str]:
+    """The machine: platform, capability, torch, python, dsv4sel, the probed inputs and notes."""
     import platform as pyplatform
 
     from ..._version import __version__
@@ -35,40 +48,49 @@ def report_lines(report, style: Style) -> list[str]:
     ] + [[p.name, f"{p.value} (probe {p.impl}: {p.reason})"] for p in report.probes], style)
     for note in report.notes:
         lines.append("  " + style.yellow(f"{note.level}: {note}"))
+    return lines
 
-    if query is not None:
-        given = ", ".join([f"model {query.model}"] + [f"{k}={v}" for k, v in query.extra])
-        lines += ["", style.bold(f"selection on {where(query)}") + f" ({given}, no --attention-backend)"]
-        rows = [["kv dtype", "backend", "layout", "cache dtype", "rule", "at"]]
-        for kv, outcome in report.selections:
-            ref = outcome.rule
-            decided_by = [ref.id, (ref.location, "cyan")] if ref is not None else ["-", ""]
-            if isinstance(outcome, Rejection):
-                rows.append([kv, ("rejected", "red"), "-", "-", *decided_by])
-            else:
-                rows.append([kv, (outcome.backend, "green"), outcome.layout, outcome.cache_dtype, *decided_by])
-        table = align(rows, style)
-        lines += [style.dim(table[0])] + table[1:]
-        lines.append(f"  why: dsv4sel explain --platform {query.platform} --capability {query.capability} "
-                     "--kv-cache-dtype D")
 
+def _selection_lines(report, style: Style) -> list[str]:
+    """The selection for every kv dtype on the query's platform, with the deciding rule."""
+    query = report.query
+    given = ", ".join([f"model {query.model}"] + [f"{k}={v}" for k, v in query.extra])
+    lines = ["", style.bold(f"selection on {where(query)}") + f" ({given}, no --attention-backend)"]
+    rows: list[list[Cell]] = [["kv dtype", "backend", "layout", "cache dtype", "rule", "at"]]
+    for kv, outcome in report.selections:
+        ref = outcome.rule
+        decided_by = [ref.id, (ref.location, "cyan")] if ref is not None else ["-", ""]
+        if isinstance(outcome, Rejection):
+            rows.append([kv, ("rejected", "red"), "-", "-", *decided_by])
+        else:
+            rows.append([kv, (outcome.backend, "green"), outcome.layout, outcome.cache_dtype, *decided_by])
+    table = align(rows, style)
+    lines += [style.dim(table[0])] + table[1:]
+    lines.append(f"  why: dsv4sel explain --platform {query.platform} --capability {query.capability} "
+                 "--kv-cache-dtype D")
+    return lines
+
+
+def _kernel_lines(report, style: Style) -> list[str]:
+    """Every impl class's verdict, for the platform asked about or this machine."""
+    m, query = report.machine, report.query
     target = f"{query.platform} {query.capability}" if query is not None and m.source == "--platform" \
         else "this machine"
-    lines += ["", style.bold(f"kernels (for {target})")]
+    lines = ["", style.bold(f"kernels (for {target})")]
     heads = align([[("ok", "green") if c.available else ("unavailable", "red"), c.impl, ", ".join(c.backends)]
                    for c in report.impls], style)
     for check, head in zip(report.impls, heads):
         lines += [head, "      " + check.reason]
-
-    lines.append("")
-    auto = report.auto
-    if report.ok:
-        lines.append(style.green("ok") + f": {auto.backend} ({auto.impl}) can run for kv dtype "
-                     f"{report.selections[0][0]}")
-    elif query is None:
-        lines.append(style.red("not ok") + ": the platform is unknown")
-    elif isinstance(auto, Rejection):
-        lines.append(style.red("not ok") + f": kv dtype {report.selections[0][0]} is rejected on {where(query)}")
-    else:
-        lines.append(style.red("not ok") + f": {auto.impl} cannot run")
     return lines
+
+
+def _verdict(report, style: Style) -> str:
+    """The one-line conclusion the exit status agrees with."""
+    auto, query = report.auto, report.query
+    if report.ok:
+        return style.green("ok") + f": {auto.backend} ({auto.impl}) can run for kv dtype {report.selections[0][0]}"
+    if query is None:
+        return style.red("not ok") + ": the platform is unknown"
+    if isinstance(auto, Rejection):
+        return style.red("not ok") + f": kv dtype {report.selections[0][0]} is rejected on {where(query)}"
+    return style.red("not ok") + f": {auto.impl} cannot run"

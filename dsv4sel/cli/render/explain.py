@@ -27,40 +27,59 @@ def _pack(rule) -> str:
 
 def report_lines(ex, style: Style, detected: bool = False) -> list[str]:
     """The human-readable report, one string per line (no colour when ``style``
-    is off); ``detected`` marks a query whose platform was read from this machine."""
-    q = ex.query
+    is off); ``detected`` marks a query whose platform was read from this machine.
+    Its sections in order: the query, the outcome, rewrites, messages, the path,
+    why not, and on a rejection the nearest working alternatives."""
+    lines = _query_lines(ex.query, style, detected)
+    lines += _selection_lines(ex, style) if ex.selection is not None else _rejection_lines(ex, style)
+    lines += _rewrite_and_message_lines(ex, style)
+    lines += _path_lines(ex, style)
+    lines += _why_not_lines(ex.why_not, style)
+    if ex.rejection is not None:
+        lines += _alternative_lines(ex.alternatives, ex.query, style)
+    return lines
+
+
+def _query_lines(q, style: Style, detected: bool) -> list[str]:
     head = [f"{where(q)}{' (detected)' if detected else ''}", flag("kv_cache_dtype", q.kv_cache_dtype),
             flag("backend", q.backend),
             f"model {q.model}"] + [f"{k}={v}" for k, v in q.extra]
-    lines = [style.bold("query") + "     " + ", ".join(head), ""]
+    return [style.bold("query") + "     " + ", ".join(head), ""]
 
-    if ex.selection is not None:
-        s = ex.selection
-        how = ("platform default" if q.backend is None
-               else f"asked for {q.backend}" if q.backend != s.backend else "as asked")
-        lines.append(style.paint("selected", "bold", "green") + f"  {style.bold(s.backend)} ({how})")
-        lines += align([
-            ["impl", s.impl], ["layout", s.layout], ["cache dtype", s.cache_dtype],
-            ["torch dtype", s.torch_dtype_name], ["bytes per token", str(s.bytes_per_token)],
-            ["block size", str(s.block_size)],
-            *[[f"{host} class", f"{cls} ({host} {versions})"] for host, cls, versions in s.hosts],
-            *[[f"{host} settings", ", ".join(f"{k} {v}" for k, v in pairs)] for host, pairs in s.host_settings],
-            ["decided by", f"{s.rule.id}  " + style.cyan(s.rule.location) + _pack(s.rule)],
-        ] + ([["why", ex.description]] if ex.description else []), style)
-    else:
-        r = ex.rejection
-        who = (r.backend + (" (platform default)" if q.backend is None else "")) if r.backend \
-            else f"no DeepSeek-V4 backend for {where(q)}"
-        lines.append(style.paint("rejected", "bold", "red") + f"  {style.bold(who)}")
-        rows = [["reason", r.reason]]
-        if r.blocked_by:
-            rows.append(["blocked by", _input_name(r.blocked_by)])
-        if r.rule is not None:
-            rows.append(["decided by", f"{r.rule.id}  " + style.cyan(r.rule.location) + _pack(r.rule)])
-            if ex.description:
-                rows.append(["why", ex.description])
-        lines += align(rows, style)
 
+def _selection_lines(ex, style: Style) -> list[str]:
+    q, s = ex.query, ex.selection
+    how = ("platform default" if q.backend is None
+           else f"asked for {q.backend}" if q.backend != s.backend else "as asked")
+    lines = [style.paint("selected", "bold", "green") + f"  {style.bold(s.backend)} ({how})"]
+    lines += align([
+        ["impl", s.impl], ["layout", s.layout], ["cache dtype", s.cache_dtype],
+        ["torch dtype", s.torch_dtype_name], ["bytes per token", str(s.bytes_per_token)],
+        ["block size", str(s.block_size)],
+        *[[f"{host} class", f"{cls} ({host} {versions})"] for host, cls, versions in s.hosts],
+        *[[f"{host} settings", ", ".join(f"{k} {v}" for k, v in pairs)] for host, pairs in s.host_settings],
+        ["decided by", f"{s.rule.id}  " + style.cyan(s.rule.location) + _pack(s.rule)],
+    ] + ([["why", ex.description]] if ex.description else []), style)
+    return lines
+
+
+def _rejection_lines(ex, style: Style) -> list[str]:
+    q, r = ex.query, ex.rejection
+    who = (r.backend + (" (platform default)" if q.backend is None else "")) if r.backend \
+        else f"no DeepSeek-V4 backend for {where(q)}"
+    lines = [style.paint("rejected", "bold", "red") + f"  {style.bold(who)}"]
+    rows = [["reason", r.reason]]
+    if r.blocked_by:
+        rows.append(["blocked by", _input_name(r.blocked_by)])
+    if r.rule is not None:
+        rows.append(["decided by", f"{r.rule.id}  " + style.cyan(r.rule.location) + _pack(r.rule)])
+        if ex.description:
+            rows.append(["why", ex.description])
+    return lines + align(rows, style)
+
+
+def _rewrite_and_message_lines(ex, style: Style) -> list[str]:
+    lines: list[str] = []
     if ex.rewrites:
         lines += ["", style.bold("rewrites")]
         lines += align([[w.attribute, f"{'?' if w.before is None else w.before} -> {w.after}"]
@@ -69,7 +88,12 @@ def report_lines(ex, style: Style, detected: bool = False) -> list[str]:
         lines += ["", style.bold("messages")]
         lines += align([[(m.level, "yellow") if m.level == "warning" else m.level, str(m)]
                         for m in ex.messages], style)
-    lines += ["", style.bold("path")]
+    return lines
+
+
+def _path_lines(ex, style: Style) -> list[str]:
+    """The rules that led to the outcome, each with its ``description:`` under its id."""
+    lines = ["", style.bold("path")]
     steps = align([[str(n), step.rule.id, (step.rule.location, "cyan"),
                     _ACTIONS[step.action].format(target=step.target)]
                    for n, step in enumerate(ex.path, 1)], style)
@@ -79,29 +103,35 @@ def report_lines(ex, style: Style, detected: bool = False) -> list[str]:
             lines.append(" " * (5 + len(str(len(ex.path))) - 1) + step.description)
     if ex.rejection is not None and ex.rejection.gap:
         lines.append("  " + style.yellow(ex.rejection.reason))
-
-    if ex.why_not:
-        lines += ["", style.bold("why not")]
-        heads = align([[w.backend,
-                        w.verdict.replace("_", " ") + (f" ({_input_name(w.blocked_by)})" if w.blocked_by else ""),
-                        w.rule.id if w.rule else "-", (w.rule.location, "cyan") if w.rule else ""]
-                       for w in ex.why_not], style)
-        for w, head in zip(ex.why_not, heads):
-            lines += [head, "      " + w.reason]
-            if w.verdict == "rejects" and w.accepts:
-                lines.append("      accepts here: --kv-cache-dtype " + ", ".join(w.accepts))
-
-    if ex.rejection is not None:
-        lines += ["", style.bold("nearest working alternatives")]
-        if ex.alternatives:
-            rows = []
-            for a in ex.alternatives:
-                change = a.flags + (f" (or {', '.join(a.also)})" if a.also else "")
-                sel = a.selection
-                rows.append([(change, "green"), sel.backend, sel.layout, f"{sel.bytes_per_token} B/token",
-                             (sel.rule.location, "cyan")])
-            lines += align(rows, style)
-        else:
-            lines.append(f"  none: no backend and kv-cache dtype select on {where(q)}; "
-                         "`dsv4sel table` lists the supported platforms")
     return lines
+
+
+def _why_not_lines(why_not, style: Style) -> list[str]:
+    """Why each other backend of the platform does not serve the query."""
+    if not why_not:
+        return []
+    lines = ["", style.bold("why not")]
+    heads = align([[w.backend,
+                    w.verdict.replace("_", " ") + (f" ({_input_name(w.blocked_by)})" if w.blocked_by else ""),
+                    w.rule.id if w.rule else "-", (w.rule.location, "cyan") if w.rule else ""]
+                   for w in why_not], style)
+    for w, head in zip(why_not, heads):
+        lines += [head, "      " + w.reason]
+        if w.verdict == "rejects" and w.accepts:
+            lines.append("      accepts here: --kv-cache-dtype " + ", ".join(w.accepts))
+    return lines
+
+
+def _alternative_lines(alternatives, q, style: Style) -> list[str]:
+    """A rejection's nearest working alternatives: the flags to change and what they select."""
+    lines = ["", style.bold("nearest working alternatives")]
+    if not alternatives:
+        return lines + [f"  none: no backend and kv-cache dtype select on {where(q)}; "
+                        "`dsv4sel table` lists the supported platforms"]
+    rows = []
+    for a in alternatives:
+        change = a.flags + (f" (or {', '.join(a.also)})" if a.also else "")
+        sel = a.selection
+        rows.append([(change, "green"), sel.backend, sel.layout, f"{sel.bytes_per_token} B/token",
+                     (sel.rule.location, "cyan")])
+    return lines + align(rows, style)
