@@ -47,6 +47,8 @@ sglang-env: $(STAMP)
 	@test -f $(SGLANG_STAMP) || $(BIN)/python tools/sglang_env.py --venv $(SGLANG_VENV) > .venv-sglang.log 2>&1 \
 		|| echo "warning: building $(SGLANG_VENV) failed (see .venv-sglang.log); the SGLang 0.5.23 tests will skip"
 
+# pytest runs one worker per core (pytest-xdist); --dist loadfile keeps each test file, and so
+# each differential suite's module-scoped run of vLLM or SGLang, on one worker.
 # mypy with no arguments checks the packages [tool.mypy] names: dsv4sel and kernels/ as
 # dsv4sel.kernels (through typecheck/); ruff's rule set is stated in [tool.ruff.lint].
 test: $(STAMP) $(ARTIFACT) vllm-env sglang-env
@@ -57,7 +59,7 @@ test: $(STAMP) $(ARTIFACT) vllm-env sglang-env
 	$(BIN)/dsv4sel test examples/b12x-pack/tests --rules examples/b12x-pack/dsv4sel_b12x/rules --allow-impl-module dsv4sel_b12x
 	$(BIN)/dsv4sel table --format md --check docs/backends.md
 	$(BIN)/python tools/doc_samples.py --check
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
