@@ -22,7 +22,8 @@ This module imports torch only inside its functions.
 from __future__ import annotations
 
 import threading
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["SlotErrors", "SlotRangeError", "raise_slot_errors", "slot_errors", "status_of"]
 
@@ -31,7 +32,8 @@ _lock = threading.Lock()
 _status: dict[int, Any] = {}
 
 
-class SlotErrors(NamedTuple):
+@dataclass(frozen=True)
+class SlotErrors:
     """What the status recorded since the last check: ``count`` slots past their cache,
     the ``largest`` of them, and the smallest ``capacity`` (tokens) of a cache involved."""
 

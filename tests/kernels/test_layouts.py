@@ -577,9 +577,9 @@ def test_small_writes_and_reads_are_byte_exact_through_either_launcher(name, lau
     """Decode-step sizes (1 row: Triton makes n a constant; 17, 64, 200), each twice: the second
     launch of a specialization goes through the cached launcher, whose key must keep them apart."""
     _fused_or_skip()
-    from dsv4sel.kernels import triton_codecs
+    from dsv4sel.kernels import triton_launch
 
-    monkeypatch.setattr(triton_codecs, "_FAST", [launcher == "cached"])
+    monkeypatch.setattr(triton_launch, "STATE", [launcher == "cached"])
     layout = get_layout(name)
     for n in (1, 17, 64, 200, 1, 64):
         fused, ref = (layout.allocate(8, 64, device="cuda") for _ in range(2))
