@@ -54,8 +54,8 @@ as vLLM's and FlashMLA's do) and the op accepts the planned schedule on the
 dummy batch (probed once per process and build), ``run`` calls the op
 directly: the interface's per-call Python checks are the plan's, done once.
 With padded heads (fewer than 64, or 65..127) ``run``'s one extra launch is
-the copy of ``q`` into the planned buffer; the padded sink is made once per
-sink tensor.
+the copy of ``q`` into the planned buffer (:mod:`~dsv4sel.kernels.triton_heads`, or
+torch's ``copy_``); the padded sink is made once per sink tensor.
 :meth:`~DeepseekV4FlashMLASparseImpl.replan` recomputes the schedule for new
 lengths and copies it into the planned tensors, so a captured graph stays valid.
 ``forward_decode`` is plan + run, reusing its plan for the same shapes and

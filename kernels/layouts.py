@@ -46,7 +46,7 @@ On an NVIDIA GPU (SM89 or newer) with Triton importable, ``write`` and ``read``
 run fused Triton kernels (:mod:`dsv4sel.kernels.triton_codecs`), byte-exact
 with the torch ops, which stay the path everywhere else and the reference:
 ``backend="torch"`` forces them, ``backend="triton"`` insists on the kernels,
-and the environment variable ``DSV4SEL_TORCH_CODECS=1`` turns the kernels off.
+and ``DSV4SEL_TORCH_CODECS=1`` (read once per device) turns the kernels off.
 """
 
 from __future__ import annotations

@@ -22,8 +22,7 @@ This module imports torch only inside its functions.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["SlotErrors", "SlotRangeError", "raise_slot_errors", "slot_errors", "status_of"]
 
@@ -32,12 +31,13 @@ _lock = threading.Lock()
 _status: dict[int, Any] = {}
 
 
-@dataclass(frozen=True)
-class SlotErrors:
+class SlotErrors(NamedTuple):
     """What the status recorded since the last check: ``count`` slots past their cache,
     the ``largest`` of them, and the smallest ``capacity`` (tokens) of a cache involved."""
 
-    count: int
+    # A tuple (callers compare it with one), whose first field is named as the API names it, shadowing
+    # tuple.count: that is the one thing mypy objects to here.
+    count: int  # type: ignore[assignment]
     largest: int
     capacity: int
 

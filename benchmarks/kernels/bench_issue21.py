@@ -13,8 +13,8 @@
   ``default`` = ``layout.write`` / ``read`` as called with no options (slot range checked on the device,
   last-row election), ``unchecked`` = ``check=False`` (and ``unique=True`` for writes).
 * A decode step's cache write: 64 tokens into a 1M-token cache, eager µs per call (default and
-  unchecked, with the cached launcher and with Triton's own launch path), and per call in a CUDA graph
-  of 10 calls.
+  unchecked writes, and the default read of those 64 slots, with the direct launcher and with Triton's
+  own launch path), and per call in a CUDA graph of 10 calls.
 """
 
 from __future__ import annotations
@@ -91,10 +91,11 @@ def step_rows(args):
         slots = torch.randperm(1 << 20, generator=gen)[:64].cuda()
         row = {"codec": name}
         default = triton_launch.STATE[0]
-        for launcher in ("cached", "triton"):
-            triton_launch.STATE[0] = launcher == "cached"
+        for launcher in ("direct", "triton"):
+            triton_launch.STATE[0] = launcher == "direct"
             for key, fn in (("default", lambda: layout.write(cache, kv, slots)),
-                            ("unchecked", lambda: layout.write(cache, kv, slots, check=False, unique=True))):
+                            ("unchecked", lambda: layout.write(cache, kv, slots, check=False, unique=True)),
+                            ("read default", lambda: layout.read(cache, slots))):
                 row[f"{key} eager µs ({launcher} launcher)"] = timed(fn, 20, args.reps) * 1e6
         triton_launch.STATE[0] = default
         graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
