@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Mapping
 
 from .platform import Capability, detect_platform, format_capability, parse_capability
 
-__all__ = ["HOOKS", "REQUIRED_HOOKS", "ImplClass", "missing_hooks"]
+__all__ = ["HOOKS", "REQUIRED_HOOKS", "ImplClass", "library_label", "missing_hooks"]
 
 #: Every method of the extension API, with its signature as the errors name it.
 #: ``required`` ones have no usable default; the others default to "nothing to do".
@@ -66,6 +66,12 @@ def missing_hooks(cls: type) -> list[str]:
 def _missing_message(cls: type, names: list[str]) -> str:
     wanted = "; ".join(HOOKS[name] for name in names)
     return f"{cls.__name__} must implement {', '.join(names)}: {wanted} (see {_DOCS})"
+
+
+def library_label(name: str, module: Any) -> str:
+    """A library's name and its module's ``__version__`` (when it has one), as availability reasons say it."""
+    version = getattr(module, "__version__", None)
+    return f"{name}{' ' + str(version) if version else ''}"
 
 
 class ImplClass:
@@ -141,8 +147,7 @@ class ImplClass:
     @classmethod
     def library_label(cls, module: Any) -> str:
         """How ``is_available`` names the imported library (name and version)."""
-        version = getattr(module, "__version__", None)
-        return f"{cls.library_name}{' ' + str(version) if version else ''}"
+        return library_label(cls.library_name, module)
 
     # -- required hooks (defaults only raise) ----------------------------
     @classmethod

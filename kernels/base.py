@@ -52,24 +52,15 @@ from .decode import check_decode_args
 from .errors import KernelUnavailableError, UnknownLayoutError, UnsupportedLayoutError
 from .layouts import Fp8E4m3RowLayout, KVCacheLayout, get_layout
 from .plan import (DecodeInputs, DecodeOutput, DecodePlan, check_plan_args, import_attr_module,  # noqa: F401
-                   memo_view, pad_heads, padded_heads)
+                   memo_view, padded_heads)
 from .platform import PLATFORMS, Capability, device_target, parse_capability
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 __all__ = [
-    "DecodeInputs",
-    "DecodeOutput",
-    "DecodePlan",
-    "SparseMLAImpl",
-    "KernelUnavailableError",
-    "UnknownLayoutError",
-    "UnsupportedLayoutError",
-    "FALLBACKS",
-    "HOOKS",
-    "REQUIRED_HOOKS",
-    "missing_hooks",
+    "DecodeInputs", "DecodeOutput", "DecodePlan", "SparseMLAImpl", "KernelUnavailableError", "UnknownLayoutError",
+    "UnsupportedLayoutError", "FALLBACKS", "HOOKS", "REQUIRED_HOOKS", "missing_hooks",
 ]
 
 FALLBACKS: frozenset[str] = frozenset({"error", "reference"})
@@ -84,11 +75,12 @@ def _validate(inputs: DecodeInputs) -> None:
                       extra_cache_name="extra_kv_cache")
 
 
-def _length_key(t: Any) -> Any:
-    """A length tensor as a plan key: its identity and torch's version counter (bumped by every
-    in-place torch op), so an edited tensor is a new key. The memo holds the tensor, so its id
-    cannot be reused while the key lives."""
-    return None if t is None else (id(t), t._version)
+def _extra_mismatch(plan: DecodePlan, extra_kv_cache: Any, extra_indices: Any) -> None:
+    """run()'s error for extra arguments that do not fit the plan."""
+    if plan.extra_topk is None or extra_kv_cache is None or extra_indices is None:
+        raise ValueError("extra_kv_cache and extra_indices must be given exactly when the plan has extra_topk")
+    raise ValueError(
+        f"extra_indices must be {list(plan.extra_indices_shape or ())} as planned, got {tuple(extra_indices.shape)}")
 
 
 class SparseMLAImpl(ImplClass, abstract=True):
@@ -201,10 +193,13 @@ class SparseMLAImpl(ImplClass, abstract=True):
         non-torch writer (a custom kernel, a DLPack peer) are not noticed: pass a new tensor, or
         use :meth:`plan` / :meth:`replan` / :meth:`run`, as a serving engine does.
         """
-        key = (q.shape, q.dtype, q.device, indices.shape, indices.dtype, kv_cache.shape[1:], softmax_scale,
-               _length_key(topk_length), _length_key(extra_topk_length), _length_key(seq_lens),
+        # Cheap parts only (no torch.device object, no shape slices): this is all a repeated call adds to run.
+        key = (q.shape, q.dtype, q.get_device(), indices.shape, indices.dtype, kv_cache.shape[1], softmax_scale,
+               None if topk_length is None else (id(topk_length), topk_length._version),
+               None if extra_topk_length is None else (id(extra_topk_length), extra_topk_length._version),
+               None if seq_lens is None else (id(seq_lens), seq_lens._version),
                None if extra_indices is None else (extra_indices.shape, extra_indices.dtype),
-               None if extra_kv_cache is None else extra_kv_cache.shape[1:],
+               None if extra_kv_cache is None else extra_kv_cache.shape[1],
                None if attn_sink is None else attn_sink.shape)
         hit = self._forward_plans.get(key)
         if hit is None:
@@ -348,15 +343,9 @@ class SparseMLAImpl(ImplClass, abstract=True):
             raise ValueError(f"q must be {list(plan.q_shape)} as planned, got {tuple(q.shape)}")
         if indices.shape != plan.indices_shape:
             raise ValueError(f"indices must be {list(plan.indices_shape)} as planned, got {tuple(indices.shape)}")
-        if extra_indices is None:
-            if plan.extra_topk is not None or extra_kv_cache is not None:
-                raise ValueError("extra_kv_cache and extra_indices must be given exactly when the plan has extra_topk")
-        elif extra_indices.shape != plan.extra_indices_shape or extra_kv_cache is None:
-            if plan.extra_topk is None or extra_kv_cache is None:
-                raise ValueError("extra_kv_cache and extra_indices must be given exactly when the plan has extra_topk")
-            raise ValueError(
-                f"extra_indices must be {list(plan.extra_indices_shape)} as planned, got {tuple(extra_indices.shape)}"
-            )
+        if extra_indices is not None and extra_indices.shape != plan.extra_indices_shape \
+                or (extra_kv_cache is None) != (extra_indices is None) or (extra_indices is None) != (plan.extra_topk is None):
+            _extra_mismatch(plan, extra_kv_cache, extra_indices)
         if attn_sink is not None and attn_sink.shape != plan.sink_shape:
             raise ValueError(f"attn_sink must be a [{plan.heads}] tensor, got {tuple(attn_sink.shape)}")
         if plan.library is None:

@@ -18,6 +18,7 @@ import os
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .platform import require_torch
+from .record import HEAD_DIM
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -25,33 +26,34 @@ if TYPE_CHECKING:  # pragma: no cover
 BACKENDS = frozenset({"auto", "torch", "triton"})
 #: Set to 1 to keep the torch codecs on CUDA too.
 TORCH_CODECS_ENV = "DSV4SEL_TORCH_CODECS"
-HEAD_DIM = 512
 _fused_checked: dict[Any, "str | None"] = {}
 
 
 def fused_unavailable(device: Any) -> "str | None":
-    """Why the Triton codecs cannot run on ``device`` (None if they can); cached per device."""
+    """Why the Triton codecs cannot run on ``device`` (None if they can); decided once per device
+    (``$DSV4SEL_TORCH_CODECS`` included: set it before the first codec call on a device)."""
     if device.type != "cuda":
         return f"the fused codecs run on CUDA devices, this cache is on {device.type}"
-    if os.environ.get(TORCH_CODECS_ENV, "").strip() not in ("", "0"):
-        return f"${TORCH_CODECS_ENV} is set"
     key = (device.type, device.index)
     if key not in _fused_checked:
-        torch = require_torch()
-        why = None
-        if getattr(torch.version, "hip", None):
-            why = "the fused codecs target NVIDIA GPUs (ROCm fp8 is another format on gfx942)"
-        else:
-            major, minor = torch.cuda.get_device_capability(device)
-            if (major, minor) < (8, 9):
-                why = f"the fused codecs need SM89 or newer for float8 conversion, this GPU is {major}.{minor}"
-        if why is None:
-            try:
-                from . import triton_codecs  # noqa: F401
-            except Exception as exc:  # Triton missing or broken
-                why = f"triton is not importable ({type(exc).__name__}: {exc})"
-        _fused_checked[key] = why
+        _fused_checked[key] = _why_not_fused(device)
     return _fused_checked[key]
+
+
+def _why_not_fused(device: Any) -> "str | None":
+    if os.environ.get(TORCH_CODECS_ENV, "").strip() not in ("", "0"):
+        return f"${TORCH_CODECS_ENV} is set"
+    torch = require_torch()
+    if getattr(torch.version, "hip", None):
+        return "the fused codecs target NVIDIA GPUs (ROCm fp8 is another format on gfx942)"
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) < (8, 9):
+        return f"the fused codecs need SM89 or newer for float8 conversion, this GPU is {major}.{minor}"
+    try:
+        from . import triton_codecs  # noqa: F401
+    except Exception as exc:  # Triton missing or broken
+        return f"triton is not importable ({type(exc).__name__}: {exc})"
+    return None
 
 
 def fused_module(device: Any, backend: str) -> Any:
@@ -71,15 +73,29 @@ def fused_module(device: Any, backend: str) -> Any:
 
 
 class CacheInfo(NamedTuple):
-    """A validated cache: its block size, capacity in tokens, device and device index (-1: CPU)."""
+    """A validated cache: its block size, capacity in tokens, device, device index (-1: CPU), and the
+    fused codec module that ``backend="auto"`` runs on it (None: the torch ops)."""
 
     block_size: int
     capacity: int
     device: Any
-    index: int
+    device_index: int
+    fused: Any
 
 
 _infos: dict[int, tuple] = {}
+_torch: Any = None  # torch, its Tensor class and the dtypes the checks compare with, once imported
+_tensor: Any = None
+_slot_dtypes: Any = ()
+_kernel_dtypes: Any = ()
+
+
+def _load_torch() -> None:
+    global _torch, _tensor, _slot_dtypes, _kernel_dtypes
+    torch = require_torch()
+    _tensor, _slot_dtypes = torch.Tensor, (torch.int64, torch.int32)
+    _kernel_dtypes = frozenset({torch.bfloat16, torch.float16, torch.float32})
+    _torch = torch
 
 
 def cache_info(layout: Any, cache: "torch.Tensor") -> CacheInfo:
@@ -91,36 +107,39 @@ def cache_info(layout: Any, cache: "torch.Tensor") -> CacheInfo:
     if hit is not None and hit[1] is layout and hit[2] == cache.data_ptr() and hit[3] == cache.shape \
             and hit[4] == cache.stride() and hit[5] is cache.dtype:
         return hit[6]
+    if _torch is None:
+        _load_torch()
     block_size = layout.block_size_of(cache)
     capacity = cache.shape[0] * block_size
-    info = CacheInfo(block_size, capacity, cache.device, cache.get_device())
+    info = CacheInfo(block_size, capacity, cache.device, cache.get_device(), fused_module(cache.device, "auto"))
     if len(_infos) >= 256:
         _infos.clear()
     _infos[id(cache)] = (cache, layout, cache.data_ptr(), cache.shape, cache.stride(), cache.dtype, info)
     return info
 
 
-def check_kv(kv: "torch.Tensor", info: CacheInfo) -> None:
-    torch = require_torch()
-    if not isinstance(kv, torch.Tensor) or kv.dim() != 2 or kv.shape[1] != HEAD_DIM:
-        shape = tuple(kv.shape) if hasattr(kv, "shape") else type(kv).__name__
-        raise ValueError(f"kv must be a [n, {HEAD_DIM}] tensor, got {shape}")
+def check_kv(kv: "torch.Tensor", info: CacheInfo) -> int:
+    """``kv`` is a floating ``[n, 512]`` tensor on the cache's device; returns n (after :func:`cache_info`)."""
+    shape = kv.shape if isinstance(kv, _tensor) else None
+    if shape is None or len(shape) != 2 or shape[1] != HEAD_DIM:
+        raise ValueError(f"kv must be a [n, {HEAD_DIM}] tensor, got {tuple(shape or ()) or type(kv).__name__}")
     if not kv.is_floating_point():
         raise ValueError(f"kv must be floating point, got {kv.dtype}")
-    if kv.get_device() != info.index:
+    if kv.get_device() != info.device_index:
         raise ValueError(f"kv is on {kv.device}, the cache on {info.device}")
+    return shape[0]
 
 
 def check_slots(slots: "torch.Tensor", n: "int | None", info: CacheInfo, check: bool) -> None:
     """Dtype, shape and device of ``slots``; on the CPU with ``check``, the range (a ValueError now)."""
-    torch = require_torch()
-    if not isinstance(slots, torch.Tensor) or (slots.dtype is not torch.int64 and slots.dtype is not torch.int32):
+    if not isinstance(slots, _tensor) or slots.dtype not in _slot_dtypes:
         raise ValueError("slots must be an int64 (or int32) tensor")
-    if slots.dim() != 1 or (n is not None and slots.shape[0] != n):
-        raise ValueError(f"slots must have shape [{'n' if n is None else n}], got {tuple(slots.shape)}")
-    if slots.get_device() != info.index:
+    shape = slots.shape
+    if len(shape) != 1 or (n is not None and shape[0] != n):
+        raise ValueError(f"slots must have shape [{'n' if n is None else n}], got {tuple(shape)}")
+    if slots.get_device() != info.device_index:
         raise ValueError(f"slots are on {slots.device}, the cache on {info.device}")
-    if check and info.index < 0 and slots.shape[0]:
+    if check and info.device_index < 0 and shape[0]:
         hi = int(slots.max())  # the CPU: no device to wait for
         if hi >= info.capacity:
             raise ValueError(f"slots must be below {info.capacity} for this cache (negative = skip), got {hi}")
@@ -128,15 +147,15 @@ def check_slots(slots: "torch.Tensor", n: "int | None", info: CacheInfo, check: 
 
 def record_range(slots: "torch.Tensor", info: CacheInfo, check: bool) -> None:
     """The torch ops' check on a CUDA cache: record slots past it in the device's status, no sync."""
-    if check and info.index >= 0 and slots.shape[0]:
+    if check and info.device_index >= 0 and slots.shape[0]:
         from .slot_status import record_torch, status_of
 
-        record_torch(status_of(info.index), slots, info.capacity)
+        record_torch(status_of(info.device_index), slots, info.capacity)
 
 
 def kernel_dtype_ok(kv: "torch.Tensor") -> bool:
-    torch = require_torch()
-    return kv.dtype in (torch.bfloat16, torch.float16, torch.float32)
+    """The fused kernels take bf16, fp16 and fp32 rows (others: the torch ops)."""
+    return kv.dtype in _kernel_dtypes
 
 
 def last_writers(slots: "torch.Tensor", capacity: int) -> "torch.Tensor":

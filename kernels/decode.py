@@ -67,22 +67,35 @@ def check_decode_args(q: Any, indices: Any, softmax_scale: Any, attn_sink: Any =
     if not isinstance(q, torch.Tensor) or q.dim() != 4 or q.shape[-1] != HEAD_DIM or not q.is_floating_point():
         raise ValueError(f"q must be a floating [b, s_q, h, {HEAD_DIM}] tensor, got {getattr(q, 'shape', q)!r}")
     b, s, h = q.shape[:3]
-    for name, t in (("indices", indices), ("extra_indices", extra_indices)):
-        if t is None and name == "extra_indices":
-            continue
-        if not is_int_tensor(t, torch) or t.dim() != 3 or tuple(t.shape[:2]) != (b, s):
-            raise ValueError(f"{name} must be an integer [{b}, {s}, topk] tensor, got {getattr(t, 'shape', t)!r}")
+    _check_indices("indices", indices, b, s, torch)
+    if extra_indices is not None:
+        _check_indices("extra_indices", extra_indices, b, s, torch)
     for name, t in (("topk_length", topk_length), ("extra_topk_length", extra_topk_length), ("seq_lens", seq_lens)):
-        if t is not None and (not is_int_tensor(t, torch) or tuple(t.shape) != (b,)):
-            raise ValueError(f"{name} must be an integer [{b}] tensor, got {getattr(t, 'shape', t)!r}")
+        _check_lengths(name, t, b, torch)
     if attn_sink is not None and (not isinstance(attn_sink, torch.Tensor) or tuple(attn_sink.shape) != (h,)):
         raise ValueError(f"attn_sink must be a [{h}] tensor, got {getattr(attn_sink, 'shape', attn_sink)!r}")
+    _check_pairing(softmax_scale, extra_cache, extra_indices, extra_topk_length, extra_cache_name)
+
+
+def _check_pairing(softmax_scale: Any, extra_cache: Any, extra_indices: Any, extra_topk_length: Any,
+                   extra_cache_name: str) -> None:
     if (extra_cache is None) != (extra_indices is None):
         raise ValueError(f"{extra_cache_name} and extra_indices must be given together")
     if extra_topk_length is not None and extra_indices is None:
         raise ValueError("extra_topk_length needs extra_indices")
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
         raise ValueError(f"softmax_scale must be a float, got {softmax_scale!r}")
+
+
+def _check_indices(name: str, t: Any, b: int, s: int, torch: Any) -> None:
+    if not is_int_tensor(t, torch) or t.dim() != 3 or tuple(t.shape[:2]) != (b, s):
+        raise ValueError(f"{name} must be an integer [{b}, {s}, topk] tensor, got {getattr(t, 'shape', t)!r}")
+
+
+def _check_lengths(name: str, t: Any, b: int, torch: Any) -> None:
+    """A length tensor, when given, is an integer ``[b]`` tensor (ValueError naming it otherwise)."""
+    if t is not None and (not is_int_tensor(t, torch) or tuple(t.shape) != (b,)):
+        raise ValueError(f"{name} must be an integer [{b}] tensor, got {getattr(t, 'shape', t)!r}")
 
 
 def sparse_mla_decode(
@@ -125,7 +138,7 @@ def sparse_mla_decode(
                       extra_topk_length)
 
     kv, valid = _gather(cache, lay, indices.to(q.device), topk_length)
-    if extra_indices is not None:
+    if extra_indices is not None and extra_cache is not None:  # given together (checked above)
         kv2, valid2 = _gather(extra_cache, lay, extra_indices.to(q.device), extra_topk_length)
         kv, valid = torch.cat([kv, kv2], dim=2), torch.cat([valid, valid2], dim=2)
 

@@ -247,7 +247,7 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
             if extra_kv_cache is not None:
                 extra = extra_indices.to(device=device, dtype=torch.int32)
                 extra_keep = st.get("extra_keep")
-                table[:, :, SWA_COLUMNS : SWA_COLUMNS + plan.extra_topk].copy_(
+                table[:, :, SWA_COLUMNS : SWA_COLUMNS + (plan.extra_topk or 0)].copy_(
                     extra if extra_keep is None else torch.where(extra_keep, extra, -1)
                 )
                 compressed = self._checked_view(extra_kv_cache, plan.extra_block_size, "extra cache")

@@ -54,8 +54,8 @@ as vLLM's and FlashMLA's do) and the op accepts the planned schedule on the
 dummy batch (probed once per process and build), ``run`` calls the op
 directly: the interface's per-call Python checks are the plan's, done once.
 With padded heads (fewer than 64, or 65..127) ``run``'s one extra launch is
-the copy of ``q`` into the planned buffer; the padded sink is made once per
-sink tensor.
+the copy of ``q`` into the planned buffer (:mod:`~dsv4sel.kernels.triton_heads`, or
+torch's ``copy_``); the padded sink is made once per sink tensor.
 :meth:`~DeepseekV4FlashMLASparseImpl.replan` recomputes the schedule for new
 lengths and copies it into the planned tensors, so a captured graph stays valid.
 ``forward_decode`` is plan + run, reusing its plan for the same shapes and
@@ -71,6 +71,7 @@ import functools
 import threading
 from typing import Any, ClassVar, Mapping
 
+from .availability import library_label
 from .base import DecodeOutput, DecodePlan, SparseMLAImpl, padded_heads
 from .flashmla_build import (FLASHMLA_INSTALL_HINT, VLLM_FLASHMLA_DIR_ENV, FlashMLABuild, flashmla_build,
                              load_flashmla, load_vllm_flashmla)
@@ -95,11 +96,35 @@ _probed: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
 
 
 def _i32(t: Any, device: Any) -> Any:
+    """``t`` as contiguous int32 on ``device`` (itself when it already is one on a CUDA device)."""
+    if t.dtype is _I32 and t.is_contiguous() and t.is_cuda:
+        return t
     import torch
 
     if t.dtype is torch.int32 and t.is_contiguous() and t.device == device:
         return t
     return t.to(device=device, dtype=torch.int32).contiguous()
+
+
+def _query(st: dict, q: Any) -> Any:
+    """``q`` as the op takes it: bf16, contiguous, padded heads in the plan's buffer (the one copy,
+    none when ``q`` is the plan's ``query_buffer``)."""
+    if not st["padded"]:
+        return q if q.dtype is _BF16 and q.is_contiguous() else q.to(_BF16).contiguous()
+    if q is not st["q_live"]:
+        copy = st["copy_heads"]
+        if copy is None or q.dtype is not _BF16 or q.get_device() != st["device_index"] or not copy(q, st["q_buf"]):
+            st["q_live"].copy_(q)
+    return st["q_buf"]
+
+
+def _outputs(st: dict, out: Any, lse: Any, heads: int) -> DecodeOutput:
+    """The op's ``out`` ``[b, s, h_pad, 512]`` and ``lse`` ``[b, h_pad, s]`` as ``[b, s, h, 512]`` and
+    ``[b, s, h]`` views (one ``as_strided`` each: lse's transpose and the head cut included)."""
+    lse = lse.as_strided(*st["lse_view"]) if lse.is_contiguous() else lse.transpose(1, 2).narrow(2, 0, heads)
+    if st["padded"]:
+        out = out.as_strided(*st["out_view"]) if out.is_contiguous() else out.narrow(2, 0, heads)
+    return DecodeOutput(out, lse)
 
 
 _BF16 = _I32 = _F32 = None  # torch dtypes, set on first use (this module must import without torch)
@@ -110,6 +135,18 @@ def _dtypes() -> None:
     import torch
 
     _BF16, _I32, _F32 = torch.bfloat16, torch.int32, torch.float32
+
+
+def _head_copier(device: Any) -> Any:
+    """:func:`~dsv4sel.kernels.triton_heads.copy_heads` where it can run (a CUDA device and Triton
+    importable, as for the fused codecs), else None (``run`` copies with torch)."""
+    from .codec_support import fused_unavailable
+
+    if fused_unavailable(device) is not None:
+        return None
+    from .triton_heads import copy_heads
+
+    return copy_heads
 
 
 class UsesFlashMLABuild:
@@ -132,7 +169,7 @@ class UsesFlashMLABuild:
         build = flashmla_build()
         if build.source.startswith("vllm") and build.module is module:
             return build.describe()
-        return super().library_label(module)
+        return library_label(cls.library_name, module)
 
 
 class DeepseekV4FlashMLASparseImpl(UsesFlashMLABuild, SparseMLAImpl):
@@ -228,6 +265,7 @@ class DeepseekV4FlashMLASparseImpl(UsesFlashMLABuild, SparseMLAImpl):
             # The live heads' view, made once: run() copies q into it, its one extra launch.
             st["q_buf"], st["q_live"] = q_buf, q_buf.narrow(2, 0, h)
             plan.query_buffer = st["q_live"]
+            st["copy_heads"], st["device_index"] = _head_copier(plan.device), q_buf.get_device()
         # The outputs' views, as sizes and strides (the op returns contiguous out [b, s, h_pad, 512]
         # and lse [b, h_pad, s]): one as_strided each, lse's transpose and the head cut included.
         b, s_q = plan.batch, plan.seq_q
@@ -272,6 +310,8 @@ class DeepseekV4FlashMLASparseImpl(UsesFlashMLABuild, SparseMLAImpl):
                 same_schedule = isinstance(got[2], torch.Tensor) and got[2].data_ptr() == tsm.data_ptr()
                 if tuple(out.shape) == (b, s, h_pad, 512) and tuple(lse.shape) == (b, h_pad, s) and same_schedule:
                     verdict = getattr(op, "default", op)
+                    # A torch OpOverload's __call__ only forwards to its C++ callable: call that.
+                    verdict = getattr(verdict, "_op", None) if callable(getattr(verdict, "_op", None)) else verdict
             except Exception:
                 verdict = None
         with _lock:  # the entry holds the module and the op, so their ids stay theirs
@@ -299,38 +339,17 @@ class DeepseekV4FlashMLASparseImpl(UsesFlashMLABuild, SparseMLAImpl):
                     extra_indices: Any, attn_sink: Any) -> DecodeOutput:
         """One layer: the planned op (or interface) call. Per call this does only what depends on
         the layer's tensors: q into the padded buffer (padded heads: the one extra launch, none
-        when ``q`` is the plan's ``query_buffer``), the
-        memoized page views, int32 / float32 conversions the caller's tensors need, and views of
-        the outputs (no copy)."""
-        st, h = plan.state, plan.heads
-        padded = st["padded"]
-        if padded:
-            if q is not st["q_live"]:  # the caller did not write q into plan.query_buffer
-                st["q_live"].copy_(q)
-            q_in = st["q_buf"]
-        elif q.dtype is _BF16 and q.is_contiguous():
-            q_in = q
-        else:
-            q_in = q.to(_BF16).contiguous()
-        pages = self._cached_view(kv_cache, self._pages)
-        if pages.shape[1] != plan.block_size:
-            raise ValueError(f"cache has block size {pages.shape[1]}, the plan was made for {plan.block_size}")
-        idx = indices if indices.dtype is _I32 and indices.is_contiguous() and indices.is_cuda \
-            else _i32(indices, plan.device)
-        sink = attn_sink
-        if sink is not None:
-            sink = self._padded_sink(sink, st["h_pad"], plan.device) if padded else \
-                sink if sink.dtype is _F32 and sink.is_contiguous() and sink.is_cuda \
-                else sink.to(device=plan.device, dtype=_F32).contiguous()
+        when ``q`` is the plan's ``query_buffer``), the memoized page views, int32 / float32
+        conversions the caller's tensors need, and views of the outputs (no copy)."""
+        st, device = plan.state, plan.device
+        q_in = _query(st, q)
+        pages = self._page_view(kv_cache, plan.block_size, "cache")
+        idx = _i32(indices, device)
+        sink = None if attn_sink is None else self._sink(st, attn_sink, device)
         extra_pages = extra_idx = None
         if extra_kv_cache is not None:
-            extra_pages = self._cached_view(extra_kv_cache, self._pages)
-            if extra_pages.shape[1] != plan.extra_block_size:
-                raise ValueError(
-                    f"extra cache has block size {extra_pages.shape[1]}, the plan was made for {plan.extra_block_size}"
-                )
-            extra_idx = extra_indices if extra_indices.dtype is _I32 and extra_indices.is_contiguous() \
-                and extra_indices.is_cuda else _i32(extra_indices, plan.device)
+            extra_pages = self._page_view(extra_kv_cache, plan.extra_block_size, "extra cache")
+            extra_idx = _i32(extra_indices, device)
         op = st["op"]
         if op is not None:  # the interface's kernel op with the planned schedule (see _direct_op)
             meta = st["meta"]
@@ -341,10 +360,25 @@ class DeepseekV4FlashMLASparseImpl(UsesFlashMLABuild, SparseMLAImpl):
         else:
             out, lse = st["call"](q_in, pages, None, None, 512, st["meta"], indices=idx, attn_sink=sink,
                                   extra_k_cache=extra_pages, extra_indices_in_kvcache=extra_idx)
-        lse = lse.as_strided(*st["lse_view"]) if lse.is_contiguous() else lse.transpose(1, 2).narrow(2, 0, h)
-        if padded:
-            out = out.as_strided(*st["out_view"]) if out.is_contiguous() else out.narrow(2, 0, h)
-        return DecodeOutput(out, lse)
+        return _outputs(st, out, lse, plan.heads)
+
+    def _page_view(self, cache: Any, block_size: int, what: str) -> Any:
+        """The memoized FlashMLA page view of ``cache`` (memo_view's entries, looked up inline: this is
+        per layer), which must have the plan's block size."""
+        hit = self._views.get(id(cache))
+        pages = hit[3] if hit is not None and hit[1] == cache.data_ptr() and hit[2] == cache.shape \
+            else self._cached_view(cache, self._pages)
+        if pages.shape[1] != block_size:
+            raise ValueError(f"{what} has block size {pages.shape[1]}, the plan was made for {block_size}")
+        return pages
+
+    def _sink(self, st: dict, sink: Any, device: Any) -> Any:
+        """The sink as FlashMLA takes it: float32 ``[h_pad]`` on the device."""
+        if st["padded"]:
+            return self._padded_sink(sink, st["h_pad"], device)
+        if sink.dtype is _F32 and sink.is_contiguous() and sink.is_cuda:
+            return sink
+        return sink.to(device=device, dtype=_F32).contiguous()
 
     def _padded_sink(self, sink: Any, h_pad: int, device: Any) -> Any:
         """``sink`` as float32 ``[h_pad]`` (padded heads 0), made once per sink tensor and version.

@@ -149,11 +149,11 @@ def _load_bundle(vllm_dir: str) -> types.ModuleType:
                 raise ImportError(f"cannot load {ext_spec.origin}")
             ext = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(ext)  # registers torch.ops._flashmla_C
-        saved = {name: sys.modules.get(name, _MISSING) for name in ("vllm", ext_name)}
+        saved: dict[str, Any] = {name: sys.modules.get(name, _MISSING) for name in ("vllm", ext_name)}
         if not isinstance(saved["vllm"], types.ModuleType):
             parent = types.ModuleType("vllm")
             parent.__path__ = []  # a package, so `import vllm.<x>` resolves through sys.modules only
-            parent._flashmla_C = ext  # what `import vllm._flashmla_C` binds, then reads
+            setattr(parent, _EXTENSION, ext)  # what `import vllm._flashmla_C` binds, then reads
             sys.modules["vllm"] = parent
         sys.modules[ext_name] = ext
         module_name = f"dsv4sel.kernels._vllm_flashmla_interface_{len(_loaded)}"
@@ -173,7 +173,7 @@ def _load_bundle(vllm_dir: str) -> types.ModuleType:
                     sys.modules.pop(name, None)
                 else:
                     sys.modules[name] = value
-        module.__dsv4sel_extension__ = ext_spec.origin
+        setattr(module, "__dsv4sel_extension__", ext_spec.origin)
         _loaded[interface_path] = module
         return module
 

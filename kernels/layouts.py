@@ -46,7 +46,7 @@ On an NVIDIA GPU (SM89 or newer) with Triton importable, ``write`` and ``read``
 run fused Triton kernels (:mod:`dsv4sel.kernels.triton_codecs`), byte-exact
 with the torch ops, which stay the path everywhere else and the reference:
 ``backend="torch"`` forces them, ``backend="triton"`` insists on the kernels,
-and the environment variable ``DSV4SEL_TORCH_CODECS=1`` turns the kernels off.
+and ``DSV4SEL_TORCH_CODECS=1`` (read once per device) turns the kernels off.
 """
 
 from __future__ import annotations
@@ -54,55 +54,26 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from types import MappingProxyType
-import os
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
+from . import torch_codecs
 from .codec_support import (TORCH_CODECS_ENV, cache_info, check_kv, check_slots, div, fused_module,
-                            fused_unavailable, kernel_dtype_ok, last_writers, record_range)
+                            fused_unavailable, kernel_dtype_ok, record_range)
 from .errors import UnknownLayoutError, UnsupportedLayoutError
 from .platform import require_torch
+from .record import (FP8_E4M3_MAX, HEAD_DIM, NOPE_DIM, NUM_TILES, ROPE_DIM, SCALE_BYTES, TILE_SIZE,
+                     TOKEN_DATA_BYTES, UE8M0_BIAS, UE8M0_SCALE_FLOOR)
 from .slot_status import SlotErrors, SlotRangeError, raise_slot_errors, slot_errors
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 __all__ = [
-    "HEAD_DIM",
-    "NOPE_DIM",
-    "ROPE_DIM",
-    "TILE_SIZE",
-    "NUM_TILES",
-    "FP8_E4M3_MAX",
-    "UE8M0_SCALE_FLOOR",
-    "UE8M0_BIAS",
-    "KVCacheLayout",
-    "Fp8DsMlaLayout",
-    "Bf16RowLayout",
-    "Fp8E4m3RowLayout",
-    "OpaqueRecordLayout",
-    "Fp8DsMlaV41Layout",
-    "Nvfp4DsMlaLayout",
-    "LAYOUTS",
-    "get_layout",
-    "resolve_layout",
-    "TORCH_CODECS_ENV",
-    "SlotErrors",
-    "SlotRangeError",
-    "raise_slot_errors",
-    "slot_errors",
+    "HEAD_DIM", "NOPE_DIM", "ROPE_DIM", "TILE_SIZE", "NUM_TILES", "FP8_E4M3_MAX", "UE8M0_SCALE_FLOOR", "UE8M0_BIAS",
+    "KVCacheLayout", "Fp8DsMlaLayout", "Bf16RowLayout", "Fp8E4m3RowLayout", "OpaqueRecordLayout", "Fp8DsMlaV41Layout",
+    "Nvfp4DsMlaLayout", "LAYOUTS", "get_layout", "resolve_layout", "TORCH_CODECS_ENV", "SlotErrors", "SlotRangeError",
+    "raise_slot_errors", "slot_errors",
 ]
-
-HEAD_DIM = 512  # latent KV row: key and value at once
-NOPE_DIM = 448
-ROPE_DIM = 64
-TILE_SIZE = 64  # NoPE values per UE8M0 scale
-NUM_TILES = NOPE_DIM // TILE_SIZE  # 7
-FP8_E4M3_MAX = 448.0
-UE8M0_SCALE_FLOOR = 1e-4  # smallest scale before rounding up: all-zero tiles get 2**-13
-UE8M0_BIAS = 127
-
-_TOKEN_DATA_BYTES = NOPE_DIM + 2 * ROPE_DIM  # 576: fp8 NoPE + bf16 RoPE
-_SCALE_BYTES = NUM_TILES + 1  # 7 exponents + 1 pad byte
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -185,19 +156,46 @@ class KVCacheLayout:
         (the fused kernel then skips electing the last row). ``backend``: "auto",
         "torch" or "triton" (see the module docstring).
         """
-        raise NotImplementedError  # pragma: no cover
+        info = cache_info(self, cache)
+        n = check_kv(kv, info)
+        check_slots(slots, n, info, check)
+        fused = info.fused if backend == "auto" else fused_module(info.device, backend)
+        if not n:
+            return
+        if fused is not None and kernel_dtype_ok(kv):
+            self._fused_write(fused, cache, kv, slots, info, unique, check)
+            return
+        record_range(slots, info, check)
+        self._torch_write(cache, kv, slots, info)
 
     def read(self, cache: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
              backend: str = "auto") -> "torch.Tensor":
         """Dequantize the rows at ``slots`` (int64 or int32 ``[n]``) to bf16 ``[n, 512]``; negative slots read zeros."""
+        info = cache_info(self, cache)
+        check_slots(slots, None, info, check)
+        fused = info.fused if backend == "auto" else fused_module(info.device, backend)
+        if fused is not None:
+            return self._fused_read(fused, cache, slots, info, check)
+        record_range(slots, info, check)
+        return self._torch_read(cache, slots, info)
+
+    # The codec of a layout, on either path: the fused kernels' module or torch_codecs.
+    def _fused_write(self, fused: Any, cache: Any, kv: Any, slots: Any, info: Any, unique: bool, check: bool) -> None:
+        raise NotImplementedError  # pragma: no cover - every codec layout overrides
+
+    def _fused_read(self, fused: Any, cache: Any, slots: Any, info: Any, check: bool) -> Any:
+        raise NotImplementedError  # pragma: no cover
+
+    def _torch_write(self, cache: Any, kv: Any, slots: Any, info: Any) -> None:
+        raise NotImplementedError  # pragma: no cover
+
+    def _torch_read(self, cache: Any, slots: Any, info: Any) -> Any:
         raise NotImplementedError  # pragma: no cover
 
     # -- shared checks ---------------------------------------------------
     def _check_cache_dtype(self, cache: "torch.Tensor") -> None:
         if cache.dtype != self.torch_dtype():
-            raise ValueError(
-                f"{self.name} cache must have dtype {self.torch_dtype_name}, got {cache.dtype}"
-            )
+            raise ValueError(f"{self.name} cache must have dtype {self.torch_dtype_name}, got {cache.dtype}")
 
 
 # The names earlier releases exported from here.
@@ -266,78 +264,21 @@ class Fp8DsMlaLayout(_BytePagesLayout):
     """
 
     name: str = "fp8_ds_mla"
-    bytes_per_token: int = _TOKEN_DATA_BYTES + _SCALE_BYTES  # 584
+    bytes_per_token: int = TOKEN_DATA_BYTES + SCALE_BYTES  # 584
     torch_dtype_name: str = "uint8"
-    alignment: int = _TOKEN_DATA_BYTES  # 576
+    alignment: int = TOKEN_DATA_BYTES  # 576
 
-    def _views(self, cache: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor", int]:
-        block_size = self.block_size_of(cache)
-        num_blocks = cache.shape[0]
-        data = cache[:, : block_size * _TOKEN_DATA_BYTES].view(num_blocks, block_size, _TOKEN_DATA_BYTES)
-        scale_end = block_size * (_TOKEN_DATA_BYTES + _SCALE_BYTES)
-        scales = cache[:, block_size * _TOKEN_DATA_BYTES : scale_end].view(num_blocks, block_size, _SCALE_BYTES)
-        return data, scales, block_size
+    def _fused_write(self, fused: Any, cache: Any, kv: Any, slots: Any, info: Any, unique: bool, check: bool) -> None:
+        fused.write_fp8_ds_mla(cache, kv, slots, info.block_size, unique=unique, check=check)
 
-    def write(self, cache: "torch.Tensor", kv: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
-              unique: bool = False, backend: str = "auto") -> None:
-        torch = require_torch()
-        info = cache_info(self, cache)
-        check_kv(kv, info)
-        n = kv.shape[0]
-        check_slots(slots, n, info, check)
-        fused = fused_module(info.device, backend)
-        if n == 0:
-            return
-        block_size, capacity = info.block_size, info.capacity
-        if fused is not None and kernel_dtype_ok(kv):
-            fused.write_fp8_ds_mla(cache, kv, slots, block_size, unique=unique, check=check)
-            return
-        record_range(slots, info, check)
-        data, scales, _ = self._views(cache)
-        rows = last_writers(slots.long(), capacity)
-        kv, slots = kv[rows], slots.long()[rows]
-        n = kv.shape[0]
-        block, offset = slots // block_size, slots % block_size
+    def _fused_read(self, fused: Any, cache: Any, slots: Any, info: Any, check: bool) -> Any:
+        return fused.read_fp8_ds_mla(cache, slots, info.block_size, check=check)
 
-        nope = kv[:, :NOPE_DIM].float().reshape(n, NUM_TILES, TILE_SIZE)
-        amax = nope.abs().amax(dim=-1)  # [n, 7]
-        # float32 log2/ceil, as FlashMLA's MODEL1 quantizer does: same bytes (domain.md §12).
-        exponent = torch.clamp_min(div(amax, FP8_E4M3_MAX), UE8M0_SCALE_FLOOR).log2().ceil()
-        scale = torch.exp2(exponent)  # exact: integer exponents
-        # The clamp only matters where float32 log2 rounded a scale down a hair.
-        quant = (nope / scale.unsqueeze(-1)).clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
-        rope = kv[:, NOPE_DIM:].to(torch.bfloat16).contiguous()
+    def _torch_write(self, cache: Any, kv: Any, slots: Any, info: Any) -> None:
+        torch_codecs.write_fp8_ds_mla(cache, kv, slots, info)
 
-        token_bytes = torch.cat([quant.view(torch.uint8).reshape(n, NOPE_DIM), rope.view(torch.uint8)], dim=1)
-        scale_bytes = torch.zeros((n, _SCALE_BYTES), dtype=torch.uint8, device=cache.device)
-        scale_bytes[:, :NUM_TILES] = (exponent + UE8M0_BIAS).to(torch.uint8)
-        data[block, offset] = token_bytes
-        scales[block, offset] = scale_bytes
-
-    def read(self, cache: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
-             backend: str = "auto") -> "torch.Tensor":
-        torch = require_torch()
-        info = cache_info(self, cache)
-        check_slots(slots, None, info, check)
-        block_size, capacity = info.block_size, info.capacity
-        fused = fused_module(info.device, backend)
-        if fused is not None:
-            return fused.read_fp8_ds_mla(cache, slots, block_size, check=check)
-        record_range(slots, info, check)
-        data, scales, _ = self._views(cache)
-        slots = slots.long()
-        valid = (slots >= 0) & (slots < capacity)
-        safe = torch.where(valid, slots, torch.zeros_like(slots))
-        block, offset = safe // block_size, safe % block_size
-        n = slots.numel()
-
-        token_bytes = data[block, offset]  # [n, 576]
-        exponent = scales[block, offset][:, :NUM_TILES].to(torch.int32) - UE8M0_BIAS
-        nope = token_bytes[:, :NOPE_DIM].contiguous().view(torch.float8_e4m3fn).float()
-        nope = nope.reshape(n, NUM_TILES, TILE_SIZE) * torch.exp2(exponent.float()).unsqueeze(-1)
-        rope = token_bytes[:, NOPE_DIM:].contiguous().view(torch.bfloat16)
-        rows = torch.cat([nope.reshape(n, NOPE_DIM).to(torch.bfloat16), rope], dim=1)
-        return rows.masked_fill_(~valid.unsqueeze(1), 0.0)
+    def _torch_read(self, cache: Any, slots: Any, info: Any) -> Any:
+        return torch_codecs.read_fp8_ds_mla(cache, slots, info)
 
 
 @dataclass(frozen=True)
@@ -363,54 +304,21 @@ class _RowLayout(KVCacheLayout):
         self.block_size_of(cache)
         return cache
 
-    def _rows(self, cache: "torch.Tensor") -> "torch.Tensor":
-        torch = require_torch()
-        block_size = self.block_size_of(cache)
-        # Byte rows: index_put on float8 tensors is not implemented on every device.
-        return cache.view(torch.uint8).view(cache.shape[0] * block_size, -1)
-
-    def _encode(self, kv: "torch.Tensor") -> "torch.Tensor":
-        raise NotImplementedError  # pragma: no cover
-
-    def _decode(self, raw: "torch.Tensor") -> "torch.Tensor":
-        raise NotImplementedError  # pragma: no cover
-
     def _fused_scale(self) -> "float | None":
-        """What the fused row kernels take: None for bf16 rows, the per-tensor scale for fp8 rows."""
+        """The row codecs' scale: None for bf16 rows, the per-tensor scale for fp8 rows."""
         return None
 
-    def write(self, cache: "torch.Tensor", kv: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
-              unique: bool = False, backend: str = "auto") -> None:
-        torch = require_torch()
-        info = cache_info(self, cache)
-        check_kv(kv, info)
-        check_slots(slots, kv.shape[0], info, check)
-        fused = fused_module(info.device, backend)
-        if not kv.shape[0]:
-            return
-        if fused is not None and kernel_dtype_ok(kv):
-            fused.write_row(cache, kv, slots, self._fused_scale(), unique=unique, check=check)
-            return
-        record_range(slots, info, check)
-        rows = self._rows(cache)
-        keep = last_writers(slots.long(), info.capacity)
-        rows[slots.long()[keep]] = self._encode(kv[keep]).contiguous().view(torch.uint8)
+    def _fused_write(self, fused: Any, cache: Any, kv: Any, slots: Any, info: Any, unique: bool, check: bool) -> None:
+        fused.write_row(cache, kv, slots, self._fused_scale(), unique=unique, check=check)
 
-    def read(self, cache: "torch.Tensor", slots: "torch.Tensor", *, check: bool = True,
-             backend: str = "auto") -> "torch.Tensor":
-        torch = require_torch()
-        info = cache_info(self, cache)
-        check_slots(slots, None, info, check)
-        fused = fused_module(info.device, backend)
-        if fused is not None:
-            return fused.read_row(cache, slots, self._fused_scale(), check=check)
-        record_range(slots, info, check)
-        rows = self._rows(cache)
-        capacity = info.capacity
-        slots = slots.long()
-        valid = (slots >= 0) & (slots < capacity)
-        out = self._decode(rows[torch.where(valid, slots, torch.zeros_like(slots))])
-        return out.masked_fill_(~valid.unsqueeze(1), 0.0)
+    def _fused_read(self, fused: Any, cache: Any, slots: Any, info: Any, check: bool) -> Any:
+        return fused.read_row(cache, slots, self._fused_scale(), check=check)
+
+    def _torch_write(self, cache: Any, kv: Any, slots: Any, info: Any) -> None:
+        torch_codecs.write_rows(cache, kv, slots, info, self._fused_scale())
+
+    def _torch_read(self, cache: Any, slots: Any, info: Any) -> Any:
+        return torch_codecs.read_rows(cache, slots, info, self._fused_scale())
 
 
 @dataclass(frozen=True)
@@ -421,12 +329,6 @@ class Bf16RowLayout(_RowLayout):
     bytes_per_token: int = 2 * HEAD_DIM
     torch_dtype_name: str = "bfloat16"
     alignment: int = HEAD_DIM
-
-    def _encode(self, kv: "torch.Tensor") -> "torch.Tensor":
-        return kv.to(require_torch().bfloat16)
-
-    def _decode(self, raw: "torch.Tensor") -> "torch.Tensor":
-        return raw.view(require_torch().bfloat16)
 
 
 @dataclass(frozen=True)
@@ -453,15 +355,6 @@ class Fp8E4m3RowLayout(_RowLayout):
 
     def _fused_scale(self) -> "float | None":
         return float(self.scale)
-
-    def _encode(self, kv: "torch.Tensor") -> "torch.Tensor":
-        torch = require_torch()
-        # Saturate instead of relying on the cast's overflow behaviour (NaN on some builds).
-        return div(kv.float(), self.scale).clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
-
-    def _decode(self, raw: "torch.Tensor") -> "torch.Tensor":
-        torch = require_torch()
-        return (raw.view(torch.float8_e4m3fn).float() * self.scale).to(torch.bfloat16)
 
 
 @dataclass(frozen=True)

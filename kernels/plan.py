@@ -25,7 +25,6 @@ __all__ = [
     "check_positive_int",
     "import_attr_module",
     "memo_view",
-    "pad_heads",
     "padded_heads",
 ]
 
@@ -120,27 +119,26 @@ def check_plan_args(*, batch: Any, heads: Any, topk: Any, seq_q: Any, extra_topk
     returns the device, as a ``torch.device`` (default: the lengths' device)."""
     import torch
 
-    from .decode import is_int_tensor
+    from .decode import _check_lengths
 
     for name, value in (("batch", batch), ("heads", heads), ("topk", topk), ("seq_q", seq_q)):
         check_positive_int(name, value)
-    if extra_topk is not None and (isinstance(extra_topk, bool) or not isinstance(extra_topk, int) or extra_topk <= 0):
-        raise ValueError(f"extra_topk must be a positive int or None, got {extra_topk!r}")
+    if extra_topk is not None:
+        check_positive_int("extra_topk", extra_topk)
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
         raise ValueError(f"softmax_scale must be a float, got {softmax_scale!r}")
     if extra_topk_length is not None and extra_topk is None:
         raise ValueError("extra_topk_length needs extra_topk")
     lengths = (("topk_length", topk_length), ("extra_topk_length", extra_topk_length), ("seq_lens", seq_lens))
+    for name, t in lengths:
+        _check_lengths(name, t, batch, torch)
+    if extra_block_size is not None:
+        check_positive_int("extra_block_size", extra_block_size)
     if device is None:
         given = [t for _, t in lengths if t is not None]
         if not given:
             raise ValueError("plan() needs device= when no length tensor is given")
         device = given[0].device
-    for name, t in lengths:
-        if t is not None and (not is_int_tensor(t, torch) or tuple(t.shape) != (batch,)):
-            raise ValueError(f"{name} must be an integer [{batch}] tensor, got {getattr(t, 'shape', t)!r}")
-    if extra_block_size is not None:
-        check_positive_int("extra_block_size", extra_block_size)
     return torch.device(device)
 
 
@@ -177,18 +175,6 @@ def import_attr_module(*candidates: str, attr: str) -> Any:
         last = AttributeError(f"module {name!r} has no attribute {attr!r}")
     assert last is not None
     raise last
-
-
-def pad_heads(t: "torch.Tensor", dim: int, target: int, value: float = 0.0) -> "torch.Tensor":
-    """``t`` padded with ``value`` along ``dim`` to size ``target`` (no copy if already there)."""
-    import torch
-
-    have = t.shape[dim]
-    if have == target:
-        return t
-    shape = list(t.shape)
-    shape[dim] = target - have
-    return torch.cat([t, torch.full(shape, value, dtype=t.dtype, device=t.device)], dim=dim)
 
 
 def padded_heads(heads: int, allowed: tuple[int, ...], impl: str) -> int:

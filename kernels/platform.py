@@ -55,26 +55,34 @@ def parse_capability(value: Any) -> Capability | None:
         return None
     if isinstance(value, bool):
         raise ValueError(f"not a compute capability: {value!r}")
-    if isinstance(value, (tuple, list)) and len(value) == 2:
-        major, minor = value
-        if isinstance(major, int) and isinstance(minor, int) and major >= 0 and minor >= 0:
-            return (major, minor)
-    elif isinstance(value, int) and value >= 0:
-        return (value, 0)
-    elif isinstance(value, float) and value >= 0:
-        return parse_capability(f"{value:.1f}")
-    elif isinstance(value, str):
-        if m := _DOTTED.match(value):
-            return (int(m.group(1)), int(m.group(2)))
-        if m := _SM.match(value):
-            digits = m.group(1)
-            if len(digits) >= 2:
-                return (int(digits[:-1]), int(digits[-1]))
-        if m := _GFX.match(value):
-            return (int(m.group(1)), int(m.group(2), 16))
-    raise ValueError(
-        f"not a compute capability: {value!r} (use e.g. (9, 0), '9.0', 'sm_90' or 'gfx942')"
-    )
+    cap = _parse_capability_value(value)
+    if cap is None:
+        raise ValueError(f"not a compute capability: {value!r} (use e.g. (9, 0), '9.0', 'sm_90' or 'gfx942')")
+    return cap
+
+
+def _parse_capability_value(value: Any) -> Capability | None:
+    """A pair of non-negative ints, an int major, a float like 9.0 or capability text; None if none of them."""
+    if isinstance(value, (tuple, list)):
+        if len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+            return (value[0], value[1])
+        return None
+    if isinstance(value, (int, float)) and value >= 0:
+        return (value, 0) if isinstance(value, int) else _parse_capability_text(f"{value:.1f}")
+    return _parse_capability_text(value) if isinstance(value, str) else None
+
+
+def _parse_capability_text(value: str) -> Capability | None:
+    """``"9.0"``, ``"sm_90"`` / ``"sm90"`` or ``"gfx942"`` as ``(major, minor)``; None for other text."""
+    if m := _DOTTED.match(value):
+        return (int(m.group(1)), int(m.group(2)))
+    m = _SM.match(value)
+    if m and len(m.group(1)) >= 2:
+        digits = m.group(1)
+        return (int(digits[:-1]), int(digits[-1]))
+    if m := _GFX.match(value):
+        return (int(m.group(1)), int(m.group(2), 16))
+    return None
 
 
 def format_capability(cap: Capability | None) -> str:
@@ -132,7 +140,7 @@ def probe_torch() -> tuple[tuple[str, str | None] | None, str]:
     """
     torch, problem = import_torch()
     if torch is None:
-        return None, problem
+        return None, problem or "torch not installed"
     try:
         if getattr(torch.version, "hip", None):
             arch = None

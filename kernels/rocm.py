@@ -115,7 +115,7 @@ class DeepseekV4ROCMAiterMLASparseImpl(SparseMLAImpl):
 
         # Every column is dequantized into its own gather row (skipped ones read as zeros);
         # only the selected ones are listed in kv_indices. Fixed sizes: no host sync.
-        sources = [(kv_cache, indices, st["keep"], plan.block_size, plan.topk)]
+        sources: list[tuple[Any, Any, Any, int, Any]] = [(kv_cache, indices, st["keep"], plan.block_size, plan.topk)]
         if extra_kv_cache is not None:
             sources.append((extra_kv_cache, extra_indices, st.get("extra_keep"), plan.extra_block_size, plan.extra_topk))
         masks, start = [], 0

@@ -35,7 +35,9 @@ class SlotErrors(NamedTuple):
     """What the status recorded since the last check: ``count`` slots past their cache,
     the ``largest`` of them, and the smallest ``capacity`` (tokens) of a cache involved."""
 
-    count: int
+    # A tuple (callers compare it with one), whose first field is named as the API names it, shadowing
+    # tuple.count: that is the one thing mypy objects to here.
+    count: int  # type: ignore[assignment]
     largest: int
     capacity: int
 

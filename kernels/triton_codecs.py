@@ -24,11 +24,10 @@ Write semantics (shared with the torch path):
 Read: a negative or out-of-range slot reads a zero row (out-of-range ones are
 counted with ``check=True``).
 
-Launches go through :class:`_Launcher`: the first launch of a kernel for a
-specialization (argument dtypes, 16-byte alignment of pointers and ints, ints
-equal to 1, int widths, constexprs) goes through Triton and keeps the compiled
-kernel; later ones call its launcher directly, which skips Triton's per-call
-argument binding (``DSV4SEL_TRITON_LAUNCHER=triton`` keeps Triton's path).
+Launches go through :class:`~dsv4sel.kernels.triton_launch.Launcher`: per-call arguments
+first, then a cache's arguments resolved once per cache tensor, then the constexprs; after the
+first launch of a specialization the compiled kernel's C launcher is called directly
+(``DSV4SEL_TRITON_LAUNCHER=triton`` keeps Triton's path).
 
 Importing this module imports triton; :mod:`~dsv4sel.kernels.layouts` imports it
 only for CUDA caches.
@@ -36,7 +35,6 @@ only for CUDA caches.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -49,11 +47,10 @@ except ImportError:  # pragma: no cover - older Triton
     from triton.language.extra.cuda import libdevice  # type: ignore[no-redef]
 
 from .slot_status import status_of
+from .triton_launch import LAUNCHER_ENV, STATE, Launcher, Tail
 
-__all__ = ["write_fp8_ds_mla", "read_fp8_ds_mla", "write_row", "read_row", "DEDUP_MAX", "LAUNCHER_ENV"]
+__all__ = ["write_fp8_ds_mla", "read_fp8_ds_mla", "write_row", "read_row", "DEDUP_MAX", "LAUNCHER_ENV", "STATE"]
 
-_TOKEN_DATA = 576
-_SCALE_BYTES = 8
 #: Row codecs: tokens per program (each 512 columns) and warps, from the tile sweep.
 _WRITE_TOKENS = 4
 _READ_TOKENS = 4
@@ -65,91 +62,6 @@ _DSMLA_READ = (16, 8)
 _CLAIM_BLOCK = 1024
 #: Writes of at most this many rows elect the last row per slot inside the write kernel.
 DEDUP_MAX = 1024
-#: Set to "triton" to launch every kernel through Triton's own launch path.
-LAUNCHER_ENV = "DSV4SEL_TRITON_LAUNCHER"
-
-
-# -- launching --------------------------------------------------------------
-def _spec(v: Any) -> Any:
-    """What Triton specializes a kernel argument on (a superset, so a key never merges two variants)."""
-    cls = v.__class__
-    if cls is int:
-        return (v == 1, v % 16 == 0, -(1 << 31) <= v < (1 << 31))
-    if cls is float or cls is bool or v is None:
-        return cls
-    return (v.dtype, v.data_ptr() % 16 == 0)
-
-
-class _Launcher:
-    """A Triton kernel with its compiled variants kept by specialization key.
-
-    ``launcher(grid0, *args, num_warps=w)``: ``args`` are every parameter of the
-    kernel in signature order, constexprs included (as Triton's own launch passes
-    them). A key seen before launches the compiled kernel's launcher directly;
-    otherwise (or with launch hooks installed, or ``$DSV4SEL_TRITON_LAUNCHER=triton``)
-    Triton's path runs and its compiled kernel is kept.
-    """
-
-    def __init__(self, fn: Any) -> None:
-        self.fn = fn
-        self.compiled: dict[Any, Any] = {}
-        self.calls, self.hooks = 255, (None, None)  # the first call looks the hooks up
-        self.fast = 0  # launches that took the cached path (the benchmark reports it)
-        consts = set(getattr(fn, "constexprs", None) or [p.num for p in fn.params if p.is_constexpr])
-        flags = [i in consts for i in range(len(fn.params))]
-        # The constexprs are the kernel's last parameters: keyed by value, the others by _spec.
-        self.cut = flags.index(True) if True in flags else len(flags)
-        assert all(flags[self.cut:]), f"{fn}: constexpr parameters must come last"
-
-    def __call__(self, grid0: int, *args: Any, num_warps: int) -> None:
-        if not _FAST[0]:
-            self.fn[(grid0,)](*args, num_warps=num_warps)
-            return
-        device = _current_device()
-        cut = self.cut
-        key = (device, num_warps, *map(_spec, args[:cut]), *args[cut:])
-        kernel = self.compiled.get(key)
-        self.calls += 1
-        if not self.calls & 255:  # Triton's launch hooks, as its own launch passes them
-            self.hooks = _hooks()
-        if kernel is not None:
-            enter, leave = self.hooks
-            stream = _stream(device)
-            meta = None if enter is None else kernel.launch_metadata((grid0, 1, 1), stream, *args)
-            try:
-                kernel.run(grid0, 1, 1, stream, kernel.function, kernel.packed_metadata, meta, enter, leave, *args)
-                self.fast += 1
-                return
-            except TypeError as exc:  # this Triton's launcher takes other arguments: Triton's path from now on
-                _FAST[0] = False
-                _FAST.append(f"disabled: {exc}")
-        kernel = self.fn[(grid0,)](*args, num_warps=num_warps)
-        if kernel is not None and all(hasattr(kernel, a) for a in ("run", "function", "packed_metadata")):
-            self.compiled[key] = kernel
-
-
-def _fast_launch_setup() -> list:
-    """[enabled], plus the device / stream / hook lookups the fast path uses."""
-    global _current_device, _stream, _hooks
-    try:
-        from triton import knobs
-        from triton.runtime import driver
-
-        active = driver.active
-        _current_device, _stream = active.get_current_device, active.get_current_stream
-        runtime = knobs.runtime
-
-        def _hooks() -> tuple:
-            return runtime.launch_enter_hook, runtime.launch_exit_hook
-
-        enabled = os.environ.get(LAUNCHER_ENV, "").strip().lower() != "triton"
-    except Exception:  # an older Triton: its own launch path only
-        enabled = False
-    return [enabled]
-
-
-_current_device = _stream = _hooks = None  # set by _fast_launch_setup
-_FAST = _fast_launch_setup()
 
 
 # -- what every codec kernel starts with --------------------------------------
@@ -193,7 +105,7 @@ def _elect(rows, ok, raw, s, slots, n, scratch, ELECT: tl.constexpr, DEDUP_N: tl
 
 
 @triton.jit
-def _claim(scratch, slots, n, capacity, BLOCK: tl.constexpr):
+def _claim(slots, n, scratch, capacity, BLOCK: tl.constexpr):
     rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     raw = tl.load(slots + rows, mask=rows < n, other=-1).to(tl.int64)
     ok = (rows < n) & (raw >= 0) & (raw < capacity)
@@ -201,7 +113,7 @@ def _claim(scratch, slots, n, capacity, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _unclaim(scratch, slots, n, capacity, BLOCK: tl.constexpr):
+def _unclaim(slots, n, scratch, capacity, BLOCK: tl.constexpr):
     rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     raw = tl.load(slots + rows, mask=rows < n, other=-1).to(tl.int64)
     ok = (rows < n) & (raw >= 0) & (raw < capacity)
@@ -221,7 +133,7 @@ def _ds_mla_offsets(s, block_size, page_bytes):
 # -- fp8_ds_mla ---------------------------------------------------------------
 @triton.jit
 def _write_fp8_ds_mla_kernel(
-    kv, kv_stride, slots, scratch, status, cache_u8, cache_f8, cache_bf16, n, capacity, block_size, page_bytes,
+    kv, kv_stride, slots, n, scratch, status, cache_u8, cache_f8, cache_bf16, capacity, block_size, page_bytes,
     CHECK: tl.constexpr, ELECT: tl.constexpr, DEDUP_N: tl.constexpr, TOKENS: tl.constexpr,
 ):
     """Quantize TOKENS rows into their slots' data and scale rows; blocks are [tokens, 8 tiles, 64]."""
@@ -249,7 +161,7 @@ def _write_fp8_ds_mla_kernel(
 
 @triton.jit
 def _read_fp8_ds_mla_kernel(
-    out, cache_u8, cache_f8, cache_bf16, slots, status, n, capacity, block_size, page_bytes,
+    out, slots, n, status, cache_u8, cache_f8, cache_bf16, capacity, block_size, page_bytes,
     CHECK: tl.constexpr, TOKENS: tl.constexpr,
 ):
     """Dequantize TOKENS slots' rows to bf16; blocks are [tokens, 8 tiles, 64]."""
@@ -275,7 +187,7 @@ def _read_fp8_ds_mla_kernel(
 # -- plain rows (bf16_row, fp8_e4m3_row) --------------------------------------
 @triton.jit
 def _write_row_kernel(
-    kv, kv_stride, slots, scratch, status, rows_out, n, capacity, scale,
+    kv, kv_stride, slots, n, scratch, status, rows_out, capacity, scale,
     FP8: tl.constexpr, SCALED: tl.constexpr, CHECK: tl.constexpr, ELECT: tl.constexpr, DEDUP_N: tl.constexpr,
     TOKENS: tl.constexpr,
 ):
@@ -295,7 +207,7 @@ def _write_row_kernel(
 
 
 @triton.jit
-def _read_row_kernel(out, rows_in, slots, status, n, capacity, scale, FP8: tl.constexpr, SCALED: tl.constexpr,
+def _read_row_kernel(out, slots, n, status, rows_in, capacity, scale, FP8: tl.constexpr, SCALED: tl.constexpr,
                      CHECK: tl.constexpr, TOKENS: tl.constexpr):
     rows, in_range, ok, raw, s = _token_slots(slots, n, capacity, status, TOKENS, CHECK)
     cols = tl.arange(0, 512)
@@ -309,110 +221,135 @@ def _read_row_kernel(out, rows_in, slots, status, n, capacity, scale, FP8: tl.co
     tl.store(out + rows[:, None] * 512 + cols[None, :], y, mask=in_range[:, None])
 
 
-_write_ds = _Launcher(_write_fp8_ds_mla_kernel)
-_read_ds = _Launcher(_read_fp8_ds_mla_kernel)
-_write_rows = _Launcher(_write_row_kernel)
-_read_rows = _Launcher(_read_row_kernel)
-_claims = _Launcher(_claim)
-_unclaims = _Launcher(_unclaim)
+# The per-call arguments (the head) of each kernel; the rest but the constexprs is a cache's Tail.
+_write_ds = Launcher(_write_fp8_ds_mla_kernel, head=4)
+_read_ds = Launcher(_read_fp8_ds_mla_kernel, head=3)
+_write_rows = Launcher(_write_row_kernel, head=4)
+_read_rows = Launcher(_read_row_kernel, head=3)
+_claims = Launcher(_claim, head=2)
+_unclaims = Launcher(_unclaim, head=2)
 
 
 # -- host side ----------------------------------------------------------------
-_scratch: dict[Any, Any] = {}
-_byte_views: dict[int, Any] = {}
+class _CacheArgs:
+    """What the kernels take from one cache tensor, made once per tensor: its flat views (fp8_ds_mla:
+    uint8, float8 and bf16 views of the same bytes), capacity, and the launch tails (the tensor's
+    pointers as ints) per check / election / scale; the last-row scratch array when a large write
+    needs one (4 bytes per token, all -1 between calls: the write's winners put -1 back)."""
+
+    __slots__ = ("cache", "ptr", "shape", "pages", "capacity", "index", "device", "tails", "scratch")
+
+    def __init__(self, cache: torch.Tensor, capacity: int) -> None:
+        self.cache, self.ptr, self.shape = cache, cache.data_ptr(), cache.shape
+        flat = cache.view(-1)
+        self.pages = (flat, flat.view(torch.float8_e4m3fn), flat.view(torch.bfloat16)) if cache.dim() == 2 \
+            else (cache,)
+        self.capacity, self.index, self.device = capacity, cache.get_device(), cache.device
+        self.tails: dict[Any, Tail] = {}
+        self.scratch: "torch.Tensor | None" = None
+
+    def tail(self, key: Any, *rest: Any, check: bool, scratch: "bool | None") -> Tail:
+        """The Tail ``([scratch,] status, *pages, capacity, *rest)``: a write's (``scratch`` not None) has the
+        claim array first (True) or a stand-in (False: unused, like the status when not ``check``)."""
+        tail = self.tails.get(key)
+        if tail is None:
+            status = status_of(self.index) if check else self.pages[0]
+            head = () if scratch is None else (self.claim_array() if scratch else self.pages[0],)
+            tail = self.tails[key] = Tail(*head, status, *self.pages, self.capacity, *rest)
+        return tail
+
+    def claim_tail(self) -> Tail:
+        """The Tail ``(claim array, capacity)`` of the claim / unclaim kernels."""
+        tail = self.tails.get("claim")
+        if tail is None:
+            tail = self.tails["claim"] = Tail(self.claim_array(), self.capacity)
+        return tail
+
+    def claim_array(self) -> torch.Tensor:
+        if self.scratch is None:
+            self.scratch = torch.full((self.capacity,), -1, dtype=torch.int32, device=self.device)
+        return self.scratch
 
 
-def _views(cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The fp8_ds_mla pages as flat uint8, float8 and bf16 views, made once per cache tensor
-    (the memo holds the tensor, so its id stays its own; re-pointed tensors are re-made)."""
-    hit = _byte_views.get(id(cache))
-    if hit is not None and hit[1] == cache.data_ptr() and hit[2] == cache.shape:
-        return hit[3]
-    u8 = cache.view(-1)
-    views = (u8, u8.view(torch.float8_e4m3fn), u8.view(torch.bfloat16))
-    if len(_byte_views) >= 64:
-        _byte_views.clear()
-    _byte_views[id(cache)] = (cache, cache.data_ptr(), cache.shape, views)
-    return views
+_caches: dict[int, _CacheArgs] = {}
 
 
-def _election(slots: torch.Tensor, n: int, capacity: int, cache: torch.Tensor, unique: bool) -> tuple[int, int, Any]:
-    """(ELECT, DEDUP_N, scratch) for a write of ``n`` rows; runs the claim pass when ELECT is 2."""
+def _args(cache: torch.Tensor, capacity: int) -> _CacheArgs:
+    """The cache's :class:`_CacheArgs` (kept by identity: the entry holds the tensor, so its id stays its
+    own; re-made when the tensor was re-pointed or reshaped)."""
+    hit = _caches.get(id(cache))
+    if hit is not None and hit.ptr == cache.data_ptr() and hit.shape == cache.shape:
+        return hit
+    if len(_caches) >= 64:
+        _caches.clear()
+    hit = _caches[id(cache)] = _CacheArgs(cache, capacity)
+    return hit
+
+
+def _write(launcher: Launcher, tokens: int, warps: int, c: _CacheArgs, kv: torch.Tensor, slots: torch.Tensor,
+           unique: bool, check: bool, rest: tuple, flags: tuple) -> None:
+    """One write: elect the last row per slot (in the kernel for <= DEDUP_MAX rows, else through the
+    cache's claim array: claim, write, unclaim), then launch ``launcher`` over ``kv``'s rows."""
+    n = kv.shape[0]
+    if kv.stride(1) != 1:
+        kv = kv.contiguous()
     if unique:
-        return 0, 1, slots
-    if n <= DEDUP_MAX:
-        return 1, max(16, triton.next_power_of_2(n)), slots
-    key = (cache.device.index, cache.data_ptr(), capacity)
-    scratch = _scratch.get(key)
-    if scratch is None:  # per cache; all -1 between calls (the winners put -1 back)
-        if len(_scratch) >= 32:
-            _scratch.clear()
-        scratch = _scratch[key] = torch.full((capacity,), -1, dtype=torch.int32, device=cache.device)
-    _claims(triton.cdiv(n, _CLAIM_BLOCK), scratch, slots, n, capacity, _CLAIM_BLOCK, num_warps=4)
-    return 2, 1, scratch
+        elect, dedup_n = 0, 1
+    elif n <= DEDUP_MAX:
+        elect, dedup_n = 1, max(16, 1 << (n - 1).bit_length())
+    else:
+        elect, dedup_n = 2, 1
+    tail = c.tail((launcher, check, elect == 2, rest), *rest, check=check, scratch=elect == 2)
+    claim_tail = c.claim_tail() if elect == 2 else None
+    if claim_tail is not None:
+        _claims(-(-n // _CLAIM_BLOCK), 4, (slots, n), claim_tail, (_CLAIM_BLOCK,))
+    launcher(-(-n // tokens), warps, (kv, kv.stride(0), slots, n), tail, (*flags, check, elect, dedup_n, tokens))
+    if claim_tail is not None:
+        _unclaims(-(-n // _CLAIM_BLOCK), 4, (slots, n), claim_tail, (_CLAIM_BLOCK,))
 
 
 def write_fp8_ds_mla(cache: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor, block_size: int,
                      unique: bool = False, check: bool = True) -> None:
     """Quantize ``kv`` ``[n, 512]`` into fp8_ds_mla pages ``cache`` (uint8 ``[num_blocks, page_bytes]``)."""
-    n = kv.shape[0]
-    if n == 0:
-        return
-    if kv.stride(1) != 1:
-        kv = kv.contiguous()
-    page_bytes = cache.shape[1]
-    capacity = cache.shape[0] * block_size
-    u8, f8, bf16 = _views(cache)
-    status = status_of(cache.get_device()) if check else slots
-    elect, dedup_n, scratch = _election(slots, n, capacity, cache, unique)
-    tokens, warps = _DSMLA_WRITE
-    _write_ds(triton.cdiv(n, tokens), kv, kv.stride(0), slots, scratch, status, u8, f8, bf16, n, capacity,
-              block_size, page_bytes, check, elect, dedup_n, tokens, num_warps=warps)
-    if elect == 2:
-        _unclaims(triton.cdiv(n, _CLAIM_BLOCK), scratch, slots, n, capacity, _CLAIM_BLOCK, num_warps=4)
+    if kv.shape[0]:
+        c = _args(cache, cache.shape[0] * block_size)
+        tokens, warps = _DSMLA_WRITE
+        _write(_write_ds, tokens, warps, c, kv, slots, unique, check, (block_size, cache.shape[1]), ())
 
 
 def read_fp8_ds_mla(cache: torch.Tensor, slots: torch.Tensor, block_size: int, check: bool = True) -> torch.Tensor:
     """Dequantize the fp8_ds_mla rows at ``slots`` to bf16 ``[n, 512]``."""
-    n = slots.shape[0]
-    out = torch.empty((n, 512), dtype=torch.bfloat16, device=cache.device)
-    if n == 0:
-        return out
-    u8, f8, bf16 = _views(cache)
-    status = status_of(cache.get_device()) if check else slots
-    tokens, warps = _DSMLA_READ
-    _read_ds(triton.cdiv(n, tokens), out, u8, f8, bf16, slots, status, n, cache.shape[0] * block_size, block_size,
-             cache.shape[1], check, tokens, num_warps=warps)
-    return out
+    c = _args(cache, cache.shape[0] * block_size)
+    return _read(_read_ds, _DSMLA_READ, c, slots, check, (block_size, cache.shape[1]), ())
 
 
 def write_row(cache: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor, scale: float | None,
               unique: bool = False, check: bool = True) -> None:
     """Store ``kv`` into a row cache ``[num_blocks, block_size, 512]`` (bf16, or float8 when ``scale`` is given)."""
-    n = kv.shape[0]
-    if n == 0:
-        return
-    if kv.stride(1) != 1:
-        kv = kv.contiguous()
-    fp8 = scale is not None
-    capacity = cache.shape[0] * cache.shape[1]
-    status = status_of(cache.get_device()) if check else slots
-    elect, dedup_n, scratch = _election(slots, n, capacity, cache, unique)
-    _write_rows(triton.cdiv(n, _WRITE_TOKENS), kv, kv.stride(0), slots, scratch, status, cache, n, capacity,
-                float(scale or 1.0), fp8, fp8 and float(scale) != 1.0, check, elect, dedup_n, _WRITE_TOKENS,
-                num_warps=_WRITE_WARPS)
-    if elect == 2:
-        _unclaims(triton.cdiv(n, _CLAIM_BLOCK), scratch, slots, n, capacity, _CLAIM_BLOCK, num_warps=4)
+    if kv.shape[0]:
+        c = _args(cache, cache.shape[0] * cache.shape[1])
+        _write(_write_rows, _WRITE_TOKENS, _WRITE_WARPS, c, kv, slots, unique, check, (float(scale or 1.0),),
+               _row_flags(scale))
 
 
 def read_row(cache: torch.Tensor, slots: torch.Tensor, scale: float | None, check: bool = True) -> torch.Tensor:
     """Rows at ``slots`` of a row cache as bf16 ``[n, 512]`` (dequantized with ``scale`` when float8)."""
+    c = _args(cache, cache.shape[0] * cache.shape[1])
+    return _read(_read_rows, (_READ_TOKENS, _READ_WARPS), c, slots, check, (float(scale or 1.0),), _row_flags(scale))
+
+
+def _row_flags(scale: "float | None") -> tuple[bool, bool]:
+    """The row kernels' FP8 and SCALED constexprs."""
+    return (scale is not None, scale is not None and float(scale) != 1.0)
+
+
+def _read(launcher: Launcher, config: tuple[int, int], c: _CacheArgs, slots: torch.Tensor, check: bool,
+          rest: tuple, flags: tuple) -> torch.Tensor:
+    """One read of ``slots`` into a new bf16 ``[n, 512]``."""
     n = slots.shape[0]
-    out = torch.empty((n, 512), dtype=torch.bfloat16, device=cache.device)
-    if n == 0:
-        return out
-    fp8 = scale is not None
-    status = status_of(cache.get_device()) if check else slots
-    _read_rows(triton.cdiv(n, _READ_TOKENS), out, cache, slots, status, n, cache.shape[0] * cache.shape[1],
-               float(scale or 1.0), fp8, fp8 and float(scale) != 1.0, check, _READ_TOKENS, num_warps=_READ_WARPS)
+    out = torch.empty((n, 512), dtype=torch.bfloat16, device=c.device)
+    if n:
+        tokens, warps = config
+        tail = c.tail((launcher, check, rest), *rest, check=check, scratch=None)
+        launcher(-(-n // tokens), warps, (out, slots, n), tail, (*flags, check, tokens))
     return out

@@ -195,7 +195,7 @@ class DeepseekV41FlashMLASparseImpl(UsesFlashMLABuild, _WithoutDecodeAdapter):
         readable = None
         if self.capability is not None and self.platform in (None, "cuda"):
             readable = self.layouts_by_major.get(self.capability[0])
-        if readable is not None and self.layout.name not in readable:
+        if readable is not None and self.capability is not None and self.layout.name not in readable:
             raise UnsupportedLayoutError(
                 f"{self.impl_name}: on SM{self.capability[0]}x FlashMLA's V4.1 kernels read "
                 f"{', '.join(sorted(readable))}, not {self.layout.name}"

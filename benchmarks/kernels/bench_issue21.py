@@ -13,8 +13,8 @@
   ``default`` = ``layout.write`` / ``read`` as called with no options (slot range checked on the device,
   last-row election), ``unchecked`` = ``check=False`` (and ``unique=True`` for writes).
 * A decode step's cache write: 64 tokens into a 1M-token cache, eager µs per call (default and
-  unchecked, with the cached launcher and with Triton's own launch path), and per call in a CUDA graph
-  of 10 calls.
+  unchecked writes, and the default read of those 64 slots, with the direct launcher and with Triton's
+  own launch path), and per call in a CUDA graph of 10 calls.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from _timing import dump, machine, markdown
 from bench_codecs import CODECS, timed
 from bench_flashmla_plan_run import bench_shape
 
-from dsv4sel.kernels import triton_codecs
+from dsv4sel.kernels import triton_codecs, triton_launch
 from dsv4sel.kernels.flashmla import DeepseekV4FlashMLASparseImpl, flashmla_build
 from dsv4sel.kernels.layouts import LAYOUTS, raise_slot_errors
 
@@ -90,13 +90,14 @@ def step_rows(args):
         kv = torch.randn(64, 512, generator=gen).to(torch.bfloat16).cuda()
         slots = torch.randperm(1 << 20, generator=gen)[:64].cuda()
         row = {"codec": name}
-        default = triton_codecs._FAST[0]
-        for launcher in ("cached", "triton"):
-            triton_codecs._FAST[0] = launcher == "cached"
+        default = triton_launch.STATE[0]
+        for launcher in ("direct", "triton"):
+            triton_launch.STATE[0] = launcher == "direct"
             for key, fn in (("default", lambda: layout.write(cache, kv, slots)),
-                            ("unchecked", lambda: layout.write(cache, kv, slots, check=False, unique=True))):
+                            ("unchecked", lambda: layout.write(cache, kv, slots, check=False, unique=True)),
+                            ("read default", lambda: layout.read(cache, slots))):
                 row[f"{key} eager µs ({launcher} launcher)"] = timed(fn, 20, args.reps) * 1e6
-        triton_codecs._FAST[0] = default
+        triton_launch.STATE[0] = default
         graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
         layout.write(cache, kv, slots)
         stream.wait_stream(torch.cuda.current_stream())
@@ -148,11 +149,11 @@ def main() -> None:
     steps = step_rows(args)
     print("# a decode step's cache write: 64 tokens, µs per call")
     print(markdown(steps, [(k, k) for k in steps[0]]))
-    kept = {name: (len(launcher.compiled), launcher.fast) for name, launcher in (
+    kept = {name: (len(launcher.variants), launcher.fast) for name, launcher in (
         ("write fp8_ds_mla", triton_codecs._write_ds), ("read fp8_ds_mla", triton_codecs._read_ds),
         ("write rows", triton_codecs._write_rows), ("read rows", triton_codecs._read_rows))}
-    print(f"# cached launcher: {triton_codecs._FAST}, (compiled variants kept, cached launches) {kept}")
-    payload.update(codecs=codecs, step=steps, launcher={"enabled": triton_codecs._FAST[0], "kept": kept})
+    print(f"# direct launcher: {triton_launch.STATE}, (compiled variants kept, direct launches) {kept}")
+    payload.update(codecs=codecs, step=steps, launcher={"enabled": triton_launch.STATE[0], "kept": kept})
     dump(args.json, payload)
 
 

@@ -54,6 +54,9 @@ echo "== tests/kernels"
 
 [ -z "${SKIP_BENCH:-}" ] || exit 0
 cd "$ROOT/benchmarks/kernels"
+echo "== bench_issue21 (every figure of issue 21's table, one run)"
+timeout 420 $PY bench_issue21.py --rounds 15 --json "$OUT/issue21.json" 2>&1 | tee "$OUT/issue21.txt"
+[ -z "${ISSUE21_ONLY:-}" ] || exit 0
 echo "== bench_flashmla_plan_run"
 timeout 240 $PY bench_flashmla_plan_run.py --batch ${BENCH_BATCH:-64} --heads ${BENCH_HEADS:-64} \
     --json "$OUT/flashmla.json" 2>&1 | tee "$OUT/flashmla.txt"

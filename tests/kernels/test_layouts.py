@@ -577,9 +577,11 @@ def test_small_writes_and_reads_are_byte_exact_through_either_launcher(name, lau
     """Decode-step sizes (1 row: Triton makes n a constant; 17, 64, 200), each twice: the second
     launch of a specialization goes through the cached launcher, whose key must keep them apart."""
     _fused_or_skip()
-    from dsv4sel.kernels import triton_codecs
+    from dsv4sel.kernels import triton_codecs, triton_launch
 
-    monkeypatch.setattr(triton_codecs, "_FAST", [launcher == "cached"])
+    monkeypatch.setattr(triton_launch, "STATE", [launcher == "cached"])
+    launchers = (triton_codecs._write_ds, triton_codecs._read_ds, triton_codecs._write_rows, triton_codecs._read_rows)
+    direct_before = sum(lau.fast for lau in launchers)
     layout = get_layout(name)
     for n in (1, 17, 64, 200, 1, 64):
         fused, ref = (layout.allocate(8, 64, device="cuda") for _ in range(2))
@@ -600,6 +602,10 @@ def test_small_writes_and_reads_are_byte_exact_through_either_launcher(name, lau
         layout.write(ref, kv, uniq.long(), backend="torch")
         assert torch.equal(_bytes(fused), _bytes(ref)), n
     raise_slot_errors("cuda")
+    direct = sum(lau.fast for lau in launchers) - direct_before
+    # Repeated specializations must take the direct path (a launch-hook check that always said
+    # "hooked" once sent every launch back through Triton), and none may when it is off.
+    assert direct > 0 if launcher == "cached" else direct == 0
 
 
 def test_bad_kv_and_cache_are_rejected() -> None:
