@@ -172,7 +172,7 @@ class ImplClass:
         """``(module, None)`` or ``(None, reason)``; never raises."""
         try:
             return cls.import_library(), None
-        except Exception as exc:  # a broken install can raise OSError, RuntimeError, ...
+        except Exception as exc:  # noqa: BLE001 - import_library may raise anything (a broken build: OSError, ...)
             return None, cls.library_missing_reason(exc)
 
     @classmethod
@@ -198,5 +198,5 @@ class ImplClass:
                 return False, reason
             where = f"{platform}" + (f" {cap[0]}.{cap[1]}" if cap else "")
             return True, f"{cls.library_label(module)} importable; {where} supported"
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - never raises: an adapter hook's bug is a reason, not a crash
             return False, f"availability check failed: {type(exc).__name__}: {exc}"

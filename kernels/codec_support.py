@@ -51,7 +51,7 @@ def _why_not_fused(device: Any) -> "str | None":
         return f"the fused codecs need SM89 or newer for float8 conversion, this GPU is {major}.{minor}"
     try:
         from . import triton_codecs  # noqa: F401
-    except Exception as exc:  # Triton missing or broken
+    except Exception as exc:  # noqa: BLE001 - Triton missing or broken: its import can raise anything
         return f"triton is not importable ({type(exc).__name__}: {exc})"
     return None
 

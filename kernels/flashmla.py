@@ -312,7 +312,7 @@ class DeepseekV4FlashMLASparseImpl(UsesFlashMLABuild, SparseMLAImpl):
                     verdict = getattr(op, "default", op)
                     # A torch OpOverload's __call__ only forwards to its C++ callable: call that.
                     verdict = getattr(verdict, "_op", None) if callable(getattr(verdict, "_op", None)) else verdict
-            except Exception:
+            except Exception:  # noqa: BLE001 - any failure of the trial call: keep the checked call path
                 verdict = None
         with _lock:  # the entry holds the module and the op, so their ids stay theirs
             _probed[key] = (plan.library, op, verdict)

@@ -244,7 +244,7 @@ class DeepseekV41MegaAttnImpl(_WithoutDecodeAdapter):
         try:
             # Resolving an unregistered op raises (AttributeError or RuntimeError by torch version).
             return getattr(getattr(torch.ops, MEGA_OP_NAMESPACE), MEGA_OP)
-        except Exception:
+        except (AttributeError, RuntimeError):
             return None
 
     @classmethod
@@ -261,7 +261,7 @@ class DeepseekV41MegaAttnImpl(_WithoutDecodeAdapter):
                     load_vllm_flashmla()  # by path: vLLM's top-level package is not imported
                 else:
                     importlib.import_module(name)
-            except Exception as exc:  # absent or broken: the op stays missing, the reason says why
+            except Exception as exc:  # noqa: BLE001 - a compiled provider, absent or broken: the reason says which
                 tried.append(f"{name}: {type(exc).__name__}")
                 continue
             tried.append(f"{name}: imported")

@@ -1,5 +1,3 @@
-import os
-
 import pytest
 
 
@@ -24,5 +22,3 @@ def write_rules(tmp_path, monkeypatch):
 
     return write
 
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -21,7 +21,7 @@ from dsv4sel.engine import cache, sources
 from dsv4sel.engine.ruleset import CorruptTable
 from dsv4sel.dsv4.rules import RuleSet
 
-from conftest import REPO as _REPO
+from _repo import REPO as _REPO
 
 REPO = Path(_REPO)
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from _repo import REPO
 from _rule_text import edited_shipped_rules
 
 DSV4SEL = [os.path.join(os.path.dirname(sys.executable), "dsv4sel")]

@@ -23,7 +23,7 @@ import dsv4sel
 from dsv4sel.engine import cache
 
 from _bounds import CpuTimer
-from conftest import REPO
+from _repo import REPO
 
 #: Run in the child: load the shipped rules with the packaged artifact out of the way,
 #: answer the probes, and report time and memory growth.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from _repo import REPO
 
 ROOT = Path(REPO)
 

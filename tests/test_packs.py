@@ -12,7 +12,7 @@ import dsv4sel
 from dsv4sel import RuleError
 from dsv4sel.engine.sources import default_packs, directory_pack
 
-from conftest import REPO
+from _repo import REPO
 
 EXAMPLE = os.path.join(REPO, "examples", "b12x-pack")
 EXAMPLE_RULES = os.path.join(EXAMPLE, "dsv4sel_b12x", "rules")

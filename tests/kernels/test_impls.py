@@ -21,7 +21,6 @@ import pytest
 import torch
 
 import dsv4sel.kernels as kernels
-from kernel_fixtures import device, fake_module, gen, no_libraries  # noqa: F401  (pytest fixtures)
 from dsv4sel.kernels.base import SparseMLAImpl
 from dsv4sel.kernels.errors import KernelUnavailableError, UnknownLayoutError, UnsupportedLayoutError
 from dsv4sel.kernels.flashinfer import DeepseekV4FlashInferMLASparseImpl
@@ -976,7 +975,7 @@ def test_aiter_plan_once_then_run_every_layer_and_replan(fake_module, gen) -> No
 def _dense_mla_decode_fwd(q, kv_buffer, o, qo_indptr, kv_indptr, kv_indices, kv_last_page_lens, max_seqlen_q,
                           page_size=1, nhead_kv=1, sm_scale=None, return_lse=False, **kwargs):
     """aiter.mla.mla_decode_fwd's semantics in fixed-size torch ops (capturable)."""
-    tokens, cap = q.shape[0], kv_indices.numel()
+    cap = kv_indices.numel()
     pos = kv_indptr[:-1].long().view(-1, 1) + torch.arange(cap, device=q.device).view(1, -1)
     valid = pos < kv_indptr[1:].long().view(-1, 1)
     rows = kv_buffer[kv_indices[pos.clamp(max=cap - 1)].long(), 0, 0].float()  # [T, cap, 576]

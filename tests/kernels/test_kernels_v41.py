@@ -25,7 +25,6 @@ import torch
 import dsv4sel
 import dsv4sel.kernels as kernels
 from dsv4sel.dsv4.selection import Query
-from kernel_fixtures import fake_module, gen, no_libraries  # noqa: F401  (pytest fixtures)
 from dsv4sel.kernels.base import SparseMLAImpl
 from dsv4sel.kernels.errors import KernelUnavailableError, UnsupportedLayoutError
 from dsv4sel.kernels.flashinfer import DeepseekV4FlashInferMLASparseImpl

@@ -19,7 +19,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel_fixtures import device, gen  # noqa: F401  (pytest fixtures)
 from dsv4sel.kernels.errors import UnknownLayoutError
 from dsv4sel.kernels.layouts import SlotRangeError, raise_slot_errors, slot_errors
 from dsv4sel.kernels.layouts import LAYOUTS, get_layout

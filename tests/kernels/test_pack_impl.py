@@ -17,7 +17,6 @@ import sys
 import pytest
 import torch
 
-from kernel_fixtures import fake_module, gen  # noqa: F401  (pytest fixtures)
 from dsv4sel.kernels.base import DecodeOutput, SparseMLAImpl
 from dsv4sel.kernels.errors import KernelUnavailableError
 from dsv4sel.kernels.layouts import get_layout

@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 
-from kernel_fixtures import device, gen  # noqa: F401  (pytest fixtures)
 from dsv4sel.kernels.layouts import LAYOUTS, get_layout
 from dsv4sel.kernels.reference import DeepseekV4ReferenceSparseImpl, sparse_mla_decode
 

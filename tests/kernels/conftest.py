@@ -1,11 +1,13 @@
-"""Fixtures for the dsv4sel.kernels tests, imported by each test module.
-
-Not a conftest.py: the core's tests import their own ``conftest`` module by
-name, and a second conftest.py here would shadow it.
+"""Fixtures for the dsv4sel.kernels tests: every test module in this folder can request them.
 
 ``device`` runs a test on the CPU and on a CUDA GPU (marked ``gpu``; skipped,
 with the reason, where torch sees none). The kernel libraries are never needed: contract tests inject
 fake modules into ``sys.modules`` (``fake_module``), or make every library unimportable (``no_libraries``).
+
+torch is optional here, so that the tests of this folder that run without torch (the platform
+probe's) still do: a fixture that needs it skips, with the reason, where it is missing.
+The core's tests must not ``import conftest`` by name (they use ``tests/_repo.py``): which of the
+two conftest modules that name finds depends on the order pytest loaded them.
 """
 
 from __future__ import annotations
@@ -15,12 +17,25 @@ import types
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="dsv4sel.kernels tensor tests need torch")
+try:
+    import torch
+except ImportError:
+    torch = None
+
+_NO_TORCH = "dsv4sel.kernels tensor tests need torch (not installed)"
+
+
+def _torch():
+    """torch, or a skip of the test that asked where torch is not installed."""
+    if torch is None:
+        pytest.skip(_NO_TORCH)
+    return torch
 
 
 def _devices() -> list:
     no_cuda = pytest.mark.skipif(
-        not torch.cuda.is_available(), reason="no CUDA device visible to torch: the CUDA run of this test needs a GPU"
+        torch is None or not torch.cuda.is_available(),
+        reason="no CUDA device visible to torch: the CUDA run of this test needs a GPU",
     )
     return [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=[pytest.mark.gpu, no_cuda])]
 
@@ -34,7 +49,7 @@ def device(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def gen() -> "torch.Generator":
     """A seeded CPU generator: tests draw data on the CPU, then move it."""
-    return torch.Generator().manual_seed(1234)
+    return _torch().Generator().manual_seed(1234)
 
 
 @pytest.fixture
@@ -83,4 +98,4 @@ def no_libraries(monkeypatch):
     ):
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.delenv(VLLM_FLASHMLA_DIR_ENV, raising=False)
-    monkeypatch.setattr(torch.ops, "_flashmla_C", _OpsWithout("_flashmla_C"), raising=False)
+    monkeypatch.setattr(_torch().ops, "_flashmla_C", _OpsWithout("_flashmla_C"), raising=False)
