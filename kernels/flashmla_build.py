@@ -173,7 +173,8 @@ def _load_bundle(vllm_dir: str) -> types.ModuleType:
                     sys.modules.pop(name, None)
                 else:
                     sys.modules[name] = value
-        module.__dsv4sel_extension__ = ext_spec.origin
+        # the extension file it was loaded with, for FlashMLABuild.location (an attribute mypy cannot know)
+        module.__dsv4sel_extension__ = ext_spec.origin  # type: ignore[attr-defined]
         _loaded[interface_path] = module
         return module
 

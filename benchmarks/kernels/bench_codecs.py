@@ -76,21 +76,73 @@ def sweep(args, copy_gbps):
     kv = torch.randn(n, 512, generator=gen).to(torch.bfloat16).to("cuda")
     slots = torch.randperm(num_blocks * args.block_size, generator=gen)[:n].to("cuda")
     for name in args.codecs.split(","):
-        layout = LAYOUTS[name]
-        cache = layout.allocate(num_blocks, args.block_size, device="cuda")
-        moved = n * (1024 + layout.bytes_per_token)
-        for tokens, warps in ((1, 2), (1, 4), (2, 2), (2, 4), (4, 4), (8, 4), (4, 8), (8, 8), (16, 8)):
-            tc._WRITE_TOKENS = tc._READ_TOKENS = tokens
-            tc._WRITE_WARPS = tc._READ_WARPS = warps
-            tc._DSMLA_WRITE = tc._DSMLA_READ = (tokens, warps)
-            for op, fn in (("write", lambda: layout.write(cache, kv, slots, check=False, unique=True)),
-                           ("read", lambda: layout.read(cache, slots, check=False))):
-                seconds = timed(fn, args.calls, args.reps)
-                rows.append({"codec": name, "op": op, "tokens": n, "config": f"{tokens} x {warps}",
-                             "us": seconds * 1e6, "of_copy": moved / seconds / 1e9 / copy_gbps})
-        del cache
+        rows += sweep_codec(tc, name, kv, slots, num_blocks, args, copy_gbps)
     tc._WRITE_TOKENS, tc._WRITE_WARPS, tc._READ_TOKENS, tc._READ_WARPS, tc._DSMLA_WRITE, tc._DSMLA_READ = saved
     return rows
+
+
+def sweep_codec(tc, name, kv, slots, num_blocks, args, copy_gbps):
+    """One codec's rows of the sweep, on a cache of its own (freed when this returns)."""
+    layout = LAYOUTS[name]
+    cache = layout.allocate(num_blocks, args.block_size, device="cuda")
+    n = kv.shape[0]
+    moved = n * (1024 + layout.bytes_per_token)
+    calls = (("write", lambda: layout.write(cache, kv, slots, check=False, unique=True)),
+             ("read", lambda: layout.read(cache, slots, check=False)))
+    rows = []
+    for tokens, warps in ((1, 2), (1, 4), (2, 2), (2, 4), (4, 4), (8, 4), (4, 8), (8, 8), (16, 8)):
+        tc._WRITE_TOKENS = tc._READ_TOKENS = tokens
+        tc._WRITE_WARPS = tc._READ_WARPS = warps
+        tc._DSMLA_WRITE = tc._DSMLA_READ = (tokens, warps)
+        for op, fn in calls:
+            seconds = timed(fn, args.calls, args.reps)
+            rows.append({"codec": name, "op": op, "tokens": n, "config": f"{tokens} x {warps}",
+                         "us": seconds * 1e6, "of_copy": moved / seconds / 1e9 / copy_gbps})
+    return rows
+
+
+def copy_rate(reps):
+    """GB/s (bytes read + written) of a 1 GiB device-to-device ``copy_``, its buffers freed on return."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return 2 * src.numel() / timed(lambda: dst.copy_(src), 5, reps) / 1e9
+
+
+def codec_figures(name, kv, slots, num_blocks, device, args, copy_gbps):
+    """One codec at one token count: the fused-vs-torch check and the timed variants' rows.
+
+    Its two caches live only while this runs: the next codec's are allocated beside the inputs alone."""
+    n = kv.shape[0]
+    layout = LAYOUTS[name]
+    cache = layout.allocate(num_blocks, args.block_size, device=device)
+    check = layout.allocate(num_blocks, args.block_size, device=device)
+    layout.write(cache, kv, slots)
+    layout.write(check, kv, slots, backend="torch")
+    same_bytes = torch.equal(cache.view(torch.uint8), check.view(torch.uint8))
+    same_read = torch.equal(layout.read(cache, slots).view(torch.int16),
+                            layout.read(cache, slots, backend="torch").view(torch.int16))
+    del check
+    moved = n * (1024 + layout.bytes_per_token)
+    variants = [
+        ("write", "fused", lambda: layout.write(cache, kv, slots)),
+        ("write", "fused, unique", lambda: layout.write(cache, kv, slots, unique=True)),
+        ("write", "fused, unchecked dups", lambda: layout.write(cache, kv, slots, check=False)),
+        ("write", "fused, unchecked", lambda: layout.write(cache, kv, slots, check=False, unique=True)),
+        ("read", "fused", lambda: layout.read(cache, slots)),
+        ("read", "fused, unchecked", lambda: layout.read(cache, slots, check=False)),
+    ]
+    if not args.no_torch:
+        variants += [
+            ("write", "torch", lambda: layout.write(cache, kv, slots, backend="torch")),
+            ("read", "torch", lambda: layout.read(cache, slots, backend="torch")),
+        ]
+    rows = []
+    for op, variant, fn in variants:
+        seconds = timed(fn, args.calls, args.reps)
+        gbps = moved / seconds / 1e9
+        rows.append({"codec": name, "op": op, "variant": variant, "tokens": n, "us": seconds * 1e6,
+                     "gbps": gbps, "of_copy": gbps / copy_gbps})
+    return {"codec": name, "tokens": n, "bytes_equal": same_bytes, "read_equal": same_read}, rows
 
 
 def main() -> None:
@@ -107,11 +159,7 @@ def main() -> None:
     args = parser.parse_args()
     device = "cuda"
 
-    src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    copy_s = timed(lambda: dst.copy_(src), 5, args.reps)
-    copy_gbps = 2 * src.numel() / copy_s / 1e9
-    del src, dst
+    copy_gbps = copy_rate(args.reps)
     torch.cuda.empty_cache()
 
     rows, checks = [], []
@@ -121,36 +169,9 @@ def main() -> None:
         kv = torch.randn(n, 512, generator=gen).to(torch.bfloat16).to(device)
         slots = torch.randperm(num_blocks * args.block_size, generator=gen)[:n].to(device)
         for name in args.codecs.split(","):
-            layout = LAYOUTS[name]
-            cache = layout.allocate(num_blocks, args.block_size, device=device)
-            check = layout.allocate(num_blocks, args.block_size, device=device)
-            layout.write(cache, kv, slots)
-            layout.write(check, kv, slots, backend="torch")
-            same_bytes = torch.equal(cache.view(torch.uint8), check.view(torch.uint8))
-            same_read = torch.equal(layout.read(cache, slots).view(torch.int16),
-                                    layout.read(cache, slots, backend="torch").view(torch.int16))
-            checks.append({"codec": name, "tokens": n, "bytes_equal": same_bytes, "read_equal": same_read})
-            del check
-            moved = n * (1024 + layout.bytes_per_token)
-            variants = [
-                ("write", "fused", lambda: layout.write(cache, kv, slots)),
-                ("write", "fused, unique", lambda: layout.write(cache, kv, slots, unique=True)),
-                ("write", "fused, unchecked dups", lambda: layout.write(cache, kv, slots, check=False)),
-                ("write", "fused, unchecked", lambda: layout.write(cache, kv, slots, check=False, unique=True)),
-                ("read", "fused", lambda: layout.read(cache, slots)),
-                ("read", "fused, unchecked", lambda: layout.read(cache, slots, check=False)),
-            ]
-            if not args.no_torch:
-                variants += [
-                    ("write", "torch", lambda: layout.write(cache, kv, slots, backend="torch")),
-                    ("read", "torch", lambda: layout.read(cache, slots, backend="torch")),
-                ]
-            for op, variant, fn in variants:
-                seconds = timed(fn, args.calls, args.reps)
-                gbps = moved / seconds / 1e9
-                rows.append({"codec": name, "op": op, "variant": variant, "tokens": n, "us": seconds * 1e6,
-                             "gbps": gbps, "of_copy": gbps / copy_gbps})
-            del cache
+            check, codec_rows = codec_figures(name, kv, slots, num_blocks, device, args, copy_gbps)
+            checks.append(check)
+            rows += codec_rows
         del kv, slots
         torch.cuda.empty_cache()
 

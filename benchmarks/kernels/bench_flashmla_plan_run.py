@@ -97,12 +97,12 @@ def bench_shape(batch, heads, args, device):
     scale = 512**-0.5
     topk_length = torch.full((batch,), WINDOW, dtype=torch.int32, device=device)
     extra_topk_length = torch.randint(256, TOPK + 1, (batch,), generator=gen, dtype=torch.int32).to(device)
-    pages = [(impl._pages(l["kv_cache"]), impl._pages(l["extra_kv_cache"])) for l in layers]
+    pages = [(impl._pages(layer["kv_cache"]), impl._pages(layer["extra_kv_cache"])) for layer in layers]
     # The raw call takes only 64 or 128 heads: at other counts it gets q and the sink padded once,
     # outside the timing (what a caller that pads itself would hand it).
     h_raw = 64 if heads <= 64 else 128
-    sinks = [torch.nn.functional.pad(l["attn_sink"].float(), (0, h_raw - heads)).contiguous() for l in layers]
-    raw_q = [torch.nn.functional.pad(l["q"], (0, 0, 0, h_raw - heads)).contiguous() for l in layers]
+    sinks = [torch.nn.functional.pad(layer["attn_sink"].float(), (0, h_raw - heads)).contiguous() for layer in layers]
+    raw_q = [torch.nn.functional.pad(layer["q"], (0, 0, 0, h_raw - heads)).contiguous() for layer in layers]
 
     def raw_call(i, meta):
         layer, (kc, ec) = layers[i % len(layers)], pages[i % len(layers)]

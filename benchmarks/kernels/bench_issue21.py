@@ -20,12 +20,11 @@
 from __future__ import annotations
 
 import argparse
-import statistics
 import types
 
 import torch
 from _timing import dump, machine, markdown
-from bench_codecs import CODECS, timed
+from bench_codecs import CODECS, copy_rate, timed
 from bench_flashmla_plan_run import bench_shape
 
 from dsv4sel.kernels import triton_codecs, triton_launch
@@ -61,53 +60,59 @@ def codec_rows(args, copy_gbps):
         num_blocks = -(-n // 64)
         kv = torch.randn(n, 512, generator=gen).to(torch.bfloat16).cuda()
         slots = torch.randperm(num_blocks * 64, generator=gen)[:n].cuda()
-        for name in CODECS:
-            layout = LAYOUTS[name]
-            cache = layout.allocate(num_blocks, 64, device="cuda")
-            moved = n * (1024 + layout.bytes_per_token)
-            row = {"codec": name, "tokens": n}
-            for key, fn in (("write default", lambda: layout.write(cache, kv, slots)),
-                            ("write unchecked", lambda: layout.write(cache, kv, slots, check=False, unique=True)),
-                            ("read default", lambda: layout.read(cache, slots)),
-                            ("read unchecked", lambda: layout.read(cache, slots, check=False))):
-                seconds = timed(fn, args.codec_calls, args.reps)
-                row[key] = moved / seconds / 1e9 / copy_gbps
-            rows.append(row)
-            del cache
+        rows += [codec_row(name, kv, slots, num_blocks, args, copy_gbps) for name in CODECS]
         del kv, slots
         torch.cuda.empty_cache()
     raise_slot_errors("cuda")  # random permutations: nothing may have been out of range
     return rows
 
 
+def codec_row(name, kv, slots, num_blocks, args, copy_gbps):
+    """One codec's ratios at one token count, on a cache of its own (freed when this returns)."""
+    layout = LAYOUTS[name]
+    cache = layout.allocate(num_blocks, 64, device="cuda")
+    moved = kv.shape[0] * (1024 + layout.bytes_per_token)
+    row = {"codec": name, "tokens": kv.shape[0]}
+    for key, fn in (("write default", lambda: layout.write(cache, kv, slots)),
+                    ("write unchecked", lambda: layout.write(cache, kv, slots, check=False, unique=True)),
+                    ("read default", lambda: layout.read(cache, slots)),
+                    ("read unchecked", lambda: layout.read(cache, slots, check=False))):
+        seconds = timed(fn, args.codec_calls, args.reps)
+        row[key] = moved / seconds / 1e9 / copy_gbps
+    return row
+
+
 def step_rows(args):
     """64 tokens into a 1M-token cache, as one layer of one decode step writes them."""
     gen = torch.Generator().manual_seed(2)
-    rows = []
-    for name in CODECS:
-        layout = LAYOUTS[name]
-        cache = layout.allocate(1 << 14, 64, device="cuda")
-        kv = torch.randn(64, 512, generator=gen).to(torch.bfloat16).cuda()
-        slots = torch.randperm(1 << 20, generator=gen)[:64].cuda()
-        row = {"codec": name}
-        default = triton_launch.STATE[0]
-        for launcher in ("direct", "triton"):
-            triton_launch.STATE[0] = launcher == "direct"
-            for key, fn in (("default", lambda: layout.write(cache, kv, slots)),
-                            ("unchecked", lambda: layout.write(cache, kv, slots, check=False, unique=True)),
-                            ("read default", lambda: layout.read(cache, slots))):
-                row[f"{key} eager µs ({launcher} launcher)"] = timed(fn, 20, args.reps) * 1e6
-        triton_launch.STATE[0] = default
-        graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-        layout.write(cache, kv, slots)
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-            for _ in range(10):
-                layout.write(cache, kv, slots)
-        torch.cuda.current_stream().wait_stream(stream)
-        row["default graph µs"] = timed(graph.replay, 5, args.reps) * 1e6 / 10
-        rows.append(row)
-    return rows
+    return [step_row(name, gen, args) for name in CODECS]
+
+
+def step_row(name, gen, args):
+    """One codec's decode-step write (and read) times, eager with each launcher and in a CUDA graph."""
+    layout = LAYOUTS[name]
+    cache = layout.allocate(1 << 14, 64, device="cuda")
+    kv = torch.randn(64, 512, generator=gen).to(torch.bfloat16).cuda()
+    slots = torch.randperm(1 << 20, generator=gen)[:64].cuda()
+    row = {"codec": name}
+    calls = (("default", lambda: layout.write(cache, kv, slots)),
+             ("unchecked", lambda: layout.write(cache, kv, slots, check=False, unique=True)),
+             ("read default", lambda: layout.read(cache, slots)))
+    default = triton_launch.STATE[0]
+    for launcher in ("direct", "triton"):
+        triton_launch.STATE[0] = launcher == "direct"
+        for key, fn in calls:
+            row[f"{key} eager µs ({launcher} launcher)"] = timed(fn, 20, args.reps) * 1e6
+    triton_launch.STATE[0] = default
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    layout.write(cache, kv, slots)
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        for _ in range(10):
+            layout.write(cache, kv, slots)
+    torch.cuda.current_stream().wait_stream(stream)
+    row["default graph µs"] = timed(graph.replay, 5, args.reps) * 1e6 / 10
+    return row
 
 
 def main() -> None:
@@ -119,10 +124,7 @@ def main() -> None:
     parser.add_argument("--skip-flashmla", action="store_true")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    copy_gbps = 2 * src.numel() / timed(lambda: dst.copy_(src), 5, args.reps) / 1e9
-    del src, dst
+    copy_gbps = copy_rate(args.reps)
     torch.cuda.empty_cache()
     payload = {"machine": machine("cuda"), "copy_gbps": copy_gbps, "args": vars(args)}
     print(f"# issue 21 figures, {machine('cuda')}; copy rate {copy_gbps:,.0f} GB/s")

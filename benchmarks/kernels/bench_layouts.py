@@ -26,6 +26,33 @@ from _timing import dump, machine, markdown, measure
 from dsv4sel.kernels.layouts import LAYOUTS
 
 
+def layout_rows(name, layout, kv, slots, num_blocks, args, reps):
+    """One layout's write and read rows, timed on a cache of its own (freed when this returns)."""
+    tokens = kv.shape[0]
+    cache = layout.allocate(num_blocks, args.block_size, device=args.device)
+    layout.write(cache, kv, slots)
+    if not torch.equal(layout.read(cache, slots[:8]).cpu(), layout.read(cache.cpu(), slots[:8].cpu())):
+        raise SystemExit(f"{name}: device read disagrees with CPU read")
+    write_s = measure(lambda: layout.write(cache, kv, slots, backend=args.backend), args.device, args.warmup, reps)
+    read_s = measure(lambda: layout.read(cache, slots, backend=args.backend), args.device, args.warmup, reps)
+    moved = tokens * (1024 + layout.bytes_per_token)
+    rows = []
+    for op, seconds in (("write", write_s), ("read", read_s)):
+        gbps = moved / seconds / 1e9
+        rows.append(
+            {
+                "layout": name,
+                "op": op,
+                "tokens": tokens,
+                "ms": seconds * 1e3,
+                "mtok_s": tokens / seconds / 1e6,
+                "gbps": gbps,
+                "peak_frac": gbps / (args.peak_tbps * 1e3),
+            }
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -56,28 +83,8 @@ def main() -> None:
                      "gbps": gbps, "peak_frac": gbps / (args.peak_tbps * 1e3)})
         del src, dst
     for name, layout in LAYOUTS.items():
-        if not layout.has_codec:  # size-only V4.1 records: nothing to write or read
-            continue
-        cache = layout.allocate(num_blocks, args.block_size, device=args.device)
-        layout.write(cache, kv, slots)
-        if not torch.equal(layout.read(cache, slots[:8]).cpu(), layout.read(cache.cpu(), slots[:8].cpu())):
-            raise SystemExit(f"{name}: device read disagrees with CPU read")
-        write_s = measure(lambda: layout.write(cache, kv, slots, backend=args.backend), args.device, args.warmup, reps)
-        read_s = measure(lambda: layout.read(cache, slots, backend=args.backend), args.device, args.warmup, reps)
-        moved = tokens * (1024 + layout.bytes_per_token)
-        for op, seconds in (("write", write_s), ("read", read_s)):
-            gbps = moved / seconds / 1e9
-            rows.append(
-                {
-                    "layout": name,
-                    "op": op,
-                    "tokens": tokens,
-                    "ms": seconds * 1e3,
-                    "mtok_s": tokens / seconds / 1e6,
-                    "gbps": gbps,
-                    "peak_frac": gbps / (args.peak_tbps * 1e3),
-                }
-            )
+        if layout.has_codec:  # size-only V4.1 records have nothing to write or read
+            rows += layout_rows(name, layout, kv, slots, num_blocks, args, reps)
 
     print(f"# KV-cache layout write/read, {machine(args.device)}, block {args.block_size}, {tokens} tokens/call")
     columns = [("layout", "layout"), ("op", "op"), ("ms", "ms/call"), ("mtok_s", "Mtok/s"), ("gbps", "GB/s")]

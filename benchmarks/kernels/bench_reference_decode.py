@@ -46,6 +46,27 @@ def build(batch: int, heads: int, layout_name: str, device: str, gen: torch.Gene
     return layout, q, window_cache, window_idx.to(device), comp_cache, comp_idx.to(device), sink
 
 
+def batch_row(batch: int, args, gen: torch.Generator, warmup: int, reps: int) -> dict:
+    """The figures of one batch size, its tensors built and freed within this call."""
+    layout, q, win, win_idx, comp, comp_idx, sink = build(batch, args.heads, args.layout, args.device, gen)
+    scale = 512**-0.5
+
+    def call():
+        return sparse_mla_decode(q, win, layout, win_idx, scale, sink, extra_cache=comp, extra_indices=comp_idx)
+
+    out, lse = call()
+    if not (torch.isfinite(out).all() and torch.isfinite(lse).all()):
+        raise SystemExit(f"batch {batch}: non-finite output")
+    seconds = measure(call, args.device, warmup, reps)
+    gathered = batch * (WINDOW + TOPK) * layout.bytes_per_token
+    return {
+        "batch": batch,
+        "ms": seconds * 1e3,
+        "tok_s": batch / seconds,
+        "gbps": gathered / seconds / 1e9,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -63,27 +84,8 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     rows = []
     for batch in (int(b) for b in args.batches.split(",")):
-        layout, q, win, win_idx, comp, comp_idx, sink = build(batch, args.heads, args.layout, args.device, gen)
-        scale = 512**-0.5
-
-        def call():
-            return sparse_mla_decode(q, win, layout, win_idx, scale, sink, extra_cache=comp, extra_indices=comp_idx)
-
-        out, lse = call()
-        if not (torch.isfinite(out).all() and torch.isfinite(lse).all()):
-            raise SystemExit(f"batch {batch}: non-finite output")
-        seconds = measure(call, args.device, warmup, reps)
-        gathered = batch * (WINDOW + TOPK) * layout.bytes_per_token
-        rows.append(
-            {
-                "batch": batch,
-                "ms": seconds * 1e3,
-                "tok_s": batch / seconds,
-                "gbps": gathered / seconds / 1e9,
-            }
-        )
-        del q, win, comp, out, lse
-        if cuda:
+        rows.append(batch_row(batch, args, gen, warmup, reps))
+        if cuda:  # the batch's tensors went with batch_row's return
             torch.cuda.empty_cache()
 
     print(
