@@ -22,9 +22,7 @@ YAML is untrusted input, so the loader promises, for any file:
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from typing import Any
 
