@@ -235,10 +235,14 @@ class RuleSet(CompiledRules):
         raise InvalidQuery(message, suggestions=tuple(flag("capability", n) for n in near))
 
     # ------------------------------------------------------------ evaluation
-    def key(self, query: Query) -> tuple:
-        """The lookup key of a normalized query (in :attr:`key_inputs` order)."""
-        return (query.model, query.platform, query.capability, query.backend,
-                query.kv_cache_dtype, *(v for _, v in query.extra))
+    def key(self, query: Query, **changes: str | None) -> tuple:
+        """The lookup key of a normalized query, with the inputs named in ``changes``
+        (built-in or pack-declared) set to other values: the one place a key is
+        built, in :attr:`key_inputs` order (the profile's key, then the packs' inputs)."""
+        point = query.point()
+        if changes:
+            point.update(changes)
+        return tuple(point[name] for name in self.key_inputs)
 
     def outcome(self, query: Query, notes: tuple[Message, ...] = ()) -> Selection | Rejection:
         """The decision for a normalized query (a Selection, or a Rejection to raise)."""

@@ -137,15 +137,8 @@ def _select_outcome(ctx: Compilation, f: LoadedFile, path: tuple, raw: dict, def
                   + " (set them here or in the file's `defaults:`)", key=True)
         return None
     ctx.check_impl(f, _written_at(path, raw, "impl"), merged["impl"])
-    # every text field may name inputs, except the impl: the allow-list check above
-    # already refuses a templated class path, and one problem gives one finding
-    for name, kind in ctx.profile.select_fields:
-        if kind is str and isinstance(merged[name], str) and name != "impl":
-            ctx.check_template(f, _written_at(path, raw, name), merged[name])
     rewrites = merged.get("rewrites") or {}
-    for k, v in rewrites.items():
-        if isinstance(v, str):
-            ctx.check_template(f, path + ("select", "rewrites", k), v)
+    _check_select_templates(ctx, f, path, raw, merged, rewrites)
     if "hosts" in merged:
         where = _written_at(path, raw, "hosts")
         for host, message in hosts_mod.problems(merged["hosts"]):
@@ -156,3 +149,16 @@ def _select_outcome(ctx: Compilation, f: LoadedFile, path: tuple, raw: dict, def
     inherited = tuple((k, (f.file, *f.where(("defaults", k)))) for k in sorted(defaults)
                       if k not in raw["select"] and k != "rewrites")
     return Outcome("select", fields=fields, messages=messages, inherited=inherited)
+
+
+def _check_select_templates(ctx: Compilation, f: LoadedFile, path: tuple, raw: dict, merged: dict,
+                            rewrites: dict) -> None:
+    """Every text field and rewrite of a select names only declared inputs. The impl is
+    left out: the allow-list check already refuses a templated class path, and one
+    problem gives one finding."""
+    for name, kind in ctx.profile.select_fields:
+        if kind is str and isinstance(merged[name], str) and name != "impl":
+            ctx.check_template(f, _written_at(path, raw, name), merged[name])
+    for k, v in rewrites.items():
+        if isinstance(v, str):
+            ctx.check_template(f, path + ("select", "rewrites", k), v)

@@ -244,6 +244,16 @@ class CompiledRules:
         outside the space. Tools that ask many points compare indices."""
         return self._table.get(key)
 
+    def around(self, key: tuple, **vary: tuple | None) -> set[int]:
+        """The indices into :attr:`rows` of the outcomes at ``key`` and at its neighbours:
+        every key that differs from it only in the inputs named in ``vary``, each to one
+        of the values given (None: any declared value). One call answers what would
+        otherwise be a lookup per neighbour (explain's "does backend X serve this
+        platform anywhere?")."""
+        position = {name: i for i, name in enumerate(self.key_inputs)}
+        return self._table.around(key, {position[name]: None if values is None else frozenset(values)
+                                        for name, values in vary.items()})
+
     def row(self, key: tuple) -> Row | None:
         """The compiled outcome at ``key`` (see :meth:`index`)."""
         index = self._table.get(key)

@@ -308,11 +308,10 @@ def _blocked_by(rules: RuleSet, query: Query, backend: str | None) -> str:
     pack-declared input (``mega_attn``...) when another value of it works, else
     the capability, the model, the platform, or ``backend`` when the backend
     selects nowhere at all. See :class:`Refusal`."""
-    here = (query.capability,)
-    if probe.serves_somewhere(rules, query, backend, here, [query.extra]):
+    if probe.serves_somewhere(rules, query, backend, anywhere=False):
         return "kv_cache_dtype"
     for extra in probe.extra_combos(rules):
-        if extra != query.extra and probe.serves_somewhere(rules, query, backend, here, [extra]):
+        if extra != query.extra and probe.serves_somewhere(rules, query, backend, anywhere=False, **dict(extra)):
             return next(name for (name, value), (_, mine) in zip(extra, query.extra) if value != mine)
     if probe.serves_somewhere(rules, query, backend):
         return "capability"
