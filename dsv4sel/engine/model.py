@@ -77,13 +77,6 @@ class Rule:
     def matches(self, point: dict[str, str]) -> bool:
         return all(point[name] in allowed for name, allowed in self.conditions)
 
-    def first_failing(self, point: dict[str, str]) -> str | None:
-        """The first input whose value this rule does not accept (for "why not")."""
-        for name, allowed in self.conditions:
-            if point[name] not in allowed:
-                return name
-        return None
-
 
 class HitPolicy(str, Enum):
     """A table's DMN hit policy, with what it means for evaluation and for
@@ -179,10 +172,6 @@ class Program:
     #: values, new backends), in load order: where a too-large space is reported
     growth: tuple[tuple[str, int, int], ...] = ()
 
-    @property
-    def input_order(self) -> tuple[str, ...]:
-        return tuple(self.inputs)
-
     def points(self) -> Iterator[dict[str, str]]:
         """Every point of the decision space except the backend, in vocabulary order."""
         names = list(self.inputs)
@@ -198,9 +187,6 @@ class Program:
             point.pop(decl.name, None)
 
         yield from walk(0, {})
-
-    def space_size(self) -> int:
-        return sum(1 for _ in self.points()) * (len(self.backends) + 1)
 
     def table_for(self, backend: str | None) -> Table:
         return self.default_table if backend is None else self.tables[backend]
