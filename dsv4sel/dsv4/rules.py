@@ -55,8 +55,7 @@ def _memo_key(platform, kv_cache_dtype, backend, capability, model, extra) -> tu
         for _name, value in items:
             if value.__class__ is not str:
                 return None
-        key += tuple(items)
-    return key
+    return key + tuple(items) if extra else key
 
 
 class Rejection:
@@ -239,8 +238,9 @@ class RuleSet(CompiledRules):
         names = [a for a, v in self.aliases("capability") if v in valid]
         by_lower = {c.lower(): c for c in (*valid, *names)}
         near = [by_lower[n] for n in close_matches(str(capability).strip().lower(), by_lower, n=3)]
-        if isinstance(capability, str) and "," in capability and canonical(f"({capability})") in valid:
-            near.insert(0, canonical(f"({capability})"))  # "9,0": the parentheses or the dot were meant
+        parenthesized = canonical(f"({capability})") if isinstance(capability, str) and "," in capability else None
+        if parenthesized is not None and parenthesized in valid:
+            near.insert(0, parenthesized)  # "9,0": the parentheses or the dot were meant
         hint = f"; did you mean {' or '.join(repr(n) for n in dict.fromkeys(near))}?" if near else "."
         return self._refuse_capability(
             f"{escape(repr(capability))} is not a {platform} capability{hint} Write it as {SPELLINGS}. "
@@ -298,9 +298,9 @@ class RuleSet(CompiledRules):
                 if len(self.memo) >= _MEMO_LIMIT:
                     self.memo.clear()
                 self.memo[memo_key] = hit
-        if hit.__class__ is Selection:
-            return hit
-        raise hit.error()
+        if isinstance(hit, Rejection):
+            raise hit.error()
+        return hit
 
     # ----------------------------------------------------------- alternatives
     def alternatives(self, query: Query, limit: int = 4) -> tuple:

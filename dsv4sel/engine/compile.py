@@ -28,7 +28,7 @@ from ..errors import RuleError
 from .clauses import rule_conditions, rule_outcome
 from .compilation import Compilation
 from .load import LoadedFile
-from .model import DEFAULT_TABLE, Program, Rule, Table
+from .model import DEFAULT_TABLE, HitPolicy, Program, Rule, Table
 from .profile import Profile
 from .suggest import did_you_mean
 from .values import RuleRef
@@ -56,7 +56,7 @@ def declare_tables(ctx: Compilation) -> None:
 def _default_table(ctx: Compilation, f: LoadedFile) -> Table:
     """The one default-decision table: every `kind: default` file adds its rules to it."""
     if ctx.default_table is None:
-        ctx.default_table = Table(DEFAULT_TABLE, (), f.data["hit_policy"], f.file, f.where(("rules",), key=True)[0])
+        ctx.default_table = Table(DEFAULT_TABLE, (), HitPolicy(f.data["hit_policy"]), f.file, f.where(("rules",), key=True)[0])
     elif ctx.default_table.hit_policy != f.data["hit_policy"]:
         ctx.error(f, ("hit_policy",), "DSV309", f"the default decision's hit policy is "
                   f"{ctx.default_table.hit_policy!r} in {ctx.default_table.file}")
@@ -72,7 +72,7 @@ def _backend_table(ctx: Compilation, f: LoadedFile) -> Table:
                       "another's table")
         ctx.declared_in.setdefault(name, f)
     table = Table(names[0] if len(names) == 1 else "|".join(names), names,
-                  f.data["hit_policy"], f.file, f.where(("backends",), key=True)[0])
+                  HitPolicy(f.data["hit_policy"]), f.file, f.where(("backends",), key=True)[0])
     if any(name not in ctx.tables for name in names):
         ctx.grew(f, ("backends",))
     for name in names:
@@ -115,7 +115,7 @@ def order_defaults(ctx: Compilation) -> None:
     if ctx.default_table is None:
         if ctx.files and ctx.inputs:
             ctx.error(ctx.files[0], (), "DSV306", "no `kind: default` file: the default-backend decision is missing")
-        ctx.default_table = Table(DEFAULT_TABLE, (), "first", "<none>", 1)
+        ctx.default_table = Table(DEFAULT_TABLE, (), HitPolicy.FIRST, "<none>", 1)
         return
     table = ctx.default_table
     table.rules = [Rule(r.ref, r.table, i, r.conditions, r.outcome) for i, (*_, r) in enumerate(entries)]

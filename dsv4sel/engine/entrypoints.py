@@ -75,7 +75,9 @@ def declared(key: tuple) -> list[tuple[str, str, str, str, int, str]]:
                 continue  # a second copy of one distribution further down the path is shadowed
             seen.add(dist)
             parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
-            parser.optionxform = str  # entry-point names are case-sensitive
+            # entry-point names are case-sensitive; configparser documents assigning optionxform
+            # for that, which typeshed's method type does not allow
+            parser.optionxform = str  # type: ignore[assignment,method-assign]
             decoded = text.decode("utf-8", "replace")
             try:
                 parser.read_string(decoded)

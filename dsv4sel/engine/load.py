@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -37,10 +37,13 @@ MAX_NODES = 100_000
 MAX_DEPTH = 64
 MAX_INT_DIGITS = 12
 
-try:  # the libyaml C parser is ~8x faster; the pure-Python one behaves the same
-    _BaseLoader = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - depends on how PyYAML was built
-    _BaseLoader = yaml.SafeLoader
+if TYPE_CHECKING:
+    from yaml import SafeLoader as _BaseLoader
+else:
+    try:  # the libyaml C parser is ~8x faster; the pure-Python one behaves the same
+        _BaseLoader = yaml.CSafeLoader
+    except AttributeError:  # pragma: no cover - depends on how PyYAML was built
+        _BaseLoader = yaml.SafeLoader
 
 
 class _CoreSchemaLoader(_BaseLoader):

@@ -90,7 +90,7 @@ class _Painter:
         self.layout = layout
         self.select_row = artifact.select_row_type(self.profile.field_names)
         self.rule_index = {id(rule): i for i, rule in enumerate(program.rules)}
-        self.outcomes: list[tuple] = []
+        self.outcomes: list[artifact.Row] = []
         self.outcome_ids: dict[tuple, int] = {}
         self.ids = artifact.new_array(layout, "H")
         self.stored_budget = MAX_TEXT_BYTES
@@ -113,7 +113,7 @@ class _Painter:
         elif event.kind in ("dangling", "cycle"):  # pragma: no cover - the builder refuses both
             raise AssertionError(f"a {event.kind} use chain reached the compiled form")
 
-    def store(self, item: tuple, box, backend_index: int, rule) -> None:
+    def store(self, item: artifact.Row, box, backend_index: int, rule) -> None:
         oid = self.outcome_ids.get(item)
         if oid is None:
             if len(self.outcomes) >= MAX_ROWS:
@@ -127,7 +127,7 @@ class _Painter:
             self.outcomes.append(item)
         artifact.paint(self.ids, self.layout, box, backend_index, oid)
 
-    def rendered(self, item: tuple, rule) -> tuple:
+    def rendered(self, item: artifact.Row, rule) -> artifact.Row:
         self.rendered_budget -= _text_bytes(item)
         if self.rendered_budget < 0:
             raise _bound(rule, f"rendering the rules' texts once per region their placeholders split the space "
@@ -187,7 +187,8 @@ def _template_inputs(rules: tuple, profile) -> tuple[str, ...]:
     names.pop("backend", None)
     return tuple(names)
 
-def _row(rules: tuple, labels: tuple, path: tuple, values: dict[str, str], profile, select_row: type) -> tuple:
+def _row(rules: tuple, labels: tuple, path: tuple, values: dict[str, str], profile,
+         select_row: type[artifact.SelectRow]) -> artifact.Row:
     """The outcome row of a chain, rendered with ``values`` (see ``Program.resolve``)."""
     messages: list[tuple[str, str]] = []
     for rule, label in zip(rules, labels):
@@ -197,7 +198,7 @@ def _row(rules: tuple, labels: tuple, path: tuple, values: dict[str, str], profi
     point = dict(values, backend=label or "")
     if last.outcome.kind == "reject":
         return artifact.RejectRow(("reject", label, render(last.outcome.reason, point), path, tuple(messages)))
-    f = {k: render(v, point) if isinstance(v, str) else v for k, v in last.outcome.fields}
+    f: dict[str, Any] = {k: render(v, point) if isinstance(v, str) else v for k, v in last.outcome.fields}
     restated = dict(profile.restates)
     rewrites = tuple(sorted((k, v) for k, v in f.get("rewrites", {}).items()
                             if not (k in restated and v == values.get(restated[k]))))

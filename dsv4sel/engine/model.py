@@ -42,7 +42,7 @@ class InputDecl:
     def values_for(self, point: dict[str, str]) -> tuple[str, ...]:
         if self.scoped is None:
             return self.values
-        return dict(self.scoped).get(point[self.by], ())
+        return dict(self.scoped).get(point[str(self.by)], ())
 
 
 @dataclass(frozen=True)
@@ -206,12 +206,12 @@ class Program:
             outcome = rule.outcome
             messages.extend((lvl, render(text, values)) for lvl, text in outcome.messages)
             if outcome.kind == "use":
-                current = outcome.target
+                current = str(outcome.target)
                 table = self.tables[current]
                 continue
             if outcome.kind == "reject":
                 return Resolution("reject", current, tuple(path), table.name,
-                                  reason=render(outcome.reason, values), messages=tuple(messages))
+                                  reason=render(str(outcome.reason), values), messages=tuple(messages))
             fields = tuple((k, render(v, values) if isinstance(v, str) else v) for k, v in outcome.fields)
             return Resolution("select", current, tuple(path), table.name, fields=fields,
                               messages=tuple(messages))

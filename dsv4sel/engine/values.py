@@ -37,6 +37,7 @@ class Message(str):
     (``"info"`` or ``"warning"``), so ``messages`` compares equal to strings."""
 
     __slots__ = ("level",)
+    level: str
 
     def __new__(cls, text: str, level: str = "info") -> "Message":
         self = super().__new__(cls, text)

@@ -110,7 +110,12 @@ def extra_combos(rules: RuleSet) -> list[tuple[tuple[str, str], ...]]:
 
 def default_extra(rules: RuleSet) -> tuple[tuple[str, str], ...]:
     """The pack-declared inputs at their declared defaults."""
-    return tuple((name, rules.default_of(name)) for name in rules.extra_inputs)
+    out = []
+    for name in rules.extra_inputs:
+        default = rules.default_of(name)
+        assert default is not None, "the compiler requires a default of every pack-declared input (DSV305)"
+        out.append((name, default))
+    return tuple(out)
 
 
 def accepted_kv(rules: RuleSet, query: Query, backend: str | None) -> tuple[str, ...]:
