@@ -49,13 +49,14 @@ def _memo_key(platform, kv_cache_dtype, backend, capability, model, extra) -> tu
         if type(capability) is not tuple or not all(type(x) is int for x in capability):
             return None
         capability = ("tuple", *capability)
-    key = (platform, kv_cache_dtype, backend, capability, model)
-    if extra:
-        items = sorted(extra.items())  # keyword arguments: the names are str
-        for _name, value in items:
-            if value.__class__ is not str:
-                return None
-    return key + tuple(items) if extra else key
+    key: tuple = (platform, kv_cache_dtype, backend, capability, model)
+    if not extra:
+        return key
+    items = sorted(extra.items())  # keyword arguments: the names are str
+    for _name, value in items:
+        if value.__class__ is not str:
+            return None
+    return key + tuple(items)
 
 
 class Rejection:

@@ -21,7 +21,7 @@ from __future__ import annotations
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the array module is the compiler's; the evaluator reads a memoryview
     from array import array
-    from typing import Any, Iterable, Literal, Union
+    from typing import Any, Literal
 
 from operator import itemgetter
 
@@ -79,8 +79,6 @@ if TYPE_CHECKING:
         host_settings: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
         _fields: tuple[str, ...]
 
-        def __new__(cls, items: Iterable[Any]) -> SelectRow: ...
-
         def __getattr__(self, name: str) -> Any: ...  # the profile's select fields, by name
 
     class RejectRow(tuple):
@@ -91,8 +89,6 @@ if TYPE_CHECKING:
         messages: tuple[tuple[str, str], ...]
         _fields: tuple[str, ...]
 
-        def __new__(cls, items: Iterable[Any]) -> RejectRow: ...
-
     class GapRow(tuple):
         kind: Literal["gap"]
         backend: str | None
@@ -101,10 +97,8 @@ if TYPE_CHECKING:
         messages: tuple[()]
         _fields: tuple[str, ...]
 
-        def __new__(cls, items: Iterable[Any]) -> GapRow: ...
-
     #: Any compiled outcome.
-    Row = Union[SelectRow, RejectRow, GapRow]
+    Row = SelectRow | RejectRow | GapRow
 else:
     RejectRow = _row_type("RejectRow", "kind backend reason path messages",
                           "A compiled outcome: the deciding rule rejects, for ``reason``.")

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .compilation import Compilation
-
 from . import families
 from . import hosts as hosts_mod
+from .compilation import Compilation
 from .model import InputDecl, Outcome
 from .profile import SELECTOR
 from .suggest import did_you_mean

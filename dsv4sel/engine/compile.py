@@ -22,7 +22,7 @@ of them. Lowering the program to the evaluator's array is the next stage
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import RuleError
 from .clauses import rule_conditions, rule_outcome

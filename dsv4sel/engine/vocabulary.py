@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .compilation import Compilation
-
 from .model import InputDecl
 from .profile import SELECTOR
 from .suggest import did_you_mean
