@@ -99,7 +99,7 @@ def match_alias(name: str, aliases: dict[tuple[str, ...], str]) -> str | None:
     if not acceptable(name):
         return None
     words = name_tokens(name)
-    found = []  # (length, start, value)
+    found: list[tuple[int, int, str]] = []  # (length, start, value)
     for alias, value in aliases.items():
         n = len(alias)
         found.extend((n, i, value) for i in range(len(words) - n + 1) if n and words[i:i + n] == alias)

@@ -7,7 +7,7 @@ from types import MappingProxyType
 
 from ..engine.values import Message, RuleRef, load_impl_class
 from ..record import Frozen
-from .profile import DEFAULT_ALLOWED_IMPL_MODULES
+from .profile import DEFAULT_ALLOWED_IMPL_MODULES, PROFILE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # importing typing costs ~5 ms; with postponed annotations it is not needed
@@ -22,7 +22,8 @@ class Query(Frozen):
     as sorted ``(name, value)`` pairs.
     """
 
-    __slots__ = ("model", "platform", "capability", "backend", "kv_cache_dtype", "extra")
+    # the fields are the profile's key: the one place that says the inputs and their order
+    __slots__ = (*PROFILE.key, "extra")
     _defaults = {"extra": ()}
     model: str
     platform: str
@@ -31,16 +32,14 @@ class Query(Frozen):
     kv_cache_dtype: str
     extra: tuple[tuple[str, str], ...]
 
-    def as_dict(self) -> dict[str, Any]:
-        out = {
-            "model": self.model,
-            "platform": self.platform,
-            "capability": self.capability,
-            "backend": self.backend,
-            "kv_cache_dtype": self.kv_cache_dtype,
-        }
+    def point(self) -> dict[str, Any]:
+        """Every input by name: the profile's key in its order, then the pack-declared inputs."""
+        out = {name: getattr(self, name) for name in PROFILE.key}
         out.update(self.extra)
         return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.point()
 
     def __str__(self) -> str:
         parts = [f"{k}={'<none>' if v is None else v}" for k, v in self.as_dict().items()]

@@ -38,6 +38,7 @@ class Message(str):
 
     level: str  # the slot below, declared so that the type checker sees it
     __slots__ = ("level",)
+    level: str
 
     def __new__(cls, text: str, level: str = "info") -> "Message":
         self = super().__new__(cls, text)
