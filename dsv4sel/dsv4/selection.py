@@ -50,7 +50,7 @@ def _differs(old: Any, new: Any) -> bool:
     """``old != new``, counting a comparison that raises (or gives no bool) as a change."""
     try:
         return bool(old != new)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a config value's __ne__ may raise anything; then it changed
         return True
 
 
@@ -158,7 +158,7 @@ class Selection(Frozen):
             for name in reversed(touched):
                 try:  # put back unconditionally: comparing the values could raise too
                     setattr(cache_config, name, previous[name])
-                except Exception:  # noqa: S110 - restore what can be restored, then re-raise the cause
+                except Exception:  # noqa: BLE001 - restore what can be restored, then re-raise the cause
                     pass
             raise
         return {k: v for k, v in previous.items() if _differs(v, self.rewrites[k])}

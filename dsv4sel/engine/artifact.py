@@ -18,12 +18,12 @@ and one index. This module imports neither yaml nor jsonschema.
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the array module is the compiler's; the evaluator reads a memoryview
     from array import array
     from typing import Any, Literal
-
-from operator import itemgetter
 
 #: The largest array the compiled form holds (inputs, i.e. points x backend
 #: choices): 2 bytes each for fewer than 65,536 distinct outcomes. Beyond it

@@ -106,7 +106,7 @@ class CompiledRules:
             self._load(data)
         except CorruptTable:
             raise
-        except Exception as exc:  # any shape error of untrusted data
+        except Exception as exc:  # noqa: BLE001 - any shape error of untrusted data
             raise CorruptTable(f"compiled rules are damaged: {type(exc).__name__}: {exc}") from None
         self.digest = digest
         if allowed_impl_modules is None:
@@ -116,7 +116,7 @@ class CompiledRules:
         for impl in impls:
             try:
                 check_impl_allowed(impl, self.allowed_impl_modules)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - untrusted data: a non-str impl raises TypeError too
                 raise CorruptTable(f"compiled rules name an impl outside the allowed modules: {exc}") from None
         #: raw query -> the domain's result; a domain's select() probes it first (its hot path)
         self.memo: dict[tuple, Any] = {}

@@ -36,9 +36,8 @@ class Message(str):
     """A message from a rule: a plain ``str`` that also carries ``level``
     (``"info"`` or ``"warning"``), so ``messages`` compares equal to strings."""
 
-    level: str  # the slot below, declared so that the type checker sees it
     __slots__ = ("level",)
-    level: str
+    level: str  # the slot, declared so that the type checker sees it
 
     def __new__(cls, text: str, level: str = "info") -> "Message":
         self = super().__new__(cls, text)

@@ -25,6 +25,12 @@ from ..engine.artifact import Row
 from ..dsv4.rules import RuleSet
 from ..dsv4.selection import Query
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs the cold start; the guard type is for the checker only
+    from typing import TypeGuard
+
+    from ..engine.artifact import SelectRow
+
 #: The name compile.py gives the default-backend decision table. Mirrored, not
 #: imported: importing the compiler would pull in yaml.
 DEFAULT_TABLE = "<default>"
@@ -93,7 +99,7 @@ def path_of(row: Row) -> tuple[int, ...]:
     return row.path
 
 
-def serves(row: Row, backend: str | None) -> bool:
+def serves(row: Row, backend: str | None) -> TypeGuard[SelectRow]:
     """True when ``row`` selects ``backend`` itself (not another backend reached
     through a ``use:`` rule); for ``backend`` None, when it selects anything."""
     return row.kind == "select" and (backend is None or row.backend == backend)
