@@ -7,6 +7,7 @@ for invalid input, so callers that already guard configuration parsing with
 
 from __future__ import annotations
 
+from .engine.text import escape
 from .record import Frozen
 
 
@@ -55,12 +56,22 @@ class RuleError(ValueError):
     """
 
     def __init__(self, problems: list[Problem] | tuple[Problem, ...]):
-        self.problems: tuple[Problem, ...] = tuple(problems)
+        # a problem may quote a file name, an environment variable or metadata: what Python
+        # callers read (``problems``, ``str()``) never holds a control character
+        self.problems: tuple[Problem, ...] = tuple(_neutral_problem(p) for p in problems)
         first = self.problems[0] if self.problems else Problem("<rules>", 0, 0, "unknown error", "DSV399")
         self.file, self.line, self.column = first.file, first.line, first.column
         count = len(self.problems)
         head = f"{count} problem{'s' if count != 1 else ''} in the rule files"
         super().__init__(head + ":\n" + "\n".join(f"  {p}" for p in self.problems))
+
+
+def _neutral_problem(problem: Problem) -> Problem:
+    """``problem`` with control characters in its file name and message escaped."""
+    file, message = escape(problem.file), escape(problem.message, keep_newlines=True)
+    if file is problem.file and message is problem.message:
+        return problem
+    return Problem(file, problem.line, problem.column, message, problem.code)
 
 
 class SelectionError(ValueError):
@@ -82,8 +93,12 @@ class SelectionError(ValueError):
         query: object | None = None,
         path: tuple = (),
     ):
+        # the message may echo a query value (or anything a caller passed): control characters
+        # (colour codes, cursor moves, bidi overrides) are written as escapes, here, once, so
+        # that neither str(exc), a log line nor a terminal gets them raw
+        message = escape(message, keep_newlines=True)
         self.reason = message
-        self.suggestions: tuple[str, ...] = tuple(suggestions)
+        self.suggestions: tuple[str, ...] = tuple(escape(s) for s in suggestions)
         self.rule = rule
         self.query = query
         self.path = tuple(path)
@@ -99,3 +114,7 @@ class InvalidQuery(SelectionError):
 
 class ImplLoadError(ImportError):
     """An impl class named by a rule could not be imported."""
+
+    def __init__(self, message: str):
+        # the message quotes the exception the module raised at import: its text is the module's
+        super().__init__(escape(message, keep_newlines=True))

@@ -318,7 +318,8 @@ QUERIES = {
     "٩.٠": "not a capability spelling", "９.０": "not a capability spelling",
     "9.0\u00a0": "not a capability spelling", "9.0\u2028": "not a capability spelling",
     "9.0\r\n": "not a capability spelling", "H1\x0000": "not a capability spelling",
-    "H100 MI300X": "is not a cuda capability", "H100 A100": "is not a cuda capability",
+    "H100 MI300X": "names 2 GPUs at once, H100 (9.0) and MI300X (gfx942): give one",
+    "H100 A100": "names 2 GPUs at once, H100 (9.0) and A100 (8.0): give one",
     "x" * 10_000_000: "(10,000,000 characters) is not a capability spelling",
     "H100 " * 200_000: "is not a capability spelling", "sm_9\u0660": "not a capability spelling",
 }

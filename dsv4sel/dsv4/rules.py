@@ -198,11 +198,14 @@ class RuleSet(CompiledRules):
         from ..engine.text import escape
 
         text = canonical(capability)
+        aliases: dict[tuple[str, ...], str] = {}
         if text is None and isinstance(capability, str):
             aliases = {name_tokens(a): v for a, v in self.aliases("capability")}
             text = match_alias(capability, aliases)
         if text in valid:
             return text
+        if text is None and aliases:
+            self._refuse_two_gpus(capability, aliases, valid)
         shown = ", ".join(valid)
         if text is not None:  # a valid spelling of a capability this platform does not declare
             if fallback is not None and fallback in valid:
@@ -224,6 +227,19 @@ class RuleSet(CompiledRules):
         return self._refuse_capability(
             f"{escape(repr(capability))} is not a {platform} capability{hint} Write it as {SPELLINGS}. "
             f"Declared {platform} capabilities: {shown}", list(dict.fromkeys(near)))
+
+    def _refuse_two_gpus(self, capability: str, aliases: dict[tuple[str, ...], str], valid) -> None:
+        """Refuse ``capability`` when it names several GPUs ("H100 A100"): which, and to give one."""
+        from .capability import gpus_named, name_tokens
+
+        named = gpus_named(capability, aliases)
+        if len(named) < 2:
+            return
+        spelled = {name_tokens(a): a for a, _ in self.aliases("capability")}
+        shown = [f"{spelled[words]} ({value})" for words, value in named]
+        self._refuse_capability(
+            f"capability {capability!r} names {len(named)} GPUs at once, {', '.join(shown[:-1])} and {shown[-1]}: "
+            "give one, the GPU this process runs on", [spelled[w] for w, v in named if v in valid])
 
     def _alias_names(self, name: str) -> list[tuple[str, str]]:
         return list(self.aliases(name))

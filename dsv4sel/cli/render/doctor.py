@@ -8,7 +8,7 @@ status agrees with. ``--json`` is the report's own ``as_dict()``.
 from __future__ import annotations
 
 from ...dsv4.rules import Rejection
-from .text import Style, align, where
+from .text import Style, align, location, where
 
 
 def report_lines(report, style: Style) -> list[str]:
@@ -42,7 +42,7 @@ def report_lines(report, style: Style) -> list[str]:
         rows = [["kv dtype", "backend", "layout", "cache dtype", "rule", "at"]]
         for kv, outcome in report.selections:
             ref = outcome.rule
-            decided_by = [ref.id, (ref.location, "cyan")] if ref is not None else ["-", ""]
+            decided_by = [ref.id, (location(ref), "cyan")] if ref is not None else ["-", ""]
             if isinstance(outcome, Rejection):
                 rows.append([kv, ("rejected", "red"), "-", "-", *decided_by])
             else:

@@ -9,7 +9,7 @@ alternatives. ``--json`` is the explanation's own ``as_dict()``.
 from __future__ import annotations
 
 from ...dsv4.alternatives import flag
-from .text import Style, align, where
+from .text import Style, align, location, where
 
 _ACTIONS = {"default": "default backend -> {target}", "use": "hands over to {target}",
             "select": "selects", "reject": "rejects"}
@@ -45,7 +45,7 @@ def report_lines(ex, style: Style, detected: bool = False) -> list[str]:
             ["block size", str(s.block_size)],
             *[[f"{host} class", f"{cls} ({host} {versions})"] for host, cls, versions in s.hosts],
             *[[f"{host} settings", ", ".join(f"{k} {v}" for k, v in pairs)] for host, pairs in s.host_settings],
-            ["decided by", f"{s.rule.id}  " + style.cyan(s.rule.location) + _pack(s.rule)],
+            ["decided by", f"{s.rule.id}  " + style.cyan(location(s.rule)) + _pack(s.rule)],
         ] + ([["why", ex.description]] if ex.description else []), style)
     else:
         r = ex.rejection
@@ -56,7 +56,7 @@ def report_lines(ex, style: Style, detected: bool = False) -> list[str]:
         if r.blocked_by:
             rows.append(["blocked by", _input_name(r.blocked_by)])
         if r.rule is not None:
-            rows.append(["decided by", f"{r.rule.id}  " + style.cyan(r.rule.location) + _pack(r.rule)])
+            rows.append(["decided by", f"{r.rule.id}  " + style.cyan(location(r.rule)) + _pack(r.rule)])
             if ex.description:
                 rows.append(["why", ex.description])
         lines += align(rows, style)
@@ -70,7 +70,7 @@ def report_lines(ex, style: Style, detected: bool = False) -> list[str]:
         lines += align([[(m.level, "yellow") if m.level == "warning" else m.level, str(m)]
                         for m in ex.messages], style)
     lines += ["", style.bold("path")]
-    steps = align([[str(n), step.rule.id, (step.rule.location, "cyan"),
+    steps = align([[str(n), step.rule.id, (location(step.rule), "cyan"),
                     _ACTIONS[step.action].format(target=step.target)]
                    for n, step in enumerate(ex.path, 1)], style)
     for step, line in zip(ex.path, steps):
@@ -84,7 +84,7 @@ def report_lines(ex, style: Style, detected: bool = False) -> list[str]:
         lines += ["", style.bold("why not")]
         heads = align([[w.backend,
                         w.verdict.replace("_", " ") + (f" ({_input_name(w.blocked_by)})" if w.blocked_by else ""),
-                        w.rule.id if w.rule else "-", (w.rule.location, "cyan") if w.rule else ""]
+                        w.rule.id if w.rule else "-", (location(w.rule), "cyan") if w.rule else ""]
                        for w in ex.why_not], style)
         for w, head in zip(ex.why_not, heads):
             lines += [head, "      " + w.reason]
@@ -99,7 +99,7 @@ def report_lines(ex, style: Style, detected: bool = False) -> list[str]:
                 change = a.flags + (f" (or {', '.join(a.also)})" if a.also else "")
                 sel = a.selection
                 rows.append([(change, "green"), sel.backend, sel.layout, f"{sel.bytes_per_token} B/token",
-                             (sel.rule.location, "cyan")])
+                             (location(sel.rule), "cyan")])
             lines += align(rows, style)
         else:
             lines.append(f"  none: no backend and kv-cache dtype select on {where(q)}; "
