@@ -27,6 +27,22 @@ class Loc(Frozen):
         return f"{self.file}:{self.line}" if self.column is None else f"{self.file}:{self.line}:{self.column}"
 
 
+def location(where) -> str:
+    """``where`` (a :class:`~dsv4sel.errors.Loc`, or anything with one as ``.loc``: a rule,
+    a problem, a finding) as ``file:line[:column]``, its file written so that it opens from
+    the working directory: the short name where it does (``rules/flashmla.yaml:27`` in a
+    checkout; a pack given as a relative path), else :func:`dsv4sel.engine.sources.openable`
+    (the shipped rules of a wheel install, an installed pack). The one way every command's
+    text, and every message of ``check`` and ``test``, writes a location; ``--json`` gives
+    both (``file`` and ``path``)."""
+    from .engine.sources import shown
+
+    loc = where if isinstance(where, Loc) else where.loc
+    # `<rules>`, `$DSV4SEL_ALLOW_IMPL_MODULES`: a place that is no file stays as it is
+    path = loc.file if loc.file.startswith(("<", "$")) else shown(loc.file)
+    return str(Loc(path, loc.line, loc.column))
+
+
 class Problem(Frozen):
     """One problem in one rule file, located at ``file:line:column`` (1-based),
     with the stable ``code`` of its kind (``DSV301``...; see :mod:`dsv4sel.engine.codes`),

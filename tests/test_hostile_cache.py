@@ -388,3 +388,31 @@ def test_explain_only_rules_without_rules_is_a_usage_error_as_in_check():
     result = run("explain", "--platform", "cuda", "--only-rules")
     assert result.rc == 2 and "--only-rules needs at least one --rules PATH" in result.err
     assert run("check", "--only-rules").rc == 2
+
+
+@pytest.mark.parametrize("digest", [12345, None, ["f" * 64], "z" * 64])
+def test_doctor_on_a_cached_digest_of_the_wrong_type_answers_as_documented(tmp_path, digest):
+    # issue 17 point 9: doctor exited 3. The user's own entry for a pack's rule set, its digest
+    # forged with a valid checksum: doctor recompiles, reports the real digest, exits as
+    # documented (0 the auto choice can run, 1 it cannot: no CUDA kernel runs on this CPU host)
+    from _cli import environ, run
+
+    directory = tmp_path / "cache"
+    directory.mkdir(mode=0o700)
+    env = environ(DSV4SEL_CACHE_DIR=str(directory))
+    args = ("doctor", "--platform", "cuda", "--capability", "12.0", "--rules", "examples/mistakes/clean", "--json")
+    first = run(*args, env=env)
+    (entry,) = directory.glob("*" + cache.SUFFIX)
+    decoded = cache.decode(entry.read_bytes())
+    assert type(decoded.data["digest"]) is str
+    decoded.data["digest"] = digest
+    entry.write_bytes(cache.encode(decoded.data, bytes(decoded.blob)))
+    entry.chmod(0o600)
+    again = run(*args, env=env)
+    assert again.rc == first.rc and again.rc in (0, 1), again
+    assert "internal error" not in again.err
+    reported = json.loads(again.out)["machine"]["rules_digest"]
+    assert reported == json.loads(first.out)["machine"]["rules_digest"] and len(reported) == 64
+    assert cache.decode(entry.read_bytes()).data["digest"] == reported  # the forged entry was replaced
+    text = run(*args[:-1], env=env)
+    assert text.rc == first.rc and f"rules {reported[:12]}" in text.out

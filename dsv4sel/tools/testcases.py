@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidQuery, Problem, SelectionError
+from ..errors import InvalidQuery, Problem, SelectionError, location
 from ..engine.values import RuleRef
 
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "schema", "tests.schema.json")
@@ -280,7 +280,7 @@ def _show(value: Any) -> str:
 
 
 def _describe_selection(sel) -> str:
-    return f"{sel.backend} with {sel.layout}, {sel.bytes_per_token} B/token (rule {sel.rule.id}, {sel.rule.location})"
+    return f"{sel.backend} with {sel.layout}, {sel.bytes_per_token} B/token (rule {sel.rule.id}, {location(sel.rule)})"
 
 
 def run_case(rules, case: Case) -> CaseResult:
@@ -297,7 +297,7 @@ def run_case(rules, case: Case) -> CaseResult:
         outcome = {"status": "rejected", "message": str(exc),
                    "rule": None if rule is None else {"id": rule.id, "location": rule.location}}
         if rule is not None:
-            by = f" by rule {rule.id} ({rule.location})"
+            by = f" by rule {rule.id} ({location(rule)})"
         else:  # an input outside the vocabulary, or one no rule decides (a gap, not the query's fault)
             by = " (an invalid query)" if isinstance(exc, InvalidQuery) else " (no rule decides it: a gap)"
         reason = exc.reason
@@ -338,7 +338,7 @@ def run_case(rules, case: Case) -> CaseResult:
                 line, column = case.where(key)
                 rest = "" if key in ("backend", "rule") else f" from {_describe_selection(selection)}"
                 if key == "rule":
-                    rest = f" ({selection.rule.location})"
+                    rest = f" ({location(selection.rule)})"
                 failures.append(Failure(key, want, have, f"expected {key} {_show(want)}, got {_show(have)}{rest}",
                                         line, column))
     return CaseResult(case, tuple(failures), outcome, tuple(selection.path))

@@ -9,6 +9,7 @@ and ``sarif``.
 
 from __future__ import annotations
 
+from ...errors import Loc
 from .diagnostics import Diagnostic
 from .text import Style, align, location
 
@@ -52,7 +53,7 @@ def text(report) -> str:
             if len(members) > 1:
                 name += f" +{len(members) - 1} more, each"
             # the default decision may span several files (packs add default rules)
-            where = b.file if b.backend is not None else "<default-backend decision>"
+            where = location(Loc(b.file, 1))[:-2] if b.backend is not None else "<default-backend decision>"
             rows.append((name, where, b.counts.select, b.counts.reject, b.counts.undecided))
         lines += _table(rows, {2, 3, 4}) + [""]
         rows = [("rule", "location", "outcome", "inputs", "points")]

@@ -12,33 +12,14 @@ from __future__ import annotations
 import os
 import sys
 
+from ...errors import location  # noqa: F401  (the renderers' one way to write a location)
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms of cold start; annotations are postponed
     from typing import Callable, Collection, Sequence, TextIO, Union
 
     #: A table cell: plain text, or (text, colour names...) painted after alignment.
     Cell = Union[str, tuple]
-
-_OPENABLE: dict[str, str] = {}
-
-
-def location(where) -> str:
-    """``where`` (a :class:`~dsv4sel.errors.Loc`, or anything with one as ``.loc``: a rule,
-    a problem, a finding) as ``file:line[:column]``, its file written so that it opens from
-    the working directory: the short name where it does (``rules/flashmla.yaml:27`` in a
-    checkout; a pack given as a relative path), else :func:`dsv4sel.engine.sources.openable`
-    (the shipped rules of a wheel install, an installed pack). The one way every command's
-    text writes a location; ``--json`` gives both (``file`` and ``path``)."""
-    from ...engine.sources import shown
-    from ...errors import Loc
-
-    loc = where if isinstance(where, Loc) else where.loc
-    path = _OPENABLE.get(loc.file)
-    if path is None:
-        # `<rules>`, `$DSV4SEL_ALLOW_IMPL_MODULES`: a place that is no file stays as it is
-        path = _OPENABLE[loc.file] = loc.file if loc.file.startswith(("<", "$")) else shown(loc.file)
-    return str(Loc(path, loc.line, loc.column))
-
 
 _CODES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
 
