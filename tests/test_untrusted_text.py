@@ -15,13 +15,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _cli import ANSI, REPO, environ, run, run_tty
 
 import dsv4sel
 from dsv4sel.engine import cache
 from dsv4sel.engine.values import Message
 from dsv4sel.errors import ImplLoadError, Problem, RuleError, SelectionError
-
-from _cli import ANSI, REPO, environ, run, run_tty
 
 RED = "\x1b[31mFORGED\x1b[0m"
 #: Each must come out as escapes; the set spans colour (SGR), other CSI, OSC, a C1 CSI and bidi.
@@ -46,12 +45,12 @@ class EvilRepr:
 
 
 QUERIES = {
-    "platform": lambda v: dict(platform=v),
-    "capability": lambda v: dict(platform="cuda", capability=v),
-    "backend": lambda v: dict(platform="cuda", capability="9.0", backend=v),
-    "kv_cache_dtype": lambda v: dict(platform="cuda", capability="9.0", kv_cache_dtype=v),
-    "model": lambda v: dict(platform="cuda", capability="9.0", model=v),
-    "extra input value": lambda v: dict(platform="cuda", capability="9.0", mega_attn=v),
+    "platform": lambda v: {"platform": v},
+    "capability": lambda v: {"platform": "cuda", "capability": v},
+    "backend": lambda v: {"platform": "cuda", "capability": "9.0", "backend": v},
+    "kv_cache_dtype": lambda v: {"platform": "cuda", "capability": "9.0", "kv_cache_dtype": v},
+    "model": lambda v: {"platform": "cuda", "capability": "9.0", "model": v},
+    "extra input value": lambda v: {"platform": "cuda", "capability": "9.0", "mega_attn": v},
 }
 
 
@@ -147,7 +146,7 @@ CHILD = textwrap.dedent("""
 
 def _child(directory: Path) -> dict:
     env = environ(DSV4SEL_CACHE_DIR=str(directory), DSV4SEL_NO_CACHE=None)
-    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, cwd=REPO,
+    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, cwd=REPO, check=False,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])

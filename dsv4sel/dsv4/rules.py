@@ -198,14 +198,10 @@ class RuleSet(CompiledRules):
         from ..engine.text import escape
 
         text = canonical(capability)
-        aliases: dict[tuple[str, ...], str] = {}
         if text is None and isinstance(capability, str):
-            aliases = {name_tokens(a): v for a, v in self.aliases("capability")}
-            text = match_alias(capability, aliases)
+            text = match_alias(capability, {name_tokens(a): v for a, v in self.aliases("capability")})
         if text in valid:
             return text
-        if text is None and aliases:
-            self._refuse_two_gpus(capability, aliases, valid)
         shown = ", ".join(valid)
         if text is not None:  # a valid spelling of a capability this platform does not declare
             if fallback is not None and fallback in valid:
@@ -218,6 +214,7 @@ class RuleSet(CompiledRules):
                 + " is not declared in the rule "
                 f"vocabulary. Declared {platform} capabilities: {shown}. Pass capability 'unknown' to "
                 f"decide without it, or declare it in a rule pack", [v for v in valid if v == "unknown"])
+        self._refuse_two_gpus(capability, valid)
         names = [a for a, v in self._alias_names("capability") if v in valid]
         by_lower = {c.lower(): c for c in (*valid, *names)}
         near = [by_lower[n] for n in close_matches(str(capability).strip().lower(), by_lower, n=3)]
@@ -228,14 +225,18 @@ class RuleSet(CompiledRules):
             f"{escape(repr(capability))} is not a {platform} capability{hint} Write it as {SPELLINGS}. "
             f"Declared {platform} capabilities: {shown}", list(dict.fromkeys(near)))
 
-    def _refuse_two_gpus(self, capability: str, aliases: dict[tuple[str, ...], str], valid) -> None:
-        """Refuse ``capability`` when it names several GPUs ("H100 A100"): which, and to give one."""
+    def _refuse_two_gpus(self, capability: Any, valid) -> None:
+        """Refuse ``capability`` when it is a string naming several GPUs ("H100 A100"): which,
+        and to give one. Else return (the caller refuses it as no capability)."""
         from .capability import gpus_named, name_tokens
 
-        named = gpus_named(capability, aliases)
+        if not isinstance(capability, str):
+            return
+        pairs = list(self.aliases("capability"))
+        spelled = {name_tokens(a): a for a, _ in pairs}
+        named = gpus_named(capability, {name_tokens(a): v for a, v in pairs})
         if len(named) < 2:
             return
-        spelled = {name_tokens(a): a for a, _ in self.aliases("capability")}
         shown = [f"{spelled[words]} ({value})" for words, value in named]
         self._refuse_capability(
             f"capability {capability!r} names {len(named)} GPUs at once, {', '.join(shown[:-1])} and {shown[-1]}: "
