@@ -38,9 +38,14 @@ def location(where) -> str:
     from .engine.sources import shown
 
     loc = where if isinstance(where, Loc) else where.loc
-    # `<rules>`, `$DSV4SEL_ALLOW_IMPL_MODULES`: a place that is no file stays as it is
-    path = loc.file if loc.file.startswith(("<", "$")) else shown(loc.file)
+    path = loc.file if not_a_file(loc.file) else shown(loc.file)
     return str(Loc(path, loc.line, loc.column))
+
+
+def not_a_file(name: str) -> bool:
+    """Whether a problem's ``file`` names no file (``<rules>``, ``$DSV4SEL_ALLOW_IMPL_MODULES``):
+    it has no path to open, and is shown as it is."""
+    return name.startswith(("<", "$"))
 
 
 class Problem(Frozen):

@@ -130,3 +130,13 @@ def test_a_gap_under_test_is_not_called_an_invalid_query(tmp_path):
     r = run("test", str(case), "--rules", str(rules))
     assert r.rc == 1
     assert "an invalid query" not in r.out and "no rule" in r.out
+
+
+def test_a_problem_that_is_no_file_keeps_its_name_in_text_and_json(tmp_path):
+    from _cli import environ
+
+    env = environ(DSV4SEL_ALLOW_IMPL_MODULES="-")
+    r = run("explain", "--platform", "cuda", "--json", env=env, cwd=tmp_path)
+    (problem,) = json.loads(r.out)["error"]["problems"]
+    assert problem["file"] == problem["path"] == "$DSV4SEL_ALLOW_IMPL_MODULES"
+    assert "  $DSV4SEL_ALLOW_IMPL_MODULES:1:1: DSV4SEL_ALLOW_IMPL_MODULES holds -" in run("check", env=env, cwd=tmp_path).err

@@ -96,8 +96,9 @@ def error(prog: str, message: str, problems=(), kind: str = "usage") -> int:
 
 def _openable(display: str) -> str:
     from ..engine.sources import openable
+    from ..errors import not_a_file
 
-    return openable(display)
+    return display if not_a_file(display) else openable(display)
 
 
 def error_document(prog: str, message: str, problems=(), kind: str = "usage") -> dict:
