@@ -1,4 +1,4 @@
-"""Exceptions raised by dsv4sel.
+"""Exceptions raised by dsv4sel, and the escaping of the untrusted text they carry.
 
 Both public exceptions subclass :class:`ValueError`, as :mod:`packaging` does
 for invalid input, so callers that already guard configuration parsing with
@@ -7,8 +7,47 @@ for invalid input, so callers that already guard configuration parsing with
 
 from __future__ import annotations
 
-from .engine.text import escape
 from .record import Frozen
+
+# C0 controls, DEL, C1 controls, and the bidirectional overrides that can
+# make text read differently from what it is ("Trojan source").
+_BIDI = "\u202a-\u202e\u2066-\u2069"
+_CONTROL = "[\x00-\x1f\x7f-\x9f" + _BIDI + "]"
+_CONTROL_IN_TEXT = "[\x00-\x08\x0b-\x1f\x7f-\x9f" + _BIDI + "]"
+_compiled: dict[str, object] = {}
+
+
+def _pattern(source: str):
+    # compiled on first use: `re` is not imported on select()'s cold path
+    pattern = _compiled.get(source)
+    if pattern is None:
+        import re
+
+        pattern = _compiled[source] = re.compile(source)
+    return pattern
+
+
+def control_character(text: str, *, in_text: bool = False) -> str | None:
+    """The first character of ``text`` that no name (``in_text``: no text,
+    which may hold newlines and tabs) may hold, or None."""
+    if text.isprintable():  # no control or format character at all: the common case
+        return None
+    match = _pattern(_CONTROL_IN_TEXT if in_text else _CONTROL).search(text)
+    return match.group() if match else None
+
+
+def _escaped(match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def escape(text: str, *, keep_newlines: bool = False) -> str:
+    """``text`` with every control character written as an escape.
+
+    ``keep_newlines`` keeps newlines and tabs (multi-line messages)."""
+    if text.isprintable():
+        return text
+    return _pattern(_CONTROL_IN_TEXT if keep_newlines else _CONTROL).sub(_escaped, text)
 
 
 class Loc(Frozen):
@@ -25,27 +64,6 @@ class Loc(Frozen):
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}" if self.column is None else f"{self.file}:{self.line}:{self.column}"
-
-
-def location(where) -> str:
-    """``where`` (a :class:`~dsv4sel.errors.Loc`, or anything with one as ``.loc``: a rule,
-    a problem, a finding) as ``file:line[:column]``, its file written so that it opens from
-    the working directory: the short name where it does (``rules/flashmla.yaml:27`` in a
-    checkout; a pack given as a relative path), else :func:`dsv4sel.engine.sources.openable`
-    (the shipped rules of a wheel install, an installed pack). The one way every command's
-    text, and every message of ``check`` and ``test``, writes a location; ``--json`` gives
-    both (``file`` and ``path``)."""
-    from .engine.sources import shown
-
-    loc = where if isinstance(where, Loc) else where.loc
-    path = loc.file if not_a_file(loc.file) else shown(loc.file)
-    return str(Loc(path, loc.line, loc.column))
-
-
-def not_a_file(name: str) -> bool:
-    """Whether a problem's ``file`` names no file (``<rules>``, ``$DSV4SEL_ALLOW_IMPL_MODULES``):
-    it has no path to open, and is shown as it is."""
-    return name.startswith(("<", "$"))
 
 
 class Problem(Frozen):
