@@ -13,7 +13,7 @@ from typing import Iterator, NamedTuple
 from .context import CheckContext, table_label
 from .tables import pack_order
 from .findings import ERROR, WARNING, BackendCoverage, Counts, Coverage, Finding, RuleCoverage
-from ..engine.sources import location
+from ..engine.locations import location
 from ..engine.space import iter_bits, merge
 
 

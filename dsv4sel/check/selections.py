@@ -16,7 +16,7 @@ from typing import Iterator
 
 from .context import CheckContext, table_label
 from .findings import ERROR, Finding
-from ..engine.sources import location
+from ..engine.locations import location
 from .outcomes import SELECTION_FIELDS, placeholders, render_fields
 
 

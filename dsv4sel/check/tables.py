@@ -9,7 +9,7 @@ from typing import Iterator
 
 from .context import CheckContext, table_label
 from .findings import ERROR, WARNING, Finding
-from ..engine.sources import location
+from ..engine.locations import location
 from ..engine.scan import intersect_masks
 from ..engine.space import first_bits
 

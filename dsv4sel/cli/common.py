@@ -95,7 +95,8 @@ def error(prog: str, message: str, problems=(), kind: str = "usage") -> int:
 
 
 def _openable(display: str) -> str:
-    from ..engine.sources import not_a_file, openable
+    from ..engine.locations import not_a_file
+    from ..engine.sources import openable
 
     return display if not_a_file(display) else openable(display)
 

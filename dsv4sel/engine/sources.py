@@ -448,27 +448,6 @@ def shown(display: str) -> str:
     return display if os.path.exists(display) else openable(display)
 
 
-def location(where) -> str:
-    """``where`` (a :class:`~dsv4sel.errors.Loc`, or anything with one as ``.loc``: a rule,
-    a problem, a finding) as ``file:line[:column]``, its file written so that it opens from
-    the working directory: the short name where it does (``rules/flashmla.yaml:27`` in a
-    checkout; a pack given as a relative path), else :func:`openable`
-    (the shipped rules of a wheel install, an installed pack). The one way every command's
-    text, and every message of ``check`` and ``test``, writes a location; ``--json`` gives
-    both (``file`` and ``path``)."""
-    from ..errors import Loc
-
-    loc = where if isinstance(where, Loc) else where.loc
-    path = loc.file if not_a_file(loc.file) else shown(loc.file)
-    return str(Loc(path, loc.line, loc.column))
-
-
-def not_a_file(name: str) -> bool:
-    """Whether a problem's ``file`` names no file (``<rules>``, ``$DSV4SEL_ALLOW_IMPL_MODULES``):
-    it has no path to open, and is shown as it is."""
-    return name.startswith(("<", "$"))
-
-
 _ROOTS: list = []
 
 

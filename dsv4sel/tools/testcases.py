@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidQuery, Problem, SelectionError
-from ..engine.sources import location
+from ..engine.locations import location
 from ..engine.values import RuleRef
 
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "schema", "tests.schema.json")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ...engine.sources import location  # noqa: F401  (the renderers' one way to write a location)
+from ...engine.locations import location  # noqa: F401  (the renderers' one way to write a location)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms of cold start; annotations are postponed
