@@ -106,6 +106,12 @@ class Finding:
     code: str = ""
 
     def __post_init__(self) -> None:
+        from ..engine.text import escape
+
+        # a message may quote what an impl module raised at import, or a file name: what
+        # verify()'s callers and every format get holds no control character
+        object.__setattr__(self, "message", escape(self.message, keep_newlines=True))
+        object.__setattr__(self, "file", escape(self.file))
         if not self.code:
             from ..engine.codes import kind_code
 

@@ -206,8 +206,7 @@ class RuleSet(CompiledRules):
                 f"printable ASCII characters. Write it as {SPELLINGS}.", [])
         text = canonical(capability)
         if text is None and isinstance(capability, str):
-            aliases = {name_tokens(a): v for a, v in self.aliases("capability")}
-            text = match_alias(capability, aliases)
+            text = match_alias(capability, {name_tokens(a): v for a, v in self.aliases("capability")})
         if text in valid:
             return text
         if text is not None:  # a valid spelling of a capability this platform does not declare
@@ -236,6 +235,7 @@ class RuleSet(CompiledRules):
         from ..engine.text import escape
         from .capability import SPELLINGS, canonical
 
+        self._refuse_two_gpus(capability, valid)
         names = [a for a, v in self.aliases("capability") if v in valid]
         by_lower = {c.lower(): c for c in (*valid, *names)}
         near = [by_lower[n] for n in close_matches(str(capability).strip().lower(), by_lower, n=3)]
@@ -246,6 +246,23 @@ class RuleSet(CompiledRules):
         return self._refuse_capability(
             f"{escape(repr(capability))} is not a {platform} capability{hint} Write it as {SPELLINGS}. "
             f"Declared {platform} capabilities: {', '.join(valid)}", list(dict.fromkeys(near)))
+
+    def _refuse_two_gpus(self, capability: Any, valid: tuple[str, ...]) -> None:
+        """Refuse ``capability`` when it is a string naming several GPUs ("H100 A100"): which,
+        and to give one. Else return (the caller refuses it as no capability)."""
+        from .capability import gpus_named, name_tokens
+
+        if not isinstance(capability, str):
+            return
+        pairs = list(self.aliases("capability"))
+        spelled = {name_tokens(a): a for a, _ in pairs}
+        named = gpus_named(capability, {name_tokens(a): v for a, v in pairs})
+        if len(named) < 2:
+            return
+        shown = [f"{spelled[words]} ({value})" for words, value in named]
+        self._refuse_capability(
+            f"capability {capability!r} names {len(named)} GPUs at once, {', '.join(shown[:-1])} and {shown[-1]}: "
+            "give one, the GPU this process runs on", [spelled[w] for w, v in named if v in valid])
 
     @staticmethod
     def _refuse_capability(message: str, near: list[str]):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from ..engine.values import Message, RuleRef, load_impl_class
+from ..errors import ImplLoadError
 from ..record import Frozen
 from .profile import DEFAULT_ALLOWED_IMPL_MODULES, PROFILE
 
@@ -128,8 +129,20 @@ class Selection(Frozen):
 
     def load_impl(self) -> type:
         """Import and return the impl class. Only modules on the rule set's
-        allow-list are imported; anything else raises :class:`ImplLoadError`."""
-        return load_impl_class(self.impl, self.allowed_impl_modules)
+        allow-list are imported; anything else raises :class:`ImplLoadError`.
+
+        ``select()`` never imports it (the answer stays cheap, and a process that only
+        asks which backend gets no kernel library); a module that is not there, or
+        fails to import, shows here: one error naming the impl, why, the rule that
+        chose it (``file:line``) and the fix. ``dsv4sel explain`` warns about it and
+        ``dsv4sel check`` reports it (DSV406)."""
+        try:
+            return load_impl_class(self.impl, self.allowed_impl_modules)
+        except ImplLoadError as exc:
+            where = f"rule {self.rule.id} ({self.rule.location})" if self.rule is not None else "its rule"
+            raise ImplLoadError(f"{self.backend}: {exc}; it was selected by {where}: correct that rule's "
+                                "`impl:` (or its `defaults: impl`), or install the module it names; "
+                                "`dsv4sel check` reports this as DSV406") from None
 
     def apply(self, cache_config: Any) -> dict[str, Any]:
         """Apply :attr:`rewrites` to ``cache_config`` (duck-typed) all or nothing.

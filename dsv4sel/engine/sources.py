@@ -152,13 +152,14 @@ def installed_packs() -> list[Pack]:
                        + " and by ".join(escape(i[2]) for i in items)
                        + ": two packs cannot share one name; uninstall one of the distributions")
         elif not is_module_path(module):
-            problem = f"entry point {name} = {escape(module)}: not a dotted package name"
+            problem = f"entry point {escape(name)} = {escape(module)}: not a dotted package name"
         else:
             problem = not_a_pack(module)
             if problem is None:
                 path = package_dir(module, entry)
                 if path is None:
-                    problem = f"entry point {name} = {module}: package not found (is {folder} installed whole?)"
+                    problem = (f"entry point {escape(name)} = {module}: package not found "
+                               f"(is {escape(folder)} installed whole?)")
                 else:
                     packs.append(Pack(name, path, (module.split(".")[0],), name))
                     continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..errors import ImplLoadError, Loc
 from ..record import Frozen
+from .text import escape
 
 
 class RuleRef(Frozen):
@@ -40,7 +41,8 @@ class Message(str):
     level: str  # the slot, declared so that the type checker sees it
 
     def __new__(cls, text: str, level: str = "info") -> "Message":
-        self = super().__new__(cls, text)
+        # a message reaches logs and terminals: control characters only as escapes
+        self = super().__new__(cls, escape(text, keep_newlines=True))
         self.level = level
         return self
 

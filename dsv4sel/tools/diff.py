@@ -14,7 +14,7 @@ the JSON ``dsv4sel diff`` prints are :mod:`dsv4sel.cli.render.diff`.
 
 from __future__ import annotations
 
-from ..check.cubes import describe
+from ..check.cubes import cube_text, describe
 from ..engine.space import merge
 from ..record import Frozen
 from ..dsv4.rules import RuleSet
@@ -100,16 +100,9 @@ def cubes(names: tuple[str, ...], domains: list[list[str]], boxes: Iterable[tupl
     of that input's domain), merged into cubes and written
     ``name=values name=values ...`` (``9.x``, ``not(...)`` where the values allow); an
     input that takes every value is left out (``*`` when all are)."""
-    out = []
-    for box, _ in merge((b, frozenset()) for b in boxes):
-        parts = []
-        for name, bits, domain in zip(names, box, domains):
-            chosen = [v for i, v in enumerate(domain) if bits >> i & 1]
-            shown = describe(chosen, domain)
-            if shown != "*":
-                parts.append(f"{name}={shown}")
-        out.append(" ".join(parts) or "*")
-    return tuple(out)
+    return tuple(cube_text((name, describe([v for i, v in enumerate(domain) if bits >> i & 1], domain))
+                           for name, bits, domain in zip(names, box, domains))
+                 for box, _ in merge((b, frozenset()) for b in boxes))
 
 
 class Change(Frozen):

@@ -138,6 +138,10 @@ def _flush_startup() -> None:
 
 
 def _say_once(level: int, text: str) -> None:
+    from ..engine.text import escape
+
+    # a line may quote a model's architecture name or an exception's text: never raw control characters
+    text = escape(text, keep_newlines=True)
     with _lock:
         if text in _logged:
             return
