@@ -79,7 +79,8 @@ def plugin_outcome(plugin, model, platform, capability, backend, kv, extra, d) -
 
     stubs.set_device(capability, platform)
     mega, fi = extra.get("mega_attn") == "available", extra.get("flashinfer_sm120", "available") == "available"
-    oracle._MEGA["available"], oracle.FLASHINFER_SM120["available"] = mega, fi
+    oracle._MEGA["available"] = mega
+    stubs.set_flashinfer_sm120(fi)
     try:
         cfg = oracle.vllm_config(backend, kv, pcp=_pcp(extra), model=model)
     except Exception:
