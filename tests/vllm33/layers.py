@@ -68,17 +68,17 @@ def prepare() -> None:
 
 #: The checkpoint quantization mega-attention serves: DeepSeek-V4.1's native MXFP8 (its hf
 #: ``quantization_config``: linear layers in 32x32 blocks with UE8M0 scales, MXFP4 experts,
-#: ``expert_dtype: fp4``), which vLLM reads into its own ``DeepseekV4FP8Config``. On SM100 the mega
+#: ``expert_dtype: fp4``), which vLLM reads into its own ``DeepseekV4FP8Config``. On CUDA the mega
 #: layer's ``__init__`` permutes that checkpoint's weight scales (``wq_b.weight_scale``...), so it
-#: is built with it there; every other layer (and mega elsewhere, where its ``__init__`` decides
-#: before) reads no quantized parameter in ``__init__`` and is built unquantized.
+#: is built with it there; every other layer reads no quantized parameter in ``__init__`` and is
+#: built unquantized (as mega on CPU/XPU, where vLLM has no MXFP8 linear kernel to pick).
 V41_QUANTIZATION = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [32, 32],
                     "fmt": "e4m3", "scale_fmt": "ue8m0"}
 MEGA_CLASS = "vllm.models.deepseek_v41.nvidia.flash_mla_mega_attn:DeepseekV4MegaAttnAttention"
 
 
-def _quant_config(cls_path: str, capability):
-    if cls_path != MEGA_CLASS or not str(capability).startswith("10."):
+def _quant_config(cls_path: str, platform: str):
+    if cls_path != MEGA_CLASS or platform != "cuda":
         return None
     from vllm.models.deepseek_v41.quant_config import DeepseekV4FP8Config
 
@@ -121,7 +121,7 @@ def build(cls, platform, capability, backend, kv, mega: bool, fi_sm120: bool, pc
     stubs.set_device(capability, platform)
     oracle._MEGA["available"] = mega
     stubs.set_flashinfer_sm120(fi_sm120)
-    cfg = vllm_config(backend, kv, _quant_config(oracle._cls_path(cls), capability))
+    cfg = vllm_config(backend, kv, _quant_config(oracle._cls_path(cls), platform))
     cfg.parallel_config.prefill_context_parallel_size = pcp
     with set_current_vllm_config(cfg):
         try:
