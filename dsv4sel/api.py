@@ -273,7 +273,13 @@ def verify(rules=None, *, allowed_impl_modules=None) -> Report:
         to_table(program)
     except RuleError as exc:
         return problem_report(tuple(s.display for s in srcs), exc.problems)
-    return verify_program(program)
+    report = verify_program(program)
+    if rules is None:
+        # the default rules are the ones the shipped host translations map onto
+        from .check.host_spaces import with_host_spaces
+
+        report = with_host_spaces(report, default_rules())
+    return report
 
 
 def _packs_of_ruleset(ruleset: RuleSet) -> list:

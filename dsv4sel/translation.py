@@ -110,31 +110,37 @@ class Translation:
         exc.origin = origin  # type: ignore[attr-defined]
         return exc
 
-    def query(self, point: dict) -> dict[str, Any]:
-        """The keywords of :func:`dsv4sel.select` an unrefused input means."""
-        backend = next(r.value for r in self.backend if holds(r.when, point))
-        kv_map = next(r.value for r in self.kv_cache_dtype if holds(r.when, point))
+    def query(self, point: dict, used: list[str] | None = None) -> dict[str, Any]:
+        """The keywords of :func:`dsv4sel.select` an unrefused input means (``used`` collects the
+        ``file:line`` of each row that gave a part of it). StopIteration: no ``backend`` or
+        ``kv_cache_dtype`` row holds; KeyError: the kv-cache map lacks the input's value."""
+        hits = [next(r for r in self.backend if holds(r.when, point)),
+                next(r for r in self.kv_cache_dtype if holds(r.when, point))]
         q: dict[str, Any] = {k: point[k] for k in QUERY_KEYS}
-        q["backend"] = backend
-        q["kv_cache_dtype"] = kv_map[point["kv_cache_dtype"]]
+        q["backend"] = hits[0].value
+        q["kv_cache_dtype"] = hits[1].value[point["kv_cache_dtype"]]
         extra = {}
         for name, rows in self.extra.items():
-            hit = next((r.value for r in rows if holds(r.when, point)), None)
+            hit = next((r for r in rows if holds(r.when, point)), None)
             if hit is not None:
-                extra[name] = hit
+                extra[name] = hit.value
+                hits.append(hit)
         q["extra"] = extra
+        if used is not None:
+            used.extend(r.where for r in hits)
         return q
 
-    def decide(self, point: dict, rules=None) -> HostDecision:
-        """Decide one host input with the shipped rules (or ``rules``); raises SelectionError
-        (``origin``: the ``file:line`` of the row or rule that refused)."""
+    def decide(self, point: dict, rules=None, used: list[str] | None = None) -> HostDecision:
+        """Decide one host input with the shipped rules (or ``rules``: anything with their
+        ``select``); raises SelectionError (``origin``: the ``file:line`` of the row or rule that
+        refused). ``used``: see :meth:`query`."""
         import dsv4sel
 
         for row in self.refuse:
             if holds(row.when, point):
                 raise self._refusal(point, row.value["reason"].format(**point), row.value["fix"], row.where)
         try:
-            sel = (rules or dsv4sel.default_rules()).select(**self.query(point))
+            sel = (rules or dsv4sel.default_rules()).select(**self.query(point, used))
         except SelectionError as exc:
             exc.origin = exc.rule.location if getattr(exc, "rule", None) else None  # type: ignore[attr-defined]
             raise

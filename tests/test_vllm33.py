@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _host_env import env_skip_reason  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 VENV = Path(os.environ.get("DSV4SEL_VLLM_VENV", ROOT / ".venv-vllm"))
 PYTHON = VENV / "bin" / "python"
@@ -26,12 +29,7 @@ PLATFORMS = ("cuda", "rocm", "cpu", "xpu")
 
 
 def _skip_reason() -> str | None:
-    if not STAMP.exists():
-        log = ROOT / ".venv-vllm.log"
-        why = f"; its build log: {log}" if log.exists() else ""
-        return (f"the vLLM 0.33.0 test environment {VENV} is not built (run `make vllm-env`: "
-                f"`python3 tools/vllm_env.py`){why}")
-    return None
+    return env_skip_reason("vLLM 0.33.0", VENV, STAMP, "vllm-env", "tools/vllm_env.py")
 
 
 pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")

@@ -39,6 +39,9 @@ KINDS: dict[str, str] = {
     "model": "a backend table that never tests `model` selects for every declared model (a warning)",
     "hostless": "a backend that selects on a platform a host's plugin serves names no class for that host "
                 "(`hosts:`), so that plugin refuses it (a warning)",
+    "translation": "a host translation file names an input or value its host space does not declare",
+    "host-gap": "inputs of a host's space that its translation maps to no decision",
+    "host-dead": "a host translation row that decides no input of the host space (a warning)",
 }
 
 
@@ -256,6 +259,9 @@ class Report:
     rule_count: int = 0
     table_count: int = 0
     analysed: bool = True
+    #: per host translation, how its host's space was decided (:mod:`dsv4sel.check.host_spaces`;
+    #: empty unless the default rules were checked)
+    hosts: tuple = ()
 
     @property
     def ok(self) -> bool:
@@ -282,4 +288,5 @@ class Report:
             "table_count": self.table_count,
             "findings": [f.to_dict() for f in self.findings],
             "coverage": self.coverage.to_dict() if self.coverage else None,
+            "hosts": [h.to_dict() for h in self.hosts],
         }

@@ -61,6 +61,9 @@ CODES: dict[str, tuple[str, str]] = {
     "DSV411": ("host", "a host class does not resolve where its host is installed in a listed version"),
     "DSV412": ("hostless", "a backend selects where a host's plugin serves but names no class for that host (`hosts:`)"),
     "DSV413": ("hijack", "a default rule sends inputs to a table that rejects every one of them"),
+    "DSV601": ("translation", "a host translation names an input or value its space does not declare"),
+    "DSV602": ("host-gap", "inputs of a host's space that its translation maps to no decision"),
+    "DSV603": ("host-dead", "a host translation row decides no input of its host space"),
     "DSV501": ("tests", "a test file where a rule file belongs, or the other way round"),
     "DSV502": ("tests", "no test files at a path"),
     "DSV510": ("tests", "test case failed"),
@@ -71,6 +74,7 @@ _KIND_CODES = {
     "gap": "DSV401", "overlap": "DSV402", "redundant": "DSV403", "shadowed": "DSV404", "dead": "DSV405",
     "layout": "DSV407", "consistency": "DSV408", "fixpoint": "DSV409", "cycle": "DSV312", "host": "DSV411",
     "dangling": "DSV311", "model": "DSV410", "hijack": "DSV413", "hostless": "DSV412",
+    "host-gap": "DSV602", "host-dead": "DSV603",
 }
 
 def kind_code(kind: str) -> str:

@@ -60,6 +60,9 @@ def text(report) -> str:
         rows = [("rule", "location", "outcome", "inputs", "points")]
         rows += [(r.rule.id, r.rule.location, r.outcome, r.inputs, r.points) for r in cov.rules]
         lines += _table(rows, {3, 4}) + [""]
+    for h in report.hosts:  # dsv4sel.check.host_spaces
+        lines += [f"host {h.host}: {h.inputs} inputs of its space ({h.file}): select {h.selected} with a class "
+                  f"and settings, refuse {h.refused}", ""]
     if report.ok:
         lines.append(f"clean: all {cov.inputs} inputs are decided; no rule overlaps, shadows or repeats "
                      "another, and every selection resolves and is consistent")
