@@ -125,6 +125,21 @@ def plugin_sample(platform: str, every: int, limit: int = 0) -> tuple[list[int],
     return sorted(chosen), seen
 
 
+def _plugin_verdict(want, got: oracle.Outcome, point: dict, server_args) -> str:
+    """How SGLang with the plugin handled one input whose rules' decision is ``want`` (None: refused)."""
+    from dsv4sel.sglang_plugin import scheduler
+
+    if want is None:
+        declared = [src for src, _ in getattr(server_args, "_resolved_overrides", ()) if src == "dsv4sel"]
+        untouched = (not declared and os.environ.get("SGLANG_DSV4_KV_LAYOUT", "unset") == point["kv_layout_env"]
+                     and scheduler.published() is None)
+        ok = got.stage == "config" and got.error == "SelectionError" and untouched
+        return "refused before the weights load" if ok else "wrong"
+    view = sglang_view(got)
+    ok = view["kind"] == "select" and view["class"] == want.cls and view["settings"] == want.settings
+    return "built the rules' class and settings" if ok else "wrong"
+
+
 def plugin_pass(o: oracle.Oracle, platform: str, every: int, limit: int) -> dict:
     """SGLang again, with the dsv4sel plugin loaded the way SGLang loads it: ``SGLANG_PLUGINS=dsv4sel``
     and SGLang's own ``load_plugins()`` (entry point ``sglang.srt.plugins``, then its HookRegistry),
@@ -159,22 +174,45 @@ def plugin_pass(o: oracle.Oracle, platform: str, every: int, limit: int) -> dict
         except SelectionError:
             want = None
         got = o.decide(point)
-        declared = [src for src, _ in getattr(o.last_args, "_resolved_overrides", ()) if src == "dsv4sel"]
-        if want is None:
-            env = os.environ.get("SGLANG_DSV4_KV_LAYOUT", "unset")
-            ok = (got.stage == "config" and got.error == "SelectionError" and not declared
-                  and env == point["kv_layout_env"] and scheduler.published() is None)
-            counts["refused before the weights load" if ok else "wrong"] += 1
-        else:
-            view = sglang_view(got)
-            ok = view["kind"] == "select" and view["class"] == want.cls and view["settings"] == want.settings
-            counts["built the rules' class and settings" if ok else "wrong"] += 1
-        if not ok and len(wrong) < 50:
+        verdict = _plugin_verdict(want, got, point, o.last_args)
+        counts[verdict] += 1
+        if verdict == "wrong" and len(wrong) < 50:
             wrong.append({"input": point, "sglang": got.as_dict(),
                           "rules": None if want is None else {"class": want.cls, "settings": want.settings}})
     return {"counts": dict(counts), "inputs": len(sample), "resolution_hooks": hooks, "guarded": guarded,
             "covered": sorted(covered),
             "in_space": sorted(json.dumps(k) for k in in_space), "wrong": wrong}
+
+
+def sglang_pass(o: oracle.Oracle, points, compat, limit: int) -> dict:
+    """SGLang alone on every input: its outcome counts and, with ``compat``, the agreements."""
+    stages: collections.Counter = collections.Counter()
+    causes: collections.Counter = collections.Counter()
+    agree, disagree = 0, []
+    n = 0
+    for point in points:
+        if limit and n >= limit:
+            break
+        n += 1
+        got = o.decide(point)
+        stages[got.stage] += 1
+        s = sglang_view(got)
+        causes[json.dumps({k: v for k, v in {**s, "settings": s.get("settings")}.items() if v is not None},
+                          sort_keys=True)] += 1
+        if compat is None:
+            continue
+        d = rules_outcome(compat, point)
+        if agrees(s, d):
+            agree += 1
+        elif len(disagree) < 200:
+            disagree.append({"input": point, "sglang": {**s, "message": got.message}, "compat": d})
+        else:
+            disagree.append(None)
+    out = {"inputs": n, "stages": dict(stages), "outcomes": dict(causes.most_common())}
+    if compat is not None:
+        out["compat"] = {"agree": agree, "disagree": len(disagree),
+                         "examples": [d for d in disagree if d is not None]}
+    return out
 
 
 def main() -> int:
@@ -195,34 +233,12 @@ def main() -> int:
         import dsv4sel
 
         compat = dsv4sel.load_rules([args.compat])
-    stages: collections.Counter = collections.Counter()
-    causes: collections.Counter = collections.Counter()
-    agree, disagree = 0, []
-    n = 0
-    for point in () if args.plugin_only else oracle.points(args.platform):
-        if args.limit and n >= args.limit:
-            break
-        n += 1
-        got = o.decide(point)
-        stages[got.stage] += 1
-        s = sglang_view(got)
-        causes[json.dumps({k: v for k, v in {**s, "settings": s.get("settings")}.items() if v is not None},
-                          sort_keys=True)] += 1
-        if compat is not None:
-            d = rules_outcome(compat, point)
-            if agrees(s, d):
-                agree += 1
-            elif len(disagree) < 200:
-                disagree.append({"input": point, "sglang": {**s, "message": got.message}, "compat": d})
-            else:
-                disagree.append(None)
+    points = () if args.plugin_only else oracle.points(args.platform)
+    raw = sglang_pass(o, points, compat, args.limit)
     if args.plugin_every:
         report_plugin = plugin_pass(o, args.platform, args.plugin_every, args.limit)
-    report = {"platform": args.platform, "optimize": sys.flags.optimize, "inputs": n, "stages": dict(stages),
-              "outcomes": dict(causes.most_common()), "seconds": round(time.time() - t0, 1)}
-    if compat is not None:
-        report["compat"] = {"agree": agree, "disagree": len(disagree),
-                            "examples": [d for d in disagree if d is not None]}
+    report = {"platform": args.platform, "optimize": sys.flags.optimize, **raw,
+              "seconds": round(time.time() - t0, 1)}
     if args.plugin_every:
         report["plugin"] = report_plugin
     text = json.dumps(report, indent=1)
