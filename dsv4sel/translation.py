@@ -130,17 +130,15 @@ class Translation:
             used.extend(r.where for r in hits)
         return q
 
-    def decide(self, point: dict, rules=None, used: list[str] | None = None) -> HostDecision:
-        """Decide one host input with the shipped rules (or ``rules``: anything with their
-        ``select``); raises SelectionError (``origin``: the ``file:line`` of the row or rule that
-        refused). ``used``: see :meth:`query`."""
-        import dsv4sel
-
+    def decide(self, point: dict, rules, used: list[str] | None = None) -> HostDecision:
+        """Decide one host input with ``rules`` (a RuleSet, or anything with its ``select``); raises
+        SelectionError (``origin``: the ``file:line`` of the row or rule that refused). ``used``:
+        see :meth:`query`."""
         for row in self.refuse:
             if holds(row.when, point):
                 raise self._refusal(point, row.value["reason"].format(**point), row.value["fix"], row.where)
         try:
-            sel = (rules or dsv4sel.default_rules()).select(**self.query(point, used))
+            sel = rules.select(**self.query(point, used))
         except SelectionError as exc:
             exc.origin = exc.rule.location if getattr(exc, "rule", None) else None  # type: ignore[attr-defined]
             raise

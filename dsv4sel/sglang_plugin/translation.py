@@ -37,4 +37,6 @@ def translation() -> Translation:
 
 def decide(point: dict, rules=None) -> HostDecision:
     """Decide one SGLang input with the shipped rules (or ``rules``); raises SelectionError."""
-    return translation().decide(point, rules)
+    import dsv4sel
+
+    return translation().decide(point, rules or dsv4sel.default_rules())
