@@ -7,7 +7,8 @@ compat rule set; then it loads the dsv4sel plugin the way SGLang does (``SGLANG_
 SGLang's ``load_plugins()``) and asks SGLang again on a deterministic sample that exercises every
 shipped rule and translation row deciding some input. The same plugin pass runs under
 ``python -O`` (SGLang's asserts gone), and ``tests/sglang523/plugin_checks.py`` runs the version
-gate, the scheduler guards and XPU, one scenario per process. The assertions here read their
+gate, the scheduler guards and XPU, one scenario per process; ``writer_bytes.py`` SGLang's own
+V4 writer and record sizes. The assertions here read their
 reports. Skipped, with the reason, when the environment is missing (``make test`` builds it
 first; a failed build leaves .venv-sglang.log).
 """
@@ -35,7 +36,7 @@ PLATFORMS = ("cuda", "rocm")
 #: the plugin pass runs every PLUGIN_EVERY-th input (plus the first of each deciding rule or row
 #: the stride misses); under python -O every PLUGIN_EVERY_O-th
 PLUGIN_EVERY, PLUGIN_EVERY_O = 8, 24
-SCENARIOS = ("gate-metadata", "gate-version", "guards-cuda", "guards-rocm", "device-xpu")
+SCENARIOS = ("gate-metadata", "gate-version", "guards-cuda", "guards-rocm")
 OTHER_SGLANG = "0.5.24"
 
 
@@ -83,8 +84,7 @@ def runs(tmp_path_factory):
                                  "--out", str(out / f"{platform}-O.json")]
     for scenario in SCENARIOS:
         jobs[scenario] = [checks, scenario]
-    for script in ("bytes", "writer_bytes"):
-        jobs[script] = [str(ROOT / "tests" / "sglang523" / f"{script}.py")]
+    jobs["writer_bytes"] = [str(ROOT / "tests" / "sglang523" / "writer_bytes.py")]
 
     def run(name):
         env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -96,7 +96,7 @@ def runs(tmp_path_factory):
         proc = subprocess.run([str(PYTHON), *jobs[name]], capture_output=True, text=True, env=env, cwd=ROOT,
                               timeout=1800)
         assert proc.returncode == 0, f"{name}: failed:\n{proc.stderr[-4000:]}"
-        if name in (*SCENARIOS, "bytes", "writer_bytes"):
+        if name in (*SCENARIOS, "writer_bytes"):
             found = json.loads(proc.stdout.strip().splitlines()[-1])
         else:
             found = json.loads((out / f"{name}.json").read_text())
@@ -144,7 +144,7 @@ def test_the_compat_set_agrees_with_sglang_everywhere(reports, platform):
 def test_sglang_records_have_the_geometry_of_dsv4sel_layouts(runs):
     """SGLang's own KVLayout sizes (bytes per token, page bytes at 64/128/256 tokens) equal those of
     the dsv4sel layout that stores the same record; V4.1's two arrangements share one size."""
-    sizes = {k: v for k, v in runs["bytes"].items() if k != "wall"}
+    sizes = runs["writer_bytes"]["sizes"]
     assert set(sizes) == {"V4", "V41", "V41_NEW", "V41_FP4", "UNIFORM_FP8"}
     for name, row in sizes.items():
         assert row["sglang"] == row["ours"], (name, row)
@@ -230,7 +230,7 @@ def test_the_scheduler_guards_check_what_sglang_builds(runs, platform):
 
 @needs_env
 def test_on_xpu_the_plugin_says_it_does_not_decide_and_leaves_sglang_alone(runs):
-    r = runs["device-xpu"]
+    r = runs["guards-cuda"]["xpu"]
     from dsv4sel.sglang_plugin import NOT_DECIDED
 
     assert ("WARNING", NOT_DECIDED % "xpu") in [tuple(x) for x in r["logged"]]

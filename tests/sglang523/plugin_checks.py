@@ -11,8 +11,8 @@ Each scenario loads the plugin as SGLang does (``SGLANG_PLUGINS=dsv4sel``, SGLan
 - ``gate-version``: ``sglang.version.__version__`` says 0.5.22;
 - ``guards-cuda`` / ``guards-rocm``: the scheduler guards, on SGLang's real layout function and
   backend factory, after a resolution the plugin decided, first untouched, then with the layout
-  variable or the published decision changed;
-- ``device-xpu``: a DeepSeek-V4 model served with ``--device xpu``.
+  variable or the published decision changed; on CUDA then also (key ``xpu``) a DeepSeek-V4
+  model served with ``--device xpu`` (one process fewer: the plugin loads once per process).
 """
 from __future__ import annotations
 
@@ -102,11 +102,13 @@ def guards(platform: str) -> dict:
     other = "sglang.srt.layers.attention.deepseek_v4_mega_backend:DeepseekV4MegaAttnBackend"
     os.environ[scheduler.DECISION_ENV] = json.dumps({**decided, "class": other})
     out["class_changed"] = _attempt(lambda: o.factory(oracle._Runner(sa)))
+    if platform == "cuda":
+        out["xpu"] = device_xpu(o)
     return out
 
 
-def device_xpu() -> dict:
-    o = oracle.Oracle("cuda")
+def device_xpu(o: oracle.Oracle) -> dict:
+    """A launch with ``--device xpu`` in ``o``'s process, the plugin already loaded."""
     logging.disable(logging.NOTSET)
     seen = []
 
@@ -115,7 +117,6 @@ def device_xpu() -> dict:
             if record.name.startswith("dsv4sel"):
                 seen.append((record.levelname, record.getMessage()))
     logging.getLogger("dsv4sel").addHandler(Keep())
-    _load_plugin()
     sa = o.ServerArgs(model_path=o.models["deepseek_v4"], skip_tokenizer_init=True, device="xpu")
     try:
         sa.resolve_once()
@@ -132,8 +133,7 @@ def device_xpu() -> dict:
 def main() -> int:
     scenario = sys.argv[1]
     runs = {"gate-metadata": lambda: gate("metadata"), "gate-version": lambda: gate("version"),
-            "guards-cuda": lambda: guards("cuda"), "guards-rocm": lambda: guards("rocm"),
-            "device-xpu": device_xpu}
+            "guards-cuda": lambda: guards("cuda"), "guards-rocm": lambda: guards("rocm")}
     print(json.dumps(runs[scenario]()))
     return 0
 

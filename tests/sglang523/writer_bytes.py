@@ -86,6 +86,9 @@ def main() -> int:
         "untouched_bytes_zero": bool(_untouched(theirs, slots) and _untouched(mine, slots)),
         "dsv4sel_reads_back_sglang_rope": bool((back[:, NOPE:] == kv[:, NOPE:].float()).all()),
     }
+    import bytes as sizes  # SGLang's KVLayout sizes next to dsv4sel's (platform-independent)
+
+    out["sizes"] = sizes.sizes()
     print(json.dumps(out))
     return 0
 
