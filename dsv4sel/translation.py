@@ -21,7 +21,8 @@ and returns a :class:`HostDecision` or raises :class:`~dsv4sel.errors.SelectionE
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .errors import Problem, RuleError, SelectionError
 from .record import Frozen
@@ -40,7 +41,7 @@ class HostDecision(Frozen):
     """What the host must be told (``settings``), the class it then builds, and the dsv4sel
     selection that decided (its rule is ``selection.rule``)."""
 
-    __slots__ = ("cls", "settings", "selection")
+    __slots__ = ("cls", "settings", "selection")  # noqa: RUF023  field order is the constructor's
     cls: str
     settings: dict[str, Any]
     selection: Selection
@@ -49,7 +50,7 @@ class HostDecision(Frozen):
 class Row(Frozen):
     """One row of a translation table: its condition, its payload and its ``file:line``."""
 
-    __slots__ = ("when", "value", "where")
+    __slots__ = ("when", "value", "where")  # noqa: RUF023  field order is the constructor's
     when: dict[str, tuple[str, ...]]
     value: Any
     where: str

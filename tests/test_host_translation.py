@@ -12,11 +12,11 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-import dsv4sel  # noqa: E402
-from dsv4sel.check.host_spaces import check_translation  # noqa: E402
-from dsv4sel.errors import RuleError  # noqa: E402
-from dsv4sel.sglang_plugin.translation import FILE  # noqa: E402
-from dsv4sel.translation import load  # noqa: E402
+import dsv4sel
+from dsv4sel.check.host_spaces import check_translation
+from dsv4sel.errors import RuleError
+from dsv4sel.sglang_plugin.translation import FILE
+from dsv4sel.translation import load
 
 SHIPPED = Path(FILE).read_text()
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import collections
 import glob
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .findings import ERROR, WARNING, Finding
 

@@ -59,11 +59,11 @@ def check_layout(result, *args, **kwargs) -> None:
     """AFTER ``select_dsv4_kv_layout()``: its (layout, compressed option) has the decided layout."""
     decided = published()
     if decided is None:
-        return None
+        return
     built = result[0].name.lower()
     if built != decided["kv_layout"]:
         raise _refuse("the KV layout", built, decided, decided["kv_layout"])
-    return None
+    return
 
 
 def _class_path(obj: object) -> str:
@@ -75,7 +75,6 @@ def check_backend(result, *args, **kwargs) -> None:
     decided = published()
     if decided is not None and _class_path(result) != decided["class"]:
         raise _refuse("the attention backend", _class_path(result), decided, decided["class"])
-    return None
 
 
 def check_hip_backend(result, self, *args, **kwargs) -> None:
@@ -83,7 +82,6 @@ def check_hip_backend(result, self, *args, **kwargs) -> None:
     multi-step draft subclass runs this ``__init__`` too; a draft is not the target's class."""
     if type(self).__name__ == "DeepseekV4HipRadixBackend":
         check_backend(self)
-    return None
 
 
 def register_guards() -> None:

@@ -23,8 +23,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import oracle  # noqa: E402
-import stubs  # noqa: E402
+import oracle
 
 
 def _load_plugin() -> None:
@@ -35,9 +34,10 @@ def _load_plugin() -> None:
 
 
 def _patched_state() -> dict:
-    from dsv4sel.sglang_plugin import STEP, scheduler
     from sglang.srt.arg_groups.resolution_hooks import _HOOKS
     from sglang.srt.plugins.hook_registry import HookRegistry
+
+    from dsv4sel.sglang_plugin import STEP, scheduler
 
     ours = (scheduler.LAYOUT_TARGET, scheduler.FACTORY_TARGET, scheduler.HIP_TARGET)
     return {"resolution_hooks": [fn.__qualname__ for fn in _HOOKS.get(STEP, ())],

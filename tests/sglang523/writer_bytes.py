@@ -22,7 +22,7 @@ import sys
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import stubs  # noqa: E402
+import stubs
 
 PAGE, TOKENS, NOPE, TILE = 256, 96, 448, 64
 
@@ -38,10 +38,12 @@ def _untouched(page, slots) -> bool:
 def main() -> int:
     stubs.install("rocm", (9, 5), "gfx950")
     import torch
-    from sglang.kernels.ops.kvcache.triton_store_cache import _FP8_DTYPE, triton_fused_store_flashmla
-    from sglang.srt.mem_cache.deepseek_v4_memory_pool import KVLayout
-
     from dsv4sel.kernels.layouts import LAYOUTS
+    from sglang.kernels.ops.kvcache.triton_store_cache import (
+        _FP8_DTYPE,
+        triton_fused_store_flashmla,
+    )
+    from sglang.srt.mem_cache.deepseek_v4_memory_pool import KVLayout
 
     ours = LAYOUTS["fp8_ds_mla"]
     page_bytes = KVLayout.V4.page_bytes(PAGE)
