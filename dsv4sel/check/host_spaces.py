@@ -20,6 +20,7 @@ import collections
 import glob
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from .findings import ERROR, WARNING, Finding
@@ -28,13 +29,15 @@ from .findings import ERROR, WARNING, Finding
 SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "*_plugin", "*.yaml")
 
 
+@dataclass(frozen=True)
 class HostCoverage:
-    """How one translation decided its host's space: inputs, selected, refused (per origin)."""
+    """How one translation decided its host's space: inputs, selected, refused."""
 
-    __slots__ = ("host", "file", "inputs", "selected", "refused")
-
-    def __init__(self, host: str, file: str, inputs: int, selected: int, refused: int):
-        self.host, self.file, self.inputs, self.selected, self.refused = host, file, inputs, selected, refused
+    host: str
+    file: str
+    inputs: int
+    selected: int
+    refused: int
 
     def to_dict(self) -> dict[str, Any]:
         return {"host": self.host, "file": self.file, "inputs": self.inputs, "selected": self.selected,
