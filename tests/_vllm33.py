@@ -17,6 +17,8 @@ import textwrap
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from _host_env import env_skip_reason
+
 ROOT = Path(__file__).resolve().parent.parent
 VENV = Path(os.environ.get("DSV4SEL_VLLM_VENV", ROOT / ".venv-vllm"))
 PYTHON = VENV / "bin" / "python"
@@ -38,12 +40,7 @@ _pool: list[ThreadPoolExecutor] = []
 
 
 def skip_reason() -> str | None:
-    if not STAMP.exists():
-        log = ROOT / ".venv-vllm.log"
-        why = f"; its build log: {log}" if log.exists() else ""
-        return (f"the vLLM 0.33.0 test environment {VENV} is not built (run `make vllm-env`: "
-                f"`python3 tools/vllm_env.py`){why}")
-    return None
+    return env_skip_reason("vLLM 0.33.0", VENV, STAMP, "vllm-env", "tools/vllm_env.py")
 
 
 def clean_env(cache: Path, **extra: str) -> dict[str, str]:

@@ -239,6 +239,9 @@ class Report:
     rule_count: int = 0
     table_count: int = 0
     analysed: bool = True
+    #: per host translation, how its host's space was decided (:mod:`dsv4sel.check.host_spaces`;
+    #: empty unless the default rules were checked)
+    hosts: tuple = ()
 
     @property
     def ok(self) -> bool:
@@ -265,4 +268,5 @@ class Report:
             "table_count": self.table_count,
             "findings": [f.to_dict() for f in self.findings],
             "coverage": self.coverage.to_dict() if self.coverage else None,
+            "hosts": [h.to_dict() for h in self.hosts],
         }
