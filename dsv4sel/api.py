@@ -269,7 +269,7 @@ def verify(rules=None, *, allowed_impl_modules=None) -> Report:
     from .errors import RuleError
 
     if isinstance(rules, Program):
-        return verify_program(rules)
+        return _with_host_spaces(verify_program(rules))
     if isinstance(rules, RuleSet):
         packs = _packs_of_ruleset(rules)
         _, srcs, allowed = resolve(packs, allowed_impl_modules, also_allowed=rules.allowed_impl_modules)
@@ -282,7 +282,19 @@ def verify(rules=None, *, allowed_impl_modules=None) -> Report:
         to_table(program)
     except RuleError as exc:
         return problem_report(tuple(s.display for s in srcs), exc.problems)
-    return verify_program(program)
+    return _with_host_spaces(verify_program(program))
+
+
+def _with_host_spaces(report: Report) -> Report:
+    """The default rules are the ones the shipped host translations map onto: their report
+    gets the per-host stage (:mod:`dsv4sel.check.host_spaces`), however they were named."""
+    from .engine.sources import default_packs
+
+    if tuple(report.sources) != tuple(s.display for p in default_packs() for s in p.sources()):
+        return report
+    from .check.host_spaces import with_host_spaces
+
+    return with_host_spaces(report, default_rules())
 
 
 def _packs_of_ruleset(ruleset: RuleSet) -> list:

@@ -1,4 +1,4 @@
-"""Exceptions raised by dsv4sel.
+"""Exceptions raised by dsv4sel, and the escaping of the untrusted text they carry.
 
 Both public exceptions subclass :class:`ValueError`, as :mod:`packaging` does
 for invalid input, so callers that already guard configuration parsing with
@@ -8,6 +8,46 @@ for invalid input, so callers that already guard configuration parsing with
 from __future__ import annotations
 
 from .record import Frozen
+
+# C0 controls, DEL, C1 controls, and the bidirectional overrides that can
+# make text read differently from what it is ("Trojan source").
+_BIDI = "\u202a-\u202e\u2066-\u2069"
+_CONTROL = "[\x00-\x1f\x7f-\x9f" + _BIDI + "]"
+_CONTROL_IN_TEXT = "[\x00-\x08\x0b-\x1f\x7f-\x9f" + _BIDI + "]"
+_compiled: dict[str, object] = {}
+
+
+def _pattern(source: str):
+    # compiled on first use: `re` is not imported on select()'s cold path
+    pattern = _compiled.get(source)
+    if pattern is None:
+        import re
+
+        pattern = _compiled[source] = re.compile(source)
+    return pattern
+
+
+def control_character(text: str, *, in_text: bool = False) -> str | None:
+    """The first character of ``text`` that no name (``in_text``: no text,
+    which may hold newlines and tabs) may hold, or None."""
+    if text.isprintable():  # no control or format character at all: the common case
+        return None
+    match = _pattern(_CONTROL_IN_TEXT if in_text else _CONTROL).search(text)
+    return match.group() if match else None
+
+
+def _escaped(match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def escape(text: str, *, keep_newlines: bool = False) -> str:
+    """``text`` with every control character written as an escape.
+
+    ``keep_newlines`` keeps newlines and tabs (multi-line messages)."""
+    if text.isprintable():
+        return text
+    return _pattern(_CONTROL_IN_TEXT if keep_newlines else _CONTROL).sub(_escaped, text)
 
 
 class Loc(Frozen):
@@ -55,7 +95,9 @@ class RuleError(ValueError):
     """
 
     def __init__(self, problems: list[Problem] | tuple[Problem, ...]):
-        self.problems: tuple[Problem, ...] = tuple(problems)
+        # a problem may quote a file name, an environment variable or metadata: what Python
+        # callers read (``problems``, ``str()``) never holds a control character
+        self.problems: tuple[Problem, ...] = tuple(_neutral_problem(p) for p in problems)
         first = self.problems[0] if self.problems else Problem("<rules>", 0, 0, "unknown error", "DSV399")
         self.file, self.line, self.column = first.file, first.line, first.column
         count = len(self.problems)
@@ -76,6 +118,12 @@ if TYPE_CHECKING:  # typing costs cold start; annotations are postponed
 
         @property
         def location(self) -> str: ...
+def _neutral_problem(problem: Problem) -> Problem:
+    """``problem`` with control characters in its file name and message escaped."""
+    file, message = escape(problem.file), escape(problem.message, keep_newlines=True)
+    if file is problem.file and message is problem.message:
+        return problem
+    return Problem(file, problem.line, problem.column, message, problem.code)
 
 
 class SelectionError(ValueError):
@@ -97,8 +145,12 @@ class SelectionError(ValueError):
         query: object | None = None,
         path: tuple[RuleLike, ...] = (),
     ):
+        # the message may echo a query value (or anything a caller passed): control characters
+        # (colour codes, cursor moves, bidi overrides) are written as escapes, here, once, so
+        # that neither str(exc), a log line nor a terminal gets them raw
+        message = escape(message, keep_newlines=True)
         self.reason = message
-        self.suggestions: tuple[str, ...] = tuple(suggestions)
+        self.suggestions: tuple[str, ...] = tuple(escape(s) for s in suggestions)
         self.rule = rule
         self.query = query
         self.path = tuple(path)
@@ -114,3 +166,7 @@ class InvalidQuery(SelectionError):
 
 class ImplLoadError(ImportError):
     """An impl class named by a rule could not be imported."""
+
+    def __init__(self, message: str):
+        # the message quotes the exception the module raised at import: its text is the module's
+        super().__init__(escape(message, keep_newlines=True))

@@ -320,7 +320,8 @@ QUERIES = {
     "٩.٠": "not a capability spelling", "９.０": "not a capability spelling",
     "9.0\u00a0": "not a capability spelling", "9.0\u2028": "not a capability spelling",
     "9.0\r\n": "not a capability spelling", "H1\x0000": "not a capability spelling",
-    "H100 MI300X": "is not a cuda capability", "H100 A100": "is not a cuda capability",
+    "H100 MI300X": "names 2 GPUs at once, H100 (9.0) and MI300X (gfx942): give one",
+    "H100 A100": "names 2 GPUs at once, H100 (9.0) and A100 (8.0): give one",
     "x" * 10_000_000: "(10,000,000 characters) is not a capability spelling",
     "H100 " * 200_000: "is not a capability spelling", "sm_9\u0660": "not a capability spelling",
 }
@@ -387,3 +388,31 @@ def test_explain_only_rules_without_rules_is_a_usage_error_as_in_check():
     result = run("explain", "--platform", "cuda", "--only-rules")
     assert result.rc == 2 and "--only-rules needs at least one --rules PATH" in result.err
     assert run("check", "--only-rules").rc == 2
+
+
+@pytest.mark.parametrize("digest", [12345, None, ["f" * 64], "z" * 64])
+def test_doctor_on_a_cached_digest_of_the_wrong_type_answers_as_documented(tmp_path, digest):
+    # issue 17 point 9: doctor exited 3. The user's own entry for a pack's rule set, its digest
+    # forged with a valid checksum: doctor recompiles, reports the real digest, exits as
+    # documented (0 the auto choice can run, 1 it cannot: no CUDA kernel runs on this CPU host)
+    from _cli import environ, run
+
+    directory = tmp_path / "cache"
+    directory.mkdir(mode=0o700)
+    env = environ(DSV4SEL_CACHE_DIR=str(directory))
+    args = ("doctor", "--platform", "cuda", "--capability", "12.0", "--rules", "examples/mistakes/clean", "--json")
+    first = run(*args, env=env)
+    (entry,) = directory.glob("*" + cache.SUFFIX)
+    decoded = cache.decode(entry.read_bytes())
+    assert type(decoded.data["digest"]) is str
+    decoded.data["digest"] = digest
+    entry.write_bytes(cache.encode(decoded.data, bytes(decoded.blob)))
+    entry.chmod(0o600)
+    again = run(*args, env=env)
+    assert again.rc == first.rc and again.rc in (0, 1), again
+    assert "internal error" not in again.err
+    reported = json.loads(again.out)["machine"]["rules_digest"]
+    assert reported == json.loads(first.out)["machine"]["rules_digest"] and len(reported) == 64
+    assert cache.decode(entry.read_bytes()).data["digest"] == reported  # the forged entry was replaced
+    text = run(*args[:-1], env=env)
+    assert text.rc == first.rc and f"rules {reported[:12]}" in text.out

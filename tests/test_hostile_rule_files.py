@@ -8,9 +8,11 @@ unreadable directory) are made by the tests below.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -197,3 +199,44 @@ def test_aliases_within_bounds_still_work(tmp_path, monkeypatch):
 
     loaded, problems = load_text("a: &m [x, y]\nb: *m\nc: *m\n", "t.yaml")
     assert problems == [] and loaded.data == {"a": ["x", "y"], "b": ["x", "y"], "c": ["x", "y"]}
+
+
+#: In a child: each corpus file loaded once with the shipped rules (after one untimed load, so
+#: that importing the YAML and schema libraries is not counted), with the CPU time it took (the
+#: cost of the file, not of the machine's other load) and the growth of peak RSS.
+BOUND_CHILD = """
+import json, resource, shutil, sys, tempfile, time
+from pathlib import Path
+import dsv4sel
+from dsv4sel.engine.sources import default_packs
+
+def load(path):
+    pack = Path(tempfile.mkdtemp()) / "pack"
+    pack.mkdir()
+    shutil.copy(path, pack / path.name)
+    try:
+        dsv4sel.load_rules([*default_packs(), str(pack)], use_cache=False)
+        return "loaded"
+    except dsv4sel.RuleError as exc:
+        return exc.problems[0].code
+
+files = [Path(p) for p in sys.argv[1:]]
+load(files[0])
+out = {}
+for path in files:
+    before, start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.process_time()
+    code = load(path)
+    out[path.stem] = [code, time.process_time() - start, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024]
+print(json.dumps(out))
+"""
+
+
+def test_every_corpus_file_is_refused_within_2_s_and_200_mb():
+    # issue 17's bound for every hostile file: its located error within 2 s and 200 MB
+    proc = subprocess.run([sys.executable, "-c", BOUND_CHILD, *map(str, FILES)], capture_output=True, text=True,
+                          cwd=CORPUS.parent.parent, env=environ(), timeout=120, preexec_fn=_limit_memory, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout)
+    assert {name: code for name, (code, _, _) in got.items()} == CODES
+    slow = {name: (seconds, grown) for name, (_, seconds, grown) in got.items() if seconds >= 2 or grown >= 200 << 20}
+    assert not slow, slow

@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "space", "scan", "flow"))),
     ("engine: sources, load, validate, compile, lower, cache, evaluate", ("engine",)),
     ("dsv4: the DeepSeek-V4 profile handed to the engine, and machine detection", ("dsv4",)),
+    ("translation: a host's own inputs mapped onto the rules, as data", ("translation",)),
     ("check: the verifier", ("check",)),
     ("face: the public API", ("__init__", "api")),
     ("operator tools and embeddings", ("tools", "vllm", "vllm_plugin", "sglang_plugin")),

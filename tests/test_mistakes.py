@@ -159,3 +159,27 @@ def test_explain_warns_when_the_selected_impl_cannot_be_imported():
     ok = json.loads(run("explain", "--platform", "cuda", "--capability", "12.0", "--backend", "MY_MLA_SPARSE",
                         "--rules", f"{MISTAKES}/clean", "--json").out)
     assert ok["messages"] == [] and ok["status"] == "selected"
+
+
+def test_loading_an_unimportable_impl_is_one_error_naming_the_module_the_rule_and_the_fix(monkeypatch):
+    # select() answers without importing the impl (the hot path imports no kernel library);
+    # the error comes where the class is asked for, and names what to change
+    from dsv4sel import ImplLoadError, load_rules, select
+    from dsv4sel.engine.sources import default_packs
+
+    monkeypatch.chdir(REPO)  # pack files are named relative to the working directory
+
+    rules = load_rules([*default_packs(), f"{MISTAKES}/wrong-impl-module"])
+    sel = select(platform="cuda", capability="12.0", backend="MY_MLA_SPARSE", rules=rules)
+    assert "dsv4sel.kernels.refrence" not in sys.modules
+    with pytest.raises(ImplLoadError) as info:
+        sel.load_impl()
+    assert str(info.value) == (
+        "MY_MLA_SPARSE: impl 'dsv4sel.kernels.refrence:DeepseekV4ReferenceSparseImpl': cannot import "
+        "dsv4sel.kernels.refrence: ModuleNotFoundError: No module named 'dsv4sel.kernels.refrence'; it was "
+        f"selected by rule my-fp8 ({MISTAKES}/wrong-impl-module/my.yaml:22): correct that rule's `impl:` (or its "
+        "`defaults: impl`), or install the module it names; `dsv4sel check` reports this as DSV406")
+    # the same selection from the clean pack loads its class
+    clean = load_rules([*default_packs(), f"{MISTAKES}/clean"])
+    assert select(platform="cuda", capability="12.0", backend="MY_MLA_SPARSE", rules=clean).load_impl().__name__ \
+        == "DeepseekV4ReferenceSparseImpl"

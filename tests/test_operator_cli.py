@@ -68,6 +68,40 @@ def test_check_text_names_a_path_that_opens_from_here(tmp_path):
     assert f"{REPO / TYPO}/my.yaml:23:74: error DSV301" in r.out
 
 
+#: a location, in a column, at the start of a line or inside a message
+LOCATION = __import__("re").compile(r"(?:^|(?<=[ (]))(?P<file>[^\s()`,]+\.yaml):(?P<line>\d+)", __import__("re").M)
+#: every command that prints a location, with an argument list that makes it print some
+LOCATING = {
+    "explain": ("explain", "--platform", "cuda", "--capability", "9.0"),
+    "explain rejected": ("explain", "--platform", "cuda", "--capability", "9.0", "--kv-cache-dtype", "bfloat16"),
+    "test": ("test", str(REPO / "examples" / "mistakes" / "tests")),
+    "table": ("table", "--format", "md"),
+    "doctor": ("doctor", "--platform", "cuda", "--capability", "9.0"),
+    "check": ("check", "--rules", str(REPO / "examples/mistakes/hijacking-override")),
+    "rules that do not load": ("explain", "--platform", "cuda", "--rules", str(REPO / TYPO)),
+}
+
+
+@pytest.mark.parametrize("name", LOCATING)
+def test_every_location_a_command_prints_opens_from_the_working_directory(tmp_path, name):
+    # as in a wheel install: the shipped rules are not under the working directory
+    r = run(*LOCATING[name], cwd=tmp_path)
+    found = [(m["file"], int(m["line"])) for m in LOCATION.finditer(r.out + r.err)]
+    assert found, r
+    for file, line in found:
+        path = tmp_path / file  # an absolute file ignores tmp_path
+        assert path.is_file() and line <= len(path.read_text().splitlines()), (file, line, r)
+    assert any(os.path.isabs(file) for file, _ in found)
+
+
+@pytest.mark.parametrize("name", ["explain", "table", "doctor", "check"])
+def test_in_a_checkout_the_shipped_rules_keep_their_short_names(name):
+    out = run(*LOCATING[name]).out
+    files = {m["file"] for m in LOCATION.finditer(out)}
+    assert any(f.startswith("rules/") for f in files), files
+    assert not any(f.startswith(str(REPO / "rules")) for f in files), files
+
+
 def test_completion_completes_values():
     pytest.importorskip("shtab")
     script = run("completion", "bash").out
@@ -96,3 +130,13 @@ def test_a_gap_under_test_is_not_called_an_invalid_query(tmp_path):
     r = run("test", str(case), "--rules", str(rules))
     assert r.rc == 1
     assert "an invalid query" not in r.out and "no rule" in r.out
+
+
+def test_a_problem_that_is_no_file_keeps_its_name_in_text_and_json(tmp_path):
+    from _cli import environ
+
+    env = environ(DSV4SEL_ALLOW_IMPL_MODULES="-")
+    r = run("explain", "--platform", "cuda", "--json", env=env, cwd=tmp_path)
+    (problem,) = json.loads(r.out)["error"]["problems"]
+    assert problem["file"] == problem["path"] == "$DSV4SEL_ALLOW_IMPL_MODULES"
+    assert "  $DSV4SEL_ALLOW_IMPL_MODULES:1:1: DSV4SEL_ALLOW_IMPL_MODULES holds -" in run("check", env=env, cwd=tmp_path).err

@@ -79,7 +79,12 @@ def test_shipped_coverage_equals_evaluating_every_input(shipped):
 
 
 def test_verify_accepts_paths_ruleset_and_program(shipped):
-    program, report = shipped
+    from dsv4sel.check.host_spaces import with_host_spaces
+
+    program, verified = shipped
+    # the default rules also get the per-host stage (the shipped host translations)
+    report = with_host_spaces(verified, dsv4sel.default_rules())
+    assert report.hosts and report.findings == verified.findings
     assert verify() == report
     assert verify(program) == report
     assert verify(dsv4sel.default_rules()) == report

@@ -9,37 +9,17 @@ assertions here read its report. Skipped, with the reason, when the environment 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-VENV = Path(os.environ.get("DSV4SEL_VLLM_VENV", ROOT / ".venv-vllm"))
-PYTHON = VENV / "bin" / "python"
-STAMP = VENV / ".dsv4sel-vllm-env"
-COMPAT = ROOT / "rules" / "compat" / "vllm-0.33"
-PLATFORMS = ("cuda", "rocm", "cpu", "xpu")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _vllm33  # noqa: E402
+from _vllm33 import COMPAT, PLATFORMS, PYTHON, ROOT, RUNS  # noqa: E402,F401
 
-
-def _skip_reason() -> str | None:
-    if not STAMP.exists():
-        log = ROOT / ".venv-vllm.log"
-        why = f"; its build log: {log}" if log.exists() else ""
-        return (f"the vLLM 0.33.0 test environment {VENV} is not built (run `make vllm-env`: "
-                f"`python3 tools/vllm_env.py`){why}")
-    return None
-
-
+_skip_reason = _vllm33.skip_reason
 pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
-
-
-#: The processes of the differential: (platform, model or None for every model). CUDA's space is
-#: split by model so that the longest run is not one process; each runs on its own core.
-RUNS = (("cuda", "deepseek_v4_1"), ("cuda", "deepseek_v4"), ("rocm", None), ("cpu", None), ("xpu", None))
 
 
 def _merge(parts: list[dict]) -> dict:
@@ -64,26 +44,10 @@ def _merge(parts: list[dict]) -> dict:
 
 
 @pytest.fixture(scope="module")
-def reports(tmp_path_factory):
-    out = tmp_path_factory.mktemp("vllm33")
-    rules = ["--rules", f"compat={COMPAT}"] if COMPAT.is_dir() else []
-
-    def run(job):
-        platform, model = job
-        path = out / f"{platform}-{model or 'all'}.json"
-        # its own cache directory: no run reads or writes the user's or another run's entries
-        env = dict(os.environ, PYTHONPATH=str(ROOT), DSV4SEL_CACHE_DIR=str(out / f"cache-{platform}-{model}"))
-        for name in ("DSV4SEL_RULES_PATH", "DSV4SEL_ALLOW_IMPL_MODULES", "VLLM_PLUGINS"):
-            env.pop(name, None)
-        proc = subprocess.run([str(PYTHON), str(ROOT / "tests" / "vllm33" / "differential.py"), platform,
-                               *(["--model", model] if model else []), *rules, "--out", str(path)],
-                              capture_output=True, text=True, env=env, cwd=ROOT)
-        assert proc.returncode == 0, f"{platform}: differential run failed:\n{proc.stderr[-4000:]}"
-        return platform, json.loads(path.read_text())
-
-    # all at once: measured faster than two at a time on the 2-core machine (imports wait on the disk)
-    with ThreadPoolExecutor(max_workers=len(RUNS)) as pool:
-        done = list(pool.map(run, RUNS))
+def reports(request, tmp_path_factory):
+    """Each platform's differential report (the processes run side by side: tests/_vllm33.py)."""
+    _vllm33.start(request.session, tmp_path_factory)
+    done = [(platform, _vllm33.result(f"differential:{platform}:{model}")) for platform, model in RUNS]
     found = {p: _merge([r for q, r in done if q == p]) for p in PLATFORMS}
     summary = {p: {"inputs": r["inputs"], "vllm": r["vllm"], "seconds": r["seconds"],
                    "layers": [r["layers_built"], r["layers_built_with_plugin"]],
@@ -93,7 +57,6 @@ def reports(tmp_path_factory):
                               if k != "replaced"},
                    "diff": {k: (v if isinstance(v, int) else len(v)) for k, v in r.get("diff", {}).items()}}
                for p, r in found.items()}
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     sys.stderr.write("\nvLLM 0.33 differential: " + json.dumps(summary) + "\n")
     return found
 
@@ -141,14 +104,16 @@ def test_plugin_replaces_the_functions_vllm_033_decides_in(reports, platform):
 
 
 def known_compat_difference(row) -> bool:
-    """The inputs where the compat set cannot equal vLLM 0.33, and why (docs/vllm.md, "Not done"):
+    """The inputs where the compat set does not yet equal vLLM 0.33 (docs/vllm.md, "Not done yet"):
 
-    * V4.0 FlashInfer's SM10x row layer given ``fp8_ds_mla`` or ``nvfp4_ds_mla``: vLLM keeps the
-      rows' torch dtype (e4m3 or bf16) but sizes the KV-cache spec by the string (584 bytes): no
-      consistent selection states that (``dsv4sel check`` refuses it, DSV408);
-    * ``CPU_V4_MLA_SPARSE`` / ``XPU_V4_MLA_SPARSE`` named explicitly, which vLLM's AttentionConfig
-      refuses: in the rules they are also the tables the platform default uses, and a table
-      cannot tell an explicit name from the default (DSV309).
+    * V4.0 FlashInfer's SM10x row layer given ``fp8_ds_mla`` or ``nvfp4_ds_mla`` (80): vLLM keeps
+      the rows' torch dtype (e4m3 or bf16) but sizes the KV-cache spec by the string, 584 bytes
+      per token, less than a bf16 row needs; stating that needs a selection ``dsv4sel check``
+      refuses (DSV408: bytes per token disagree with the layout), so the compat set keeps the
+      rows' sizes;
+    * ``CPU_V4_MLA_SPARSE`` / ``XPU_V4_MLA_SPARSE`` named explicitly (28), which vLLM's
+      AttentionConfig refuses: in the rules they are also the tables the platform default uses,
+      and a table cannot tell an explicit name from the default (DSV309).
     """
     i, v = row["input"], row["vllm"]
     if (i["model"] == "deepseek_v4" and i["kv"] in ("fp8_ds_mla", "nvfp4_ds_mla") and v["kind"] == "select"
@@ -184,34 +149,24 @@ def test_compat_and_shipped_differ_only_by_the_deliberate_fixes(reports, platfor
     assert d["fixes"] == len(shipped)  # every shipped/vLLM difference is in the diff
 
 
-def _hostcheck(*args):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([str(PYTHON), str(ROOT / "tests" / "vllm33" / "hostcheck.py"), "rocm", *args],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+@pytest.fixture(scope="module")
+def hostcheck(request, tmp_path_factory):
+    _vllm33.start(request.session, tmp_path_factory)
+    return _vllm33.result("hostcheck")
 
 
-def test_check_resolves_every_vllm_class_the_rules_name():
+def test_check_resolves_every_vllm_class_the_rules_name(hostcheck):
     """`dsv4sel check`'s host check against the installed vLLM 0.33: all 11 classes import
     (on a ROCm platform object, where vLLM's ROCm modules import too)."""
-    out = _hostcheck()
-    assert out["host_findings"] == []
-    assert len(out["classes"]) == 11, out["classes"]
+    assert hostcheck["host_findings"] == []
+    assert len(hostcheck["classes"]) == 11, hostcheck["classes"]
 
 
-def test_check_reports_a_vllm_class_that_does_not_exist(tmp_path):
-    (tmp_path / "x.yaml").write_text(
-        "kind: backend\nbackends: [X_DSV4]\nhit_policy: first\nrules:\n  - id: x-any\n    select:\n"
-        "      impl: dsv4sel.kernels.reference:DeepseekV4ReferenceSparseImpl\n      layout: fp8_ds_mla\n"
-        "      cache_dtype: fp8_ds_mla\n      torch_dtype: uint8\n      bytes_per_token: 584\n      block_size: 256\n"
-        "      hosts:\n        vllm: {class: \"vllm.models.deepseek_v4.nvidia.flashmla:NoSuchAttention\", "
-        "versions: \">=0.33.0,<0.34\"}\n")
-    out = _hostcheck("--rules", str(tmp_path))
-    assert len(out["host_findings"]) == 1 and "has no class 'NoSuchAttention'" in out["host_findings"][0]
+def test_check_reports_a_vllm_class_that_does_not_exist(hostcheck):
+    findings = hostcheck["with_pack"]["host_findings"]
+    assert len(findings) == 1 and "has no class 'NoSuchAttention'" in findings[0], findings
 
 
-def test_the_vocabulary_has_every_backend_and_kv_dtype_of_vllm_033():
+def test_the_vocabulary_has_every_backend_and_kv_dtype_of_vllm_033(hostcheck):
     """Vocabulary sync: a new vLLM enum member or cache dtype cannot reach users undecided."""
-    out = _hostcheck()
-    assert out["enum_missing"] == [] and out["cache_dtype_missing"] == [], out
+    assert hostcheck["enum_missing"] == [] and hostcheck["cache_dtype_missing"] == [], hostcheck

@@ -8,76 +8,26 @@ dsv4sel cache directory. Skipped, with the reason, when the environment is missi
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
+import re
 import sys
-import textwrap
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from test_vllm33 import PYTHON, _skip_reason  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _vllm33  # noqa: E402
+from _vllm33 import ROOT  # noqa: E402
 
-pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
-SCENARIOS = ROOT / "tests" / "vllm33" / "plugin_scenarios.py"
-ENV_KEYS = ("VLLM_PLUGINS", "DSV4SEL_RULES_PATH", "DSV4SEL_ALLOW_IMPL_MODULES", "VLLM_LOGGING_LEVEL",
-            "VLLM_CONFIGURE_LOGGING", "VLLM_LOGGING_CONFIG_PATH")
-
-
-def scenario(tmp_path, *args, platform="cuda", capability="9.0", **env):
-    """Run one scenario process; returns (exit status, its dsv4sel log lines, the JSON results,
-    stderr)."""
-    clean = {k: v for k, v in os.environ.items() if k not in ENV_KEYS and not k.startswith("DSV4SEL_TEST_")}
-    clean.update(PYTHONPATH=str(ROOT), DSV4SEL_CACHE_DIR=str(tmp_path / "cache"), NO_COLOR="1")
-    if platform:
-        clean.update(DSV4SEL_TEST_PLATFORM=platform, DSV4SEL_TEST_CAPABILITY=capability)
-    clean.update({k: str(v) for k, v in env.items()})
-    proc = subprocess.run([str(PYTHON), str(SCENARIOS), *map(str, args)], capture_output=True, text=True,
-                          env=clean, cwd=ROOT, timeout=300)
-    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if "dsv4sel" in line and "== config" not in line]
-    out = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    return proc.returncode, lines, out, proc.stderr
-
-
+pytestmark = pytest.mark.skipif(_vllm33.skip_reason() is not None, reason=_vllm33.skip_reason() or "")
 START = ("dsv4sel: DeepSeek-V4 attention selection of vllm 0.33.0 is decided by dsv4sel "
          "(6 functions replaced on cuda; decided when vLLM validates its config)")
 
 
 @pytest.fixture(scope="module")
-def ran(tmp_path_factory):
-    """Every scenario process, run side by side (each with its own cache directory)."""
-    root = tmp_path_factory.mktemp("plugin")
-    models = root / "models"
-    for name, arch in (("v4", "DeepseekV4ForCausalLM"), ("llama", "LlamaForCausalLM")):
-        proc = subprocess.run([str(PYTHON), str(SCENARIOS), "model", str(models / name), arch],
-                              capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-    rules, src = _pack(root / "demo")
-    pack_env = {"DSV4SEL_RULES_PATH": rules, "PYTHONPATH": f"{ROOT}{os.pathsep}{src}"}
-    jobs = {
-        # four engine configurations in one process (vLLM loads the plugins once per process)
-        "configs": (("config", models / "v4", "+", models / "v4", "--kv-cache-dtype", "bfloat16", "+",
-                     models / "v4", "--attention-backend", "CUTLASS_MSA", "+", models / "llama"), {}),
-        "no-platform": (("load",), {"platform": None}),
-        "no-platform-asked": (("load",), {"platform": None, "VLLM_PLUGINS": "dsv4sel"}),
-        "version": (("load",), {"DSV4SEL_TEST_FAKE_VERSION": "0.34.0"}),
-        "version-asked": (("load",), {"DSV4SEL_TEST_FAKE_VERSION": "0.34.0", "VLLM_PLUGINS": "dsv4sel"}),
-        "pack": (("config", models / "v4"), pack_env),
-        "pack-allowed": (("config", models / "v4"), {**pack_env, "DSV4SEL_ALLOW_IMPL_MODULES": "demo_dsv4_kernels"}),
-    }
-
-    def run(item):
-        name, (args, env) = item
-        directory = root / name
-        directory.mkdir()
-        return name, scenario(directory, *args, **env)
-
-    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        return dict(pool.map(run, jobs.items()))
+def ran(request, tmp_path_factory):
+    """Every scenario process, run side by side (each with its own directory and cache: tests/_vllm33.py)."""
+    _vllm33.start(request.session, tmp_path_factory)
+    return {name: _vllm33.result(f"scenario:{name}") for name in _vllm33.SCENARIOS}
 
 
 def test_the_start_up_line_shows_with_vllms_own_logging_config(ran):
@@ -144,46 +94,6 @@ def test_another_vllm_version_asked_for_is_one_plugin_error(ran):
     assert err.count("Traceback") == 1 and "During handling" not in err, err[-3000:]
 
 
-def _pack(tmp_path):
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    """A rule pack whose backend's impl lives in the pack's own module (not dsv4sel.kernels)."""
-    module = tmp_path / "src" / "demo_dsv4_kernels"
-    module.mkdir(parents=True)
-    (module / "__init__.py").write_text("class DemoSparseImpl:\n    '''A pack's own kernel.'''\n")
-    rules = tmp_path / "pack"
-    rules.mkdir()
-    (rules / "demo.yaml").write_text(textwrap.dedent("""\
-        kind: backend
-        backends: [DEMO_MLA_SPARSE_DSV4]
-        hit_policy: first
-        defaults:
-          impl: demo_dsv4_kernels:DemoSparseImpl
-          layout: fp8_ds_mla
-          cache_dtype: fp8_ds_mla
-          torch_dtype: uint8
-          bytes_per_token: 584
-          block_size: 256
-          hosts:
-            vllm: {class: "vllm.models.deepseek_v4.nvidia.flashmla:DeepseekV4FlashMLAAttention", versions: ">=0.33.0,<0.34"}
-        rules:
-          - id: demo-sm90
-            when: {model: deepseek_v4, platform: cuda, capability: 9.x, kv_cache_dtype: [auto, fp8]}
-            select: {rewrites: {cache_dtype: fp8_ds_mla}}
-          - id: demo-other
-            reject: {reason: DEMO_MLA_SPARSE_DSV4 serves deepseek_v4 on SM90 with auto or fp8 only.}
-        """))
-    (rules / "defaults.yaml").write_text(textwrap.dedent("""\
-        kind: default
-        hit_policy: first
-        rules:
-          - id: demo-default-sm90
-            override: true
-            when: {model: deepseek_v4, platform: cuda, capability: "9.0"}
-            use: DEMO_MLA_SPARSE_DSV4
-        """))
-    return rules, tmp_path / "src"
-
-
 def test_a_pack_with_its_own_impl_module_works_under_the_plugin_when_allowed(ran):
     # not allowed: one RuleError, when vLLM validates its config, naming the impl and the module list
     rc, _, results, err = ran["pack"]
@@ -195,3 +105,65 @@ def test_a_pack_with_its_own_impl_module_works_under_the_plugin_when_allowed(ran
     decision = [line for line in lines if "attention DEMO_MLA_SPARSE_DSV4 ->" in line]
     assert len(decision) == 1 and "decided by demo-default-sm90 (" in decision[0] and \
         "then demo-sm90 (" in decision[0], lines
+
+
+# ------------------------------------------------------------------ the log samples in docs/vllm.md
+DOC = ROOT / "docs" / "vllm.md"
+#: vLLM's log prefix, ``(APIServer pid=4813) INFO 12-01 21:34:32 [state.py:42] ``: the doc shows the
+#: pid and the time normalised, everything else as vLLM printed it.
+PREFIX = re.compile(r"^\((?P<proc>\w+) pid=\d+\) (?P<level>[A-Z]+) \d\d-\d\d \d\d:\d\d:\d\d \[")
+
+
+def normalised(line: str) -> str:
+    return PREFIX.sub(lambda m: f"({m['proc']} pid=N) {m['level']} MM-DD hh:mm:ss [", line)
+
+
+def doc_block(marker: str) -> list[str]:
+    """The lines of the fenced block that follows ``<!-- generated: MARKER ... -->`` in docs/vllm.md."""
+    lines = DOC.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"<!-- generated: {marker} "))
+    start = lines.index("```text", at) + 1
+    return lines[start:lines.index("```", start)]
+
+
+def serve_log(ran) -> list[str]:
+    """The dsv4sel lines `vllm serve` printed, in order, normalised."""
+    return [normalised(line) for line in ran["serve"][1] if PREFIX.match(line) and "] dsv4sel: " in line]
+
+
+def rejection_sample(ran) -> list[str]:
+    """How vLLM reports the rejected config (`--kv-cache-dtype bfloat16` on SM90): pydantic's
+    ValidationError as vLLM raises it, its input echo cut to ``...``."""
+    text = ran["configs"][2][1]["text"].splitlines()
+    return [re.sub(r"\[type=value_error, .*\]$", "[type=value_error, ...]", line) for line in text[:3]]
+
+
+def test_vllm_serve_shows_the_start_up_and_decision_lines_as_the_doc_does(ran):
+    """`vllm serve` with vLLM's own CLI and default logging: the start-up line, the decision line and
+    the rules' message in the API server, the start-up line again in the engine core process; the
+    doc's block is exactly that (run `python tests/test_vllm33_plugin.py --write` to refresh it)."""
+    got = serve_log(ran)
+    assert [line.split("] ", 1)[1] for line in got if line.startswith("(APIServer")][:1] == [START], got
+    assert any(line.startswith("(EngineCore") and line.endswith(START) for line in got), got
+    assert got == doc_block("vllm serve"), "docs/vllm.md's `vllm serve` block is stale:\n" + "\n".join(got)
+
+
+def test_the_rejection_sample_in_the_doc_is_what_vllm_raises(ran):
+    assert rejection_sample(ran) == doc_block("rejection"), "\n".join(rejection_sample(ran))
+
+
+def _write_doc() -> None:
+    """Rewrite the two generated blocks of docs/vllm.md from a fresh run of the scenarios."""
+    import tempfile
+
+    _vllm33.launch({"test_vllm33_plugin"}, Path(tempfile.mkdtemp(prefix="dsv4sel-vllm-doc-")))
+    ran = {name: _vllm33.result(f"scenario:{name}") for name in ("serve", "configs")}
+    text = DOC.read_text()
+    for marker, block in (("vllm serve", serve_log(ran)), ("rejection", rejection_sample(ran))):
+        old = doc_block(marker)
+        text = text.replace("```text\n" + "\n".join(old) + "\n```", "```text\n" + "\n".join(block) + "\n```", 1)
+    DOC.write_text(text)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
+    _write_doc()

@@ -202,8 +202,10 @@ def test_a_string_prefill_context_parallel_size_is_one_selection_error(monkeypat
     cfg = types.SimpleNamespace(
         attention_config=types.SimpleNamespace(backend=None), cache_config=types.SimpleNamespace(cache_dtype="auto"),
         parallel_config=types.SimpleNamespace(prefill_context_parallel_size="2", tensor_parallel_size=1))
-    monkeypatch.setattr(plugin, "_capability", lambda platform: "9.0")
-    monkeypatch.setattr(plugin, "_mega_attn", lambda *a: "unavailable")
+    from dsv4sel.vllm_plugin import reading
+
+    monkeypatch.setattr(reading, "_capability", lambda platform: "9.0")
+    monkeypatch.setattr(reading, "_mega_attn", lambda *a: "unavailable")
     with pytest.raises(SelectionError, match=r"prefill_context_parallel_size is '2' \(str\); it must be an int"):
         plugin.query_of(cfg, "deepseek_v4_1")
 

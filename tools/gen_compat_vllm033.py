@@ -175,8 +175,8 @@ def edit(name, t: Table):
         t.when("flashmla-fp8", "F2/F3", capability=None, kv_cache_dtype=FP8_V4_PACKED)
         t.insert_before("flashmla-unsupported-platform", v4_ignored("vllm033-flashmla", skip=("cuda", "rocm")))
     elif name == "flashinfer.yaml":
-        # F2: vLLM builds the layer (which raises at init) for the kv dtypes its resolver takes
-        t.when("flashinfer-sm12x-kernel-missing", "F2", kv_cache_dtype={"not": V4_PACKED_ALL})
+        # the SM120 layer without FlashInfer's specialization: vLLM's __init__ raises RuntimeError
+        # ("requires a FlashInfer DSV4 sparse MLA decode specialization"), a rejection: as shipped
         t.when("flashinfer-sm12x-fp8", "F3", kv_cache_dtype=FP8_V4_PACKED)
         t.when("flashinfer-unknown-capability-bf16", "F4", kv_cache_dtype={"not": FP8 + REFUSED_KV})
         t.when("flashinfer-unknown-capability-fp8", "F3/F4", kv_cache_dtype=FP8)
@@ -186,7 +186,6 @@ def edit(name, t: Table):
         t.insert_before("flashinfer-unsupported-platform", v4_ignored("vllm033-flashinfer", skip=("cuda",)))
     elif name == "flashinfer_dsv41.yaml":
         t.insert_before("flashinfer-dsv41-other-model", v4_ignored("vllm033-flashinfer-dsv41"))
-        t.when("flashinfer-dsv41-sm12x-kernel-missing", "F2", kv_cache_dtype={"not": V41_PACKED_ALL})
         rocm_reason = t.rule("flashinfer-dsv41-unsupported")["reject"]["reason"]
         t.insert_before("flashinfer-dsv41-sm12x-fp8-ds-mla", [{
             "id": "vllm033-flashinfer-dsv41-rocm", "when": {"platform": "rocm"},

@@ -13,6 +13,7 @@ from typing import Iterator, NamedTuple
 from .context import CheckContext, table_label
 from .tables import pack_order
 from .findings import ERROR, WARNING, BackendCoverage, Counts, Coverage, Finding, RuleCoverage
+from ..engine.locations import location
 from ..engine.space import iter_bits, merge
 
 
@@ -128,7 +129,7 @@ def _served_example(ctx: CheckContext, rule, boxes):
             for ev in ctx.flow.walk(backend, box):
                 if ev.kind == "decide" and ev.rule.outcome.kind == "select":
                     return (ctx.input(ev.scan.first[ev.position], None), f", which --attention-backend "
-                            f"{backend} serves with {ev.rule.ref.id} ({ev.rule.ref.location})")
+                            f"{backend} serves with {ev.rule.ref.id} ({location(ev.rule.ref)})")
     return ctx.input(boxes[0], None), ""
 
 
@@ -172,7 +173,7 @@ def gap_findings(ctx: CheckContext, gaps) -> Iterator[Finding]:
             cubes = tuple(writer.cubes(inner, starts))
             count = space.size(inner) * len(starts)
             refs = tuple(sorted(routes, key=lambda r: (r.file, r.line)))
-            via = (" (routed there by " + ", ".join(f"{r.id} ({r.location})" for r in refs) + ")"
+            via = (" (routed there by " + ", ".join(f"{r.id} ({location(r)})" for r in refs) + ")"
                    if refs else "")
             yield Finding(
                 ERROR, "gap", f"no rule of {table_label(table)} decides {count} inputs{via}: "

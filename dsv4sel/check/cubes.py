@@ -6,7 +6,9 @@ many pieces reads as one or two lines. :class:`CubeWriter` turns a cube over
 the fused dimensions of :mod:`dsv4sel.engine.space` (plus a set of requested
 backends) into public :class:`~dsv4sel.check.findings.Cube` values (per-input
 value lists, read with capability scoped by platform), e.g.
-``model=* platform=cuda capability=12.x backend=<none> kv_cache_dtype=float16``.
+``platform=cuda capability=12.x backend=<none> kv_cache_dtype=float16``;
+:func:`cube_text` is the one way a cube is written, here and in ``dsv4sel diff``:
+an input that takes every value is left out.
 """
 
 from __future__ import annotations
@@ -38,6 +40,13 @@ def describe(values: Sequence[str | None], domain: Sequence[str | None]) -> str:
     if len(negated) < len(plain) and len(negated) <= 4:
         return "not(" + ",".join(negated) + ")"
     return ",".join(plain)
+
+
+def cube_text(parts: Iterable[tuple[str, str]]) -> str:
+    """A cube as ``name=values name=values ...`` from ``(name, describe(...))`` pairs,
+    leaving out every input that takes all its values (``*``): a cube names only what
+    narrows it. ``*`` alone when nothing does."""
+    return " ".join(f"{name}={shown}" for name, shown in parts if shown != "*") or "*"
 
 
 class CubeWriter:
@@ -149,11 +158,11 @@ class CubeWriter:
             text = self._texts.get(key)
             if text is None:
                 domain = list(self.backend_domain) if name == BACKEND else self._domain(name, parents)
-                text = self._texts[key] = f"{name}={describe(vals, domain)}"
-            parts.append(text)
+                text = self._texts[key] = describe(vals, domain)
+            parts.append((name, text))
             if by and parents is not None:
                 scopes.append(self._scope(name, by, parents))
-        return Cube(items, " ".join(parts), tuple(scopes))
+        return Cube(items, cube_text(parts), tuple(scopes))
 
     def _scope(self, name: str, by: str, parents: tuple[str, ...]) -> Scope:
         """``name``'s values per value of its parent input ``by`` (one of ``parents``)."""

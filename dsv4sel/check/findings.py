@@ -106,6 +106,12 @@ class Finding:
     code: str = ""
 
     def __post_init__(self) -> None:
+        from ..engine.text import escape
+
+        # a message may quote what an impl module raised at import, or a file name: what
+        # verify()'s callers and every format get holds no control character
+        object.__setattr__(self, "message", escape(self.message, keep_newlines=True))
+        object.__setattr__(self, "file", escape(self.file))
         if not self.code:
             from ..engine.codes import kind_code
 
@@ -233,6 +239,9 @@ class Report:
     rule_count: int = 0
     table_count: int = 0
     analysed: bool = True
+    #: per host translation, how its host's space was decided (:mod:`dsv4sel.check.host_spaces`;
+    #: empty unless the default rules were checked)
+    hosts: tuple = ()
 
     @property
     def ok(self) -> bool:
@@ -259,4 +268,5 @@ class Report:
             "table_count": self.table_count,
             "findings": [f.to_dict() for f in self.findings],
             "coverage": self.coverage.to_dict() if self.coverage else None,
+            "hosts": [h.to_dict() for h in self.hosts],
         }

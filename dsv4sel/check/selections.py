@@ -16,6 +16,7 @@ from typing import Iterator
 
 from .context import CheckContext, table_label
 from .findings import ERROR, Finding
+from ..engine.locations import location
 from .outcomes import SELECTION_FIELDS, placeholders, render_fields
 
 
@@ -135,12 +136,12 @@ def _fixpoint(ctx: CheckContext, rule, start, label, sub, fields, rewrites, repo
         for box in ev.scan.regions[ev.position]:
             if other.outcome.kind != "select":
                 report("fixpoint", f"rule {rule.ref.id}: {again} is rejected by {other.ref.id} "
-                       f"({other.ref.location})", rule, start, preimage(box), space.size(box) * len(moved),
+                       f"({location(other.ref)})", rule, start, preimage(box), space.size(box) * len(moved),
                        (other.ref,))
                 continue
             if ev.label != label:
                 report("fixpoint", f"rule {rule.ref.id}: {again} selects backend {ev.label} instead of "
-                       f"{label} ({other.ref.id}, {other.ref.location})", rule, start, preimage(box),
+                       f"{label} ({other.ref.id}, {location(other.ref)})", rule, start, preimage(box),
                        space.size(box) * len(moved), (other.ref,))
                 continue
             names = placeholders(other) - {"backend"}
@@ -149,7 +150,7 @@ def _fixpoint(ctx: CheckContext, rule, start, label, sub, fields, rewrites, repo
                 problems = _reselection_problems(fields, rewrites, fields2, rewrites2, field, target)
                 if problems:
                     report("fixpoint", f"rule {rule.ref.id}: {again} " + "; ".join(problems)
-                           + f" ({other.ref.id}, {other.ref.location})", rule, start, preimage(part),
+                           + f" ({other.ref.id}, {location(other.ref)})", rule, start, preimage(part),
                            space.size(part) * len(moved), (other.ref,))
 
 

@@ -9,6 +9,7 @@ from typing import Iterator
 
 from .context import CheckContext, table_label
 from .findings import ERROR, WARNING, Finding
+from ..engine.locations import location
 from ..engine.scan import intersect_masks
 from ..engine.space import first_bits
 
@@ -90,10 +91,10 @@ def _pair_findings(ctx: CheckContext, table, r, partners: int, kind: str, reques
         count = space.size(inter) * len(requests)
         where = "; ".join(c.text for c in cubes)
         if kind == "redundant":
-            text = (f"rules {a.ref.id} and {b.ref.id} ({b.ref.location}) have identical outcomes and "
+            text = (f"rules {a.ref.id} and {b.ref.id} ({location(b.ref)}) have identical outcomes and "
                     f"both match {count} inputs of {table_label(table)}: {where}")
         else:
-            text = (f"rules {a.ref.id} and {b.ref.id} ({b.ref.location}) both match {count} inputs of "
+            text = (f"rules {a.ref.id} and {b.ref.id} ({location(b.ref)}) both match {count} inputs of "
                     f"{table_label(table)}, whose hit policy is unique: {where}")
         yield ctx.finding(severity, kind, text, a.ref, rules=(a.ref, b.ref), cubes=cubes, count=count,
                           counterexample=ctx.input(inter, requests[0]), table=table.name)
@@ -101,7 +102,7 @@ def _pair_findings(ctx: CheckContext, table, r, partners: int, kind: str, reques
     if rest:
         total = partners.bit_count() - listed
         refs = tuple(table.rules[s].ref for s in rest)
-        named = ", ".join(f"{ref.id} ({ref.location})" for ref in refs[:3])
+        named = ", ".join(f"{ref.id} ({location(ref)})" for ref in refs[:3])
         more = f" and {total - 3} more" if total > 3 else ""
         what = "with identical outcomes " if kind == "redundant" else ""
         also = "also " if listed else ""
@@ -116,7 +117,7 @@ def _shadow_finding(ctx: CheckContext, table, r, earlier: int, requests) -> Find
     rule = table.rules[r]
     box = index.boxes[r]
     refs = [table.rules[s].ref for s in first_bits(earlier, 3)]
-    names = ", ".join(f"{ref.id} ({ref.location})" for ref in refs)
+    names = ", ".join(f"{ref.id} ({location(ref)})" for ref in refs)
     n = earlier.bit_count()
     more = f" and {n - 3} more" if n > 3 else ""
     count = ctx.space.size(box) * len(requests)
@@ -130,12 +131,12 @@ def _shadow_finding(ctx: CheckContext, table, r, earlier: int, requests) -> Find
                       if order[ref.pack] > order[rule.ref.pack]]
         if overriders:
             at = overriders[0]
-            fix = (f"; {at.id} ({at.location}) has `override: true` and takes every one of them: if "
+            fix = (f"; {at.id} ({location(at)}) has `override: true` and takes every one of them: if "
                    f"{rule.ref.id} should keep some, narrow {at.id}'s `when:` to the inputs it should take")
         elif any(ref.pack != rule.ref.pack for ref in refs):
             fix = (f"; to take precedence over the default rules of earlier packs, give {rule.ref.id} "
                    "`override: true`")
-    named = rule.ref.id if at == rule.ref else f"{rule.ref.id} ({rule.ref.location})"
+    named = rule.ref.id if at == rule.ref else f"{rule.ref.id} ({location(rule.ref)})"
     return ctx.finding(ERROR, "shadowed",
                        f"rule {named} never decides an input: earlier rules "
                        f"decide all {count} inputs it matches ({names}{more}); hit policy first{fix}",

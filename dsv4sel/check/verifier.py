@@ -49,7 +49,8 @@ from .findings import ERROR, Finding, Report
 
 _KIND_ORDER = {k: i for i, k in enumerate((
     "load", "schema", "vocabulary", "dangling", "compile", "cycle", "dead", "overlap", "shadowed",
-    "redundant", "gap", "hijack", "impl", "layout", "consistency", "fixpoint", "model", "hostless"))}
+    "redundant", "gap", "hijack", "impl", "layout", "consistency", "fixpoint", "model", "hostless",
+    "translation", "host-gap", "host-dead"))}
 
 
 def verify_program(program, *, layouts: Mapping[str, Any] | None = None) -> Report:

@@ -54,6 +54,7 @@ def unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
     """``unrecognized arguments: ...``, with the nearest option of ``parser`` for each
     unknown one (difflib, through the one suggestion module)."""
     from ..engine.suggest import close_matches
+    from ..engine.text import escape
 
     options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
     hints: list[str] = []
@@ -62,8 +63,8 @@ def unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
             near = close_matches(word.partition("=")[0], options)
             if near:
                 hints.append(f"did you mean {near[0]}?" if len(extras) == 1 or not hints
-                             else f"{word}: did you mean {near[0]}?")
-    return "unrecognized arguments: " + " ".join(extras) + ("; " + "; ".join(hints) if hints else "")
+                             else f"{escape(word)}: did you mean {near[0]}?")
+    return "unrecognized arguments: " + " ".join(map(escape, extras)) + ("; " + "; ".join(hints) if hints else "")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -137,16 +138,20 @@ def _rule_error_text(exc: RuleError) -> str:
     problems = exc.problems
     if not problems:
         return str(exc)
+    from .render.text import location
+
     codes = ", ".join(dict.fromkeys(p.code for p in problems))
     head = f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in the rule files ({codes}):"
-    return "\n".join([head, *(f"  {p.file}:{p.line}:{p.column}: {p.message}" for p in problems)])
+    return "\n".join([head, *(f"  {location(p)}: {p.message}" for p in problems)])
 
 
 def _unusable(prog: str, message: str, problems, kind: str) -> int:
     """Report unusable input (exit 2): the message on stderr, wrapped to a terminal, and
     under ``--json`` the error document on stdout."""
+    from ..engine.text import escape
     from . import common
 
+    message = escape(message, keep_newlines=True)
     print(_wrapped(f"{prog.strip()}: {message}"), file=sys.stderr)
     if common.JSON_ERRORS:
         from .render.data import document

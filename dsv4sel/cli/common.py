@@ -80,8 +80,11 @@ def error(prog: str, message: str, problems=(), kind: str = "usage") -> int:
     """Print a usage/input error the argparse way and return exit status 2
     (wrapped to the terminal's width when stderr is one). Under ``--json`` stdout
     gets the error as a JSON document too (:func:`error_document`)."""
+    from ..engine.text import escape
     from .render.text import output_width, wrap_line
 
+    # argparse quotes the command line (an unknown option, a bad value): never raw control characters
+    message = escape(message, keep_newlines=True)
     text = f"{prog}: error: {message}"
     print("\n".join(wrap_line(text, output_width(sys.stderr))), file=sys.stderr)
     if JSON_ERRORS:
@@ -92,9 +95,10 @@ def error(prog: str, message: str, problems=(), kind: str = "usage") -> int:
 
 
 def _openable(display: str) -> str:
+    from ..engine.locations import not_a_file
     from ..engine.sources import openable
 
-    return openable(display)
+    return display if not_a_file(display) else openable(display)
 
 
 def error_document(prog: str, message: str, problems=(), kind: str = "usage") -> dict:

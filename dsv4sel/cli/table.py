@@ -50,27 +50,29 @@ def run(args: argparse.Namespace) -> int:
     if args.check is None:
         sys.stdout.write(text)
         return EXIT_OK
-    regenerate = f"dsv4sel table --format {args.format} > {args.check}"
     from ..engine.text import escape, read_bounded
+
+    named = escape(args.check)  # the file name, and below its lines, as text that cannot drive a terminal
+    regenerate = f"dsv4sel table --format {args.format} > {named}"
 
     try:  # the guarded reader: a FIFO, a device or a huge file is refused, never waited on or read whole
         current = read_bounded(args.check, _MAX_CHECKED_BYTES, "a generated table").decode("utf-8")
     except FileNotFoundError:
-        print(f"{args.check} does not exist; generate it with `{regenerate}`")
+        print(f"{named} does not exist; generate it with `{regenerate}`")
         return EXIT_FINDINGS
     except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
-        return error(PROG, f"cannot read {escape(args.check)}: {escape(str(exc))}")
+        return error(PROG, f"cannot read {named}: {escape(str(exc))}")
     if current == text:
-        print(f"{args.check} is up to date with the rules")
+        print(f"{named} is up to date with the rules")
         return EXIT_OK
     import difflib
 
-    diff = list(difflib.unified_diff(current.splitlines(), text.splitlines(), f"{args.check} (committed)",
-                                     f"{args.check} (generated from the rules)", lineterm=""))
-    print(f"{args.check} is stale: it differs from what the rules generate. Regenerate it with "
+    diff = list(difflib.unified_diff(current.splitlines(), text.splitlines(), f"{named} (committed)",
+                                     f"{named} (generated from the rules)", lineterm=""))
+    print(f"{named} is stale: it differs from what the rules generate. Regenerate it with "
           f"`{regenerate}` and commit the result.")
     for line in diff[:_DIFF_LINES]:
-        print(line)
+        print(escape(line))
     if len(diff) > _DIFF_LINES:
         print(f"... {len(diff) - _DIFF_LINES} more diff lines")
     return EXIT_FINDINGS

@@ -85,23 +85,37 @@ def nearest(rules, query: Query, limit: int = LIMIT) -> tuple[Alternative, ...]:
     :class:`~dsv4sel.dsv4.rules.RuleSet`), keeping the platform, capability,
     model and pack inputs; at most ``limit``, in the order of the module
     docstring; empty when nothing on this platform and capability works."""
+    picked = _pick(rules, sorted(_candidates(rules, query), key=lambda f: f[:3]), limit)
+    out = []
+    for backend, kv, changes, also, _ in picked:
+        selection = rules.outcome(query.replace(backend=backend, kv_cache_dtype=kv))
+        assert isinstance(selection, Selection)  # picked from select rows only
+        out.append(Alternative(backend, kv, changes, tuple(also), selection))
+    return tuple(out)
+
+
+def _candidates(rules, query: Query) -> list[tuple]:
+    """Every (backend, kv dtype) change that selects, as ``(number of changes, backend
+    rank, kv rank, backend, kv, changes, row)``."""
     backends = [query.backend] if query.backend is not None else []
     backends += [None] + [b for b in rules.selectable_backends if b != query.backend]
-    kvs = rules.values("kv_cache_dtype")
-    head = (query.model, query.platform, query.capability)
-    tail = tuple(v for _, v in query.extra)
     found = []
     for brank, backend in enumerate(backends):
-        for krank, kv in enumerate(kvs):
+        for krank, kv in enumerate(rules.values("kv_cache_dtype")):
             changes = tuple(name for name, differs in (("backend", backend != query.backend),
                                                        ("kv_cache_dtype", kv != query.kv_cache_dtype))
                             if differs)
             if not changes:
                 continue
-            row = rules.row((*head, backend, kv, *tail))
+            row = rules.row(rules.key(query, backend=backend, kv_cache_dtype=kv))
             if row is not None and row.kind == "select":  # a hand-over (use:) is a fine alternative too
                 found.append((len(changes), brank, krank, backend, kv, changes, row))
-    found.sort(key=lambda f: f[:3])
+    return found
+
+
+def _pick(rules, found: list[tuple], limit: int) -> list[list]:
+    """One candidate per distinct result, smallest change first; a twin that differs only
+    in the kv dtype is listed under ``also`` of the first."""
     picked: list[list] = []  # [backend, kv, changes, also, row]
     for _, _, _, backend, kv, changes, row in found:
         twin = next((p for p in picked if rules.same_result(p[4], row)), None)
@@ -111,9 +125,4 @@ def nearest(rules, query: Query, limit: int = LIMIT) -> tuple[Alternative, ...]:
             continue
         if len(picked) < limit:
             picked.append([backend, kv, changes, [], row])
-    out = []
-    for backend, kv, changes, also, _ in picked:
-        selection = rules.outcome(Query(query.model, query.platform, query.capability, backend, kv, query.extra))
-        assert isinstance(selection, Selection)  # picked from select rows only
-        out.append(Alternative(backend, kv, changes, tuple(also), selection))
-    return tuple(out)
+    return picked

@@ -98,11 +98,7 @@ def match_alias(name: str, aliases: dict[tuple[str, ...], str]) -> str | None:
     means another value ("H100 MI300X")."""
     if not acceptable(name):
         return None
-    words = name_tokens(name)
-    found = []  # (length, start, value)
-    for alias, value in aliases.items():
-        n = len(alias)
-        found.extend((n, i, value) for i in range(len(words) - n + 1) if n and words[i:i + n] == alias)
+    found = _occurrences(name_tokens(name), aliases)
     if not found:
         return None
     n, start, value = max(found, key=lambda f: (f[0], -f[1]))
@@ -110,6 +106,30 @@ def match_alias(name: str, aliases: dict[tuple[str, ...], str]) -> str | None:
         if other != value and (i + m <= start or i >= start + n):
             return None  # two GPUs named at once
     return value
+
+
+def _occurrences(words: tuple[str, ...], aliases: dict[tuple[str, ...], str]) -> list[tuple[int, int, str]]:
+    """Every (length, start, value) at which an alias's words occur in ``words``."""
+    found: list[tuple[int, int, str]] = []
+    for alias, value in aliases.items():
+        n = len(alias)
+        found.extend((n, i, value) for i in range(len(words) - n + 1) if n and words[i:i + n] == alias)
+    return found
+
+
+def gpus_named(name: str, aliases: dict[tuple[str, ...], str]) -> list[tuple[tuple[str, ...], str]]:
+    """The GPUs ``name`` names, as ``(alias words, value)`` in the order written: the longest
+    alias first, then the longest of the words outside it, and so on; one per value. Two
+    or more: ``name`` names several GPUs at once ("H100 A100"), which :func:`match_alias`
+    refuses; the error path says which (the query's cost is bounded by :func:`acceptable`)."""
+    if not acceptable(name):
+        return []
+    words = name_tokens(name)
+    taken: list[tuple[int, int, str]] = []
+    for n, i, value in sorted(_occurrences(words, aliases), key=lambda f: (-f[0], f[1])):
+        if all(i + n <= j or i >= j + m for m, j, _ in taken) and all(v != value for _, _, v in taken):
+            taken.append((n, i, value))
+    return [(words[i:i + n], value) for n, i, value in sorted(taken, key=lambda f: f[1])]
 
 
 #: Spellings shown when a capability is refused.

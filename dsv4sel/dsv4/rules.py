@@ -49,14 +49,14 @@ def _memo_key(platform, kv_cache_dtype, backend, capability, model, extra) -> tu
         if type(capability) is not tuple or not all(type(x) is int for x in capability):
             return None
         capability = ("tuple", *capability)
-    key = (platform, kv_cache_dtype, backend, capability, model)
-    if extra:
-        items = sorted(extra.items())  # keyword arguments: the names are str
-        for _name, value in items:
-            if value.__class__ is not str:
-                return None
-        key += tuple(items)
-    return key
+    key: tuple = (platform, kv_cache_dtype, backend, capability, model)
+    if not extra:
+        return key
+    items = sorted(extra.items())  # keyword arguments: the names are str
+    for _name, value in items:
+        if value.__class__ is not str:
+            return None
+    return key + tuple(items)
 
 
 class Rejection:
@@ -129,37 +129,47 @@ class RuleSet(CompiledRules):
         if plat not in platforms:
             raise self._invalid("platform", platform, platforms)
         cap = self._capability(plat, capability, notes)
-        if backend is None or backend == "":
-            name = None
-        else:
-            name = getattr(backend, "name", backend)
-            if not isinstance(name, str):
-                raise InvalidQuery(f"backend must be None, a name or an enum member, not {type(backend).__name__}")
-            name = name.strip().upper()
-            if name not in self.backends:
-                others = [b for b in self.backends if b not in self.selectable_backends]
-                hint = (" (or no backend for the platform default)"
-                        + (f"; {len(others)} other vLLM backends are known but not DeepSeek-V4 ones "
-                           "(`dsv4sel table` lists what each backend serves)" if others else ""))
-                from .alternatives import flag
-                from ..engine.suggest import close_matches
-
-                near = close_matches(name, self.backends)
-                text = f"unknown attention backend {name!r}"
-                text += f"; did you mean {near[0]!r}?" if near else "."
-                raise InvalidQuery(text + " DeepSeek-V4 backends: " + ", ".join(self.selectable_backends)
-                                   + hint, suggestions=tuple(flag("backend", n) for n in near))
+        name = self._backend(backend)
         kv = kv_cache_dtype.strip().lower() if isinstance(kv_cache_dtype, str) else kv_cache_dtype
         kvs = self.values("kv_cache_dtype")
         if kv not in kvs:
             raise self._invalid("kv-cache dtype", kv_cache_dtype, kvs, flag_of="kv_cache_dtype")
-        extras = []
-        given = dict(extra or {})
+        point = {"model": model, "platform": plat, "capability": cap, "kv_cache_dtype": kv}
+        extras = self._extras(dict(extra or {}), point)
+        return Query(model, plat, cap, name, kv, extras), tuple(notes)
+
+    def _backend(self, backend: Any) -> str | None:
+        """The declared backend ``backend`` names (a name in any case, or an enum member);
+        None for the platform default."""
+        if backend is None or backend == "":
+            return None
+        name = getattr(backend, "name", backend)
+        if not isinstance(name, str):
+            raise InvalidQuery(f"backend must be None, a name or an enum member, not {type(backend).__name__}")
+        name = name.strip().upper()
+        if name in self.backends:
+            return name
+        others = [b for b in self.backends if b not in self.selectable_backends]
+        hint = (" (or no backend for the platform default)"
+                + (f"; {len(others)} other vLLM backends are known but not DeepSeek-V4 ones "
+                   "(`dsv4sel table` lists what each backend serves)" if others else ""))
+        from .alternatives import flag
+        from ..engine.suggest import close_matches
+
+        near = close_matches(name, self.backends)
+        text = f"unknown attention backend {name!r}"
+        text += f"; did you mean {near[0]!r}?" if near else "."
+        raise InvalidQuery(text + " DeepSeek-V4 backends: " + ", ".join(self.selectable_backends)
+                           + hint, suggestions=tuple(flag("backend", n) for n in near))
+
+    def _extras(self, given: dict[str, Any], point: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+        """The pack-declared inputs as ``(name, value)`` pairs: ``given`` or their defaults,
+        each checked against the values declared where ``point`` is (``point`` grows with them)."""
         for key in given:
             if key not in self.extra_inputs:
                 raise InvalidQuery(f"unknown input {key!r}; the rules declare: "
                                    + ", ".join(PROFILE.builtin_inputs + self.extra_inputs))
-        point = {"model": model, "platform": plat, "capability": cap, "kv_cache_dtype": kv}
+        extras = []
         for name_ in self.extra_inputs:
             value = given.get(name_, self.default_of(name_))
             by, _ = self.scope(name_)
@@ -172,14 +182,14 @@ class RuleSet(CompiledRules):
                 raise self._invalid(name_, value, valid)
             extras.append((name_, value))
             point[name_] = value
-        return Query(model, plat, cap, name, kv, tuple(extras)), tuple(notes)
+        return tuple(extras)
 
     def _capability(self, platform: str, capability: Any, notes: list[Message]) -> str:
         """The declared capability value that ``capability`` spells (see
         :mod:`dsv4sel.dsv4.capability`), for ``platform``. None means unknown; any
         other value that is not a known spelling of a declared capability is
         an :class:`InvalidQuery` naming the nearest valid ones."""
-        default, (_, fallback) = self.default_of("capability"), self.scope("capability")
+        default = self.default_of("capability")
         valid = self.values("capability", platform)
         if capability is None:
             return default if default in valid else valid[-1]
@@ -194,39 +204,65 @@ class RuleSet(CompiledRules):
                 f"capability {escape(repr(capability[:MAX_LENGTH]))}{'...' if len(capability) > MAX_LENGTH else ''} "
                 f"({len(capability):,} characters) is not a capability spelling: one is at most {MAX_LENGTH} "
                 f"printable ASCII characters. Write it as {SPELLINGS}.", [])
-        from ..engine.suggest import close_matches
-        from ..engine.text import escape
-
         text = canonical(capability)
         if text is None and isinstance(capability, str):
-            aliases = {name_tokens(a): v for a, v in self.aliases("capability")}
-            text = match_alias(capability, aliases)
+            text = match_alias(capability, {name_tokens(a): v for a, v in self.aliases("capability")})
         if text in valid:
             return text
-        shown = ", ".join(valid)
         if text is not None:  # a valid spelling of a capability this platform does not declare
-            if fallback is not None and fallback in valid:
-                notes.append(Message(f"capability {text!r} is not declared for {platform} in the rule "
-                                     f"vocabulary; deciding as {fallback!r}", "warning"))
-                return fallback
-            return self._refuse_capability(
-                f"{platform} capability {text!r}"
-                + (f" (given as {capability!r})" if capability != text else "")
-                + " is not declared in the rule "
-                f"vocabulary. Declared {platform} capabilities: {shown}. Pass capability 'unknown' to "
-                f"decide without it, or declare it in a rule pack", [v for v in valid if v == "unknown"])
-        names = [a for a, v in self._alias_names("capability") if v in valid]
+            return self._undeclared_capability(platform, capability, text, valid, notes)
+        return self._unknown_capability(platform, capability, valid)
+
+    def _undeclared_capability(self, platform: str, capability: Any, text: str, valid: tuple[str, ...],
+                               notes: list[Message]) -> str:
+        """The fallback for capability ``text``, which ``platform`` does not declare (with a
+        warning in ``notes``), or an :class:`InvalidQuery` when the rules give none."""
+        _, fallback = self.scope("capability")
+        if fallback is not None and fallback in valid:
+            notes.append(Message(f"capability {text!r} is not declared for {platform} in the rule "
+                                 f"vocabulary; deciding as {fallback!r}", "warning"))
+            return fallback
+        return self._refuse_capability(
+            f"{platform} capability {text!r}"
+            + (f" (given as {capability!r})" if capability != text else "")
+            + " is not declared in the rule "
+            f"vocabulary. Declared {platform} capabilities: {', '.join(valid)}. Pass capability 'unknown' to "
+            f"decide without it, or declare it in a rule pack", [v for v in valid if v == "unknown"])
+
+    def _unknown_capability(self, platform: str, capability: Any, valid: tuple[str, ...]) -> str:
+        """The :class:`InvalidQuery` for a value that spells no capability, naming the nearest."""
+        from ..engine.suggest import close_matches
+        from ..engine.text import escape
+        from .capability import SPELLINGS, canonical
+
+        self._refuse_two_gpus(capability, valid)
+        names = [a for a, v in self.aliases("capability") if v in valid]
         by_lower = {c.lower(): c for c in (*valid, *names)}
         near = [by_lower[n] for n in close_matches(str(capability).strip().lower(), by_lower, n=3)]
-        if isinstance(capability, str) and "," in capability and canonical(f"({capability})") in valid:
-            near.insert(0, canonical(f"({capability})"))  # "9,0": the parentheses or the dot were meant
+        parenthesized = canonical(f"({capability})") if isinstance(capability, str) and "," in capability else None
+        if parenthesized is not None and parenthesized in valid:
+            near.insert(0, parenthesized)  # "9,0": the parentheses or the dot were meant
         hint = f"; did you mean {' or '.join(repr(n) for n in dict.fromkeys(near))}?" if near else "."
         return self._refuse_capability(
             f"{escape(repr(capability))} is not a {platform} capability{hint} Write it as {SPELLINGS}. "
-            f"Declared {platform} capabilities: {shown}", list(dict.fromkeys(near)))
+            f"Declared {platform} capabilities: {', '.join(valid)}", list(dict.fromkeys(near)))
 
-    def _alias_names(self, name: str) -> list[tuple[str, str]]:
-        return list(self.aliases(name))
+    def _refuse_two_gpus(self, capability: Any, valid: tuple[str, ...]) -> None:
+        """Refuse ``capability`` when it is a string naming several GPUs ("H100 A100"): which,
+        and to give one. Else return (the caller refuses it as no capability)."""
+        from .capability import gpus_named, name_tokens
+
+        if not isinstance(capability, str):
+            return
+        pairs = list(self.aliases("capability"))
+        spelled = {name_tokens(a): a for a, _ in pairs}
+        named = gpus_named(capability, {name_tokens(a): v for a, v in pairs})
+        if len(named) < 2:
+            return
+        shown = [f"{spelled[words]} ({value})" for words, value in named]
+        self._refuse_capability(
+            f"capability {capability!r} names {len(named)} GPUs at once, {', '.join(shown[:-1])} and {shown[-1]}: "
+            "give one, the GPU this process runs on", [spelled[w] for w, v in named if v in valid])
 
     @staticmethod
     def _refuse_capability(message: str, near: list[str]):
@@ -235,10 +271,14 @@ class RuleSet(CompiledRules):
         raise InvalidQuery(message, suggestions=tuple(flag("capability", n) for n in near))
 
     # ------------------------------------------------------------ evaluation
-    def key(self, query: Query) -> tuple:
-        """The lookup key of a normalized query (in :attr:`key_inputs` order)."""
-        return (query.model, query.platform, query.capability, query.backend,
-                query.kv_cache_dtype, *(v for _, v in query.extra))
+    def key(self, query: Query, **changes: str | None) -> tuple:
+        """The lookup key of a normalized query, with the inputs named in ``changes``
+        (built-in or pack-declared) set to other values: the one place a key is
+        built, in :attr:`key_inputs` order (the profile's key, then the packs' inputs)."""
+        point = query.point()
+        if changes:
+            point.update(changes)
+        return tuple(point[name] for name in self.key_inputs)
 
     def outcome(self, query: Query, notes: tuple[Message, ...] = ()) -> Selection | Rejection:
         """The decision for a normalized query (a Selection, or a Rejection to raise)."""
@@ -276,9 +316,9 @@ class RuleSet(CompiledRules):
                 if len(self.memo) >= _MEMO_LIMIT:
                     self.memo.clear()
                 self.memo[memo_key] = hit
-        if hit.__class__ is Selection:
-            return hit
-        raise hit.error()
+        if isinstance(hit, Rejection):
+            raise hit.error()
+        return hit
 
     # ----------------------------------------------------------- alternatives
     def alternatives(self, query: Query, limit: int = 4) -> tuple:

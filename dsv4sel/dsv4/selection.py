@@ -6,8 +6,9 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from ..engine.values import Message, RuleRef, load_impl_class
+from ..errors import ImplLoadError
 from ..record import Frozen
-from .profile import DEFAULT_ALLOWED_IMPL_MODULES
+from .profile import DEFAULT_ALLOWED_IMPL_MODULES, PROFILE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # importing typing costs ~5 ms; with postponed annotations it is not needed
@@ -22,7 +23,8 @@ class Query(Frozen):
     as sorted ``(name, value)`` pairs.
     """
 
-    __slots__ = ("model", "platform", "capability", "backend", "kv_cache_dtype", "extra")
+    # the fields are the profile's key: the one place that says the inputs and their order
+    __slots__ = (*PROFILE.key, "extra")
     _defaults = {"extra": ()}
     model: str
     platform: str
@@ -31,16 +33,14 @@ class Query(Frozen):
     kv_cache_dtype: str
     extra: tuple[tuple[str, str], ...]
 
-    def as_dict(self) -> dict[str, Any]:
-        out = {
-            "model": self.model,
-            "platform": self.platform,
-            "capability": self.capability,
-            "backend": self.backend,
-            "kv_cache_dtype": self.kv_cache_dtype,
-        }
+    def point(self) -> dict[str, Any]:
+        """Every input by name: the profile's key in its order, then the pack-declared inputs."""
+        out = {name: getattr(self, name) for name in PROFILE.key}
         out.update(self.extra)
         return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.point()
 
     def __str__(self) -> str:
         parts = [f"{k}={'<none>' if v is None else v}" for k, v in self.as_dict().items()]
@@ -51,7 +51,7 @@ def _differs(old: Any, new: Any) -> bool:
     """``old != new``, counting a comparison that raises (or gives no bool) as a change."""
     try:
         return bool(old != new)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a config value's __ne__ may raise anything; then it changed
         return True
 
 
@@ -129,8 +129,20 @@ class Selection(Frozen):
 
     def load_impl(self) -> type:
         """Import and return the impl class. Only modules on the rule set's
-        allow-list are imported; anything else raises :class:`ImplLoadError`."""
-        return load_impl_class(self.impl, self.allowed_impl_modules)
+        allow-list are imported; anything else raises :class:`ImplLoadError`.
+
+        ``select()`` never imports it (the answer stays cheap, and a process that only
+        asks which backend gets no kernel library); a module that is not there, or
+        fails to import, shows here: one error naming the impl, why, the rule that
+        chose it (``file:line``) and the fix. ``dsv4sel explain`` warns about it and
+        ``dsv4sel check`` reports it (DSV406)."""
+        try:
+            return load_impl_class(self.impl, self.allowed_impl_modules)
+        except ImplLoadError as exc:
+            where = f"rule {self.rule.id} ({self.rule.location})" if self.rule is not None else "its rule"
+            raise ImplLoadError(f"{self.backend}: {exc}; it was selected by {where}: correct that rule's "
+                                "`impl:` (or its `defaults: impl`), or install the module it names; "
+                                "`dsv4sel check` reports this as DSV406") from None
 
     def apply(self, cache_config: Any) -> dict[str, Any]:
         """Apply :attr:`rewrites` to ``cache_config`` (duck-typed) all or nothing.
@@ -159,7 +171,7 @@ class Selection(Frozen):
             for name in reversed(touched):
                 try:  # put back unconditionally: comparing the values could raise too
                     setattr(cache_config, name, previous[name])
-                except Exception:  # noqa: S110 - restore what can be restored, then re-raise the cause
+                except Exception:  # noqa: BLE001 - restore what can be restored, then re-raise the cause
                     pass
             raise
         return {k: v for k, v in previous.items() if _differs(v, self.rewrites[k])}

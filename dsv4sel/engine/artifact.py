@@ -18,11 +18,12 @@ and one index. This module imports neither yaml nor jsonschema.
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the array module is the compiler's; the evaluator reads a memoryview
     from array import array
-
-from operator import itemgetter
+    from typing import Any, Literal
 
 #: The largest array the compiled form holds (inputs, i.e. points x backend
 #: choices): 2 bytes each for fewer than 65,536 distinct outcomes. Beyond it
@@ -41,7 +42,7 @@ def _row_type(name: str, fields: str, doc: str) -> type:
     return type(name, (tuple,), namespace)
 
 
-def select_row_type(fields: tuple[str, ...]) -> type:
+def select_row_type(fields: tuple[str, ...]) -> type[SelectRow]:
     """The row type of a select outcome whose profile fields are ``fields``
     (:attr:`dsv4sel.engine.profile.Profile.select_fields`, in order)."""
     made = _SELECT_ROWS.get(fields)
@@ -59,14 +60,53 @@ def select_row_type(fields: tuple[str, ...]) -> type:
 
 
 _SELECT_ROWS: dict[tuple[str, ...], type] = {}
-RejectRow = _row_type("RejectRow", "kind backend reason path messages",
-                      "A compiled outcome: the deciding rule rejects, for ``reason``.")
-GapRow = _row_type("GapRow", "kind backend table path",
-                   "A compiled outcome: no rule of ``table`` decides (``check`` lists these).")
-GapRow.messages = property(lambda self: ())
 
-#: Any compiled outcome (a type for annotations); ``row.kind`` is "select", "reject" or "gap".
-Row = tuple
+if TYPE_CHECKING:
+    # What the type checker sees of the rows: one class per kind, told apart by ``kind``
+    # (a tagged union: ``row.kind == "select"`` narrows a Row to a SelectRow). At run
+    # time they are the tuple types below, built by _row_type.
+
+    #: The kinds of compiled outcome.
+    RowKind = Literal["select", "reject", "gap"]
+
+    class SelectRow(tuple):
+        kind: Literal["select"]
+        backend: str
+        rewrites: tuple[tuple[str, Any], ...]
+        messages: tuple[tuple[str, str], ...]
+        path: tuple[int, ...]
+        hosts: tuple[tuple[str, str, str], ...]
+        host_settings: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
+        _fields: tuple[str, ...]
+
+        def __getattr__(self, name: str) -> Any: ...  # the profile's select fields, by name
+
+    class RejectRow(tuple):
+        kind: Literal["reject"]
+        backend: str | None
+        reason: str
+        path: tuple[int, ...]
+        messages: tuple[tuple[str, str], ...]
+        _fields: tuple[str, ...]
+
+    class GapRow(tuple):
+        kind: Literal["gap"]
+        backend: str | None
+        table: str
+        path: tuple[int, ...]
+        messages: tuple[()]
+        _fields: tuple[str, ...]
+
+    #: Any compiled outcome.
+    Row = SelectRow | RejectRow | GapRow
+else:
+    RejectRow = _row_type("RejectRow", "kind backend reason path messages",
+                          "A compiled outcome: the deciding rule rejects, for ``reason``.")
+    GapRow = _row_type("GapRow", "kind backend table path",
+                       "A compiled outcome: no rule of ``table`` decides (``check`` lists these).")
+    GapRow.messages = property(lambda self: ())
+    #: Any compiled outcome (a type for annotations); ``row.kind`` is "select", "reject" or "gap".
+    Row = tuple
 
 
 def stored(row: tuple) -> tuple:
@@ -74,10 +114,11 @@ def stored(row: tuple) -> tuple:
     return tuple(row)
 
 
-def loaded(data: tuple, select_row: type) -> tuple:
+def loaded(data: tuple, select_row: type[SelectRow]) -> Row:
     """A stored row as its type (``select_row`` for select rows, from
     :func:`select_row_type`); raises on a row of an unknown kind or the wrong length."""
-    kind = {"select": select_row, "reject": RejectRow, "gap": GapRow}[data[0]]
+    kinds: dict[str, type[Row]] = {"select": select_row, "reject": RejectRow, "gap": GapRow}
+    kind = kinds[data[0]]
     if len(data) != len(kind._fields):
         raise ValueError(f"a {data[0]} row has {len(data)} fields, not {len(kind._fields)}")
     return kind(data)
@@ -222,6 +263,10 @@ def ids_little_endian() -> bool:
     return sys.byteorder == "little"
 
 
+#: :meth:`OutcomeTable.around`: a key position that keeps its value
+_FIXED = frozenset({object()})
+
+
 class OutcomeTable:
     """Read-only mapping from a key ``(*key_inputs)`` to an outcome index, over
     the array :func:`paint` filled. ``key_inputs`` names each key position
@@ -234,14 +279,15 @@ class OutcomeTable:
         position = {name: i for i, name in enumerate(self.key_inputs)}
         self._backend_at = position["backend"]
         self._backends = {b: i * layout.points for i, b in enumerate(layout.backends)}
-        lookups = []
+        #: per dimension: (key position, None, index) for one input, (-1, positions, index) for fused ones
+        lookups: list[tuple[int, tuple[int, ...] | None, dict]] = []
         for (names, values), stride in zip(layout.dims, layout.strides):
             if len(names) == 1:
                 index = {v[0]: i * stride for i, v in enumerate(values)}
                 lookups.append((position[names[0]], None, index))
             else:
                 index = {v: i * stride for i, v in enumerate(values)}
-                lookups.append((None, tuple(position[n] for n in names), index))
+                lookups.append((-1, tuple(position[n] for n in names), index))
         self._lookups = tuple(lookups)
         if data["typecode"] != "H":
             raise ValueError(f"the decision array's typecode is {data['typecode']!r}, not 'H'")
@@ -263,6 +309,31 @@ class OutcomeTable:
         except (IndexError, TypeError):
             return default
         return self.ids[offset]
+
+    def around(self, key: tuple, vary: dict[int, frozenset | None]) -> set[int]:
+        """The outcome indices at ``key`` and at every key that differs from it only at
+        the positions of ``vary``, each to one of the values given there (None: any
+        value of the space). One walk over the array's offsets, no key built per point:
+        the batch that "does anything here select X?" needs. Empty when ``key`` is
+        outside the space at a position that does not vary."""
+        def chosen(position: int, value) -> bool:
+            values = vary.get(position, _FIXED)
+            if values is _FIXED:
+                return value == key[position]
+            return values is None or value in values
+
+        offsets = [0]
+        backend_at = self._backend_at
+        steps = [step for b, step in self._backends.items() if chosen(backend_at, b)]
+        offsets = [o + s for o in offsets for s in steps]
+        for at, fused, index in self._lookups:
+            if fused is None:
+                steps = [step for v, step in index.items() if chosen(at, v)]
+            else:
+                steps = [step for vs, step in index.items() if all(chosen(i, v) for i, v in zip(fused, vs))]
+            offsets = [o + s for o in offsets for s in steps]
+        ids = self.ids
+        return {ids[o] for o in offsets}
 
     def __getitem__(self, key: tuple) -> int:
         value = self.get(key)

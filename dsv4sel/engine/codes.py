@@ -61,21 +61,25 @@ CODES: dict[str, tuple[str, str]] = {
     "DSV411": ("host", "a host class does not resolve where its host is installed in a listed version"),
     "DSV412": ("hostless", "a backend selects where a host's plugin serves but names no class for that host (`hosts:`)"),
     "DSV413": ("hijack", "a default rule sends inputs to a table that rejects every one of them"),
+    "DSV601": ("translation", "a host translation names an input or value its space does not declare"),
+    "DSV602": ("host-gap", "inputs of a host's space that its translation maps to no decision"),
+    "DSV603": ("host-dead", "a host translation row decides no input of its host space"),
     "DSV501": ("tests", "a test file where a rule file belongs, or the other way round"),
     "DSV502": ("tests", "no test files at a path"),
     "DSV510": ("tests", "test case failed"),
 }
 
-#: verifier finding kind -> its code, where one kind is one code
-_KIND_CODES = {
-    "gap": "DSV401", "overlap": "DSV402", "redundant": "DSV403", "shadowed": "DSV404", "dead": "DSV405",
-    "layout": "DSV407", "consistency": "DSV408", "fixpoint": "DSV409", "cycle": "DSV312", "host": "DSV411",
-    "dangling": "DSV311", "model": "DSV410", "hijack": "DSV413", "hostless": "DSV412",
-}
+#: The kinds of the stages that set their codes themselves (a kind of many codes).
+_STAGE_KINDS = ("load", "schema", "vocabulary", "compile", "tests")
+
+#: verifier finding kind -> its code, read off :data:`CODES` (the one table of codes and
+#: kinds): a kind's last code, so ``impl`` is the verifier's DSV406, not the compiler's DSV310
+_KIND_CODES = {kind: code for code, (kind, _) in CODES.items() if kind not in _STAGE_KINDS}
+
 
 def kind_code(kind: str) -> str:
     """The code of a verifier finding of ``kind`` (one kind, one code)."""
-    return _KIND_CODES.get(kind, "DSV406" if kind == "impl" else "DSV399")
+    return _KIND_CODES.get(kind, "DSV399")
 
 
 def title(code: str) -> str:

@@ -39,7 +39,7 @@ def compact(chosen, domain, *, min_members: int = 2) -> list[str]:
     for value in chosen:
         family = family_of(value)
         group = members(family, domain) if family is not None else []
-        if len(group) >= min_members and picked.issuperset(group):
+        if family is not None and len(group) >= min_members and picked.issuperset(group):
             if family not in out:
                 out.append(family)
         else:

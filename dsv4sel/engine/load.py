@@ -22,11 +22,9 @@ YAML is untrusted input, so the loader promises, for any file:
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -39,10 +37,13 @@ MAX_NODES = 100_000
 MAX_DEPTH = 64
 MAX_INT_DIGITS = 12
 
-try:  # the libyaml C parser is ~8x faster; the pure-Python one behaves the same
-    _BaseLoader = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - depends on how PyYAML was built
-    _BaseLoader = yaml.SafeLoader
+if TYPE_CHECKING:
+    from yaml import SafeLoader as _BaseLoader
+else:
+    try:  # the libyaml C parser is ~8x faster; the pure-Python one behaves the same
+        _BaseLoader = yaml.CSafeLoader
+    except AttributeError:  # pragma: no cover - depends on how PyYAML was built
+        _BaseLoader = yaml.SafeLoader
 
 
 class _CoreSchemaLoader(_BaseLoader):
@@ -86,26 +87,34 @@ def _scalar(node: yaml.ScalarNode) -> Any:
     if tag == "bool":
         return text.lower() == "true"
     if tag == "int":
-        digits = text.lstrip("+-")
-        if len(digits) > MAX_INT_DIGITS:
-            raise _BadScalar(f"integer {escape(text[:20])}... has more than {MAX_INT_DIGITS} digits; "
-                             "rule files hold small integers (bytes per token, block sizes)")
-        if digits.startswith(("0o", "0x")):
-            return int(digits[2:], 8 if digits[1] == "o" else 16) * (-1 if text.startswith("-") else 1)
-        if len(digits) > 1 and digits.startswith("0"):
-            raise _BadScalar(f"integer {text} has a leading zero (YAML 1.1 reads it as octal, "
-                                  f"1.2 as decimal); write {int(digits)} or 0o{digits.lstrip('0')}")
-        return int(text)
+        return _integer(text)
     if tag == "float":
-        if len(text) > 64:
-            raise _BadScalar(f"number {escape(text[:20])}... is too long")
-        lowered = text.lower()
-        if lowered.endswith(".inf"):
-            return float("-inf" if lowered.startswith("-") else "inf")
-        if lowered == ".nan":
-            return float("nan")
-        return float(text)
+        return _number(text)
     raise ValueError(f"unexpected tag {node.tag}")  # pragma: no cover - filtered by _CORE_TAGS
+
+
+def _integer(text: str) -> int:
+    digits = text.lstrip("+-")
+    if len(digits) > MAX_INT_DIGITS:
+        raise _BadScalar(f"integer {escape(text[:20])}... has more than {MAX_INT_DIGITS} digits; "
+                         "rule files hold small integers (bytes per token, block sizes)")
+    if digits.startswith(("0o", "0x")):
+        return int(digits[2:], 8 if digits[1] == "o" else 16) * (-1 if text.startswith("-") else 1)
+    if len(digits) > 1 and digits.startswith("0"):
+        raise _BadScalar(f"integer {text} has a leading zero (YAML 1.1 reads it as octal, "
+                         f"1.2 as decimal); write {int(digits)} or 0o{digits.lstrip('0')}")
+    return int(text)
+
+
+def _number(text: str) -> float:
+    if len(text) > 64:
+        raise _BadScalar(f"number {escape(text[:20])}... is too long")
+    lowered = text.lower()
+    if lowered.endswith(".inf"):
+        return float("-inf" if lowered.startswith("-") else "inf")
+    if lowered == ".nan":
+        return float("nan")
+    return float(text)
 
 
 Path = tuple  # a path of mapping keys and sequence indices, as jsonschema reports it

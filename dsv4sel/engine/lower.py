@@ -57,52 +57,12 @@ def to_table(program: Program) -> dict[str, Any]:
             f"= {layout.size:,} inputs; the compiled form holds at most {artifact.MAX_INPUTS:,}. "
             "Declare fewer input values, or split the vocabulary into rule sets loaded separately"), "DSV314")
     profile = program.profile
-    select_row = artifact.select_row_type(profile.field_names)
-    rule_index = {id(rule): i for i, rule in enumerate(program.rules)}
-    outcomes: list[tuple] = []
-    outcome_ids: dict[tuple, int] = {}
-    ids = artifact.new_array(layout, "H")
+    painter = _Painter(program, layout)
     flow = Flow(program, space, needs=lambda rule: True)
-
-    budget = {"stored": MAX_TEXT_BYTES, "rendered": MAX_RENDERED_BYTES}
-
-    def store(item: tuple, box, backend_index: int, rule) -> None:
-        oid = outcome_ids.get(item)
-        if oid is None:
-            if len(outcomes) >= MAX_ROWS:
-                raise _bound(rule, f"the rules decide more than {MAX_ROWS:,} distinct outcomes (each rendering "
-                             "of a rule's texts is one)")
-            budget["stored"] -= _text_bytes(item)
-            if budget["stored"] < 0:
-                raise _bound(rule, f"the distinct outcomes hold more than {MAX_TEXT_BYTES:,} bytes of rendered "
-                             "text (messages, reasons, fields)")
-            oid = outcome_ids[item] = len(outcomes)
-            outcomes.append(item)
-        artifact.paint(ids, layout, box, backend_index, oid)
-
-    def rendered(item: tuple, rule) -> tuple:
-        budget["rendered"] -= _text_bytes(item)
-        if budget["rendered"] < 0:
-            raise _bound(rule, f"rendering the rules' texts once per region their placeholders split the space "
-                         f"into takes more than {MAX_RENDERED_BYTES:,} bytes")
-        return item
-
     for backend_index, backend in enumerate(layout.backends):
         for event in flow.walk(backend):
-            if event.kind == "gap":
-                path = tuple(rule_index[id(r)] for r in event.path)
-                store(artifact.GapRow(("gap", event.label, event.table.name, path)), event.box, backend_index,
-                      event.path[-1] if event.path else None)
-            elif event.kind == "decide":
-                rules = (*event.path, event.rule)
-                labels = _labels(backend, rules)
-                path = tuple(rule_index[id(r)] for r in rules)
-                for region in event.scan.regions.get(event.position, ()):
-                    for values, box in space.split_by(region, _template_inputs(rules, profile)):
-                        row = rendered(_row(rules, labels, path, values, profile, select_row), event.rule)
-                        store(row, box, backend_index, event.rule)
-            elif event.kind in ("dangling", "cycle"):  # pragma: no cover - the builder refuses both
-                raise AssertionError(f"a {event.kind} use chain reached the compiled form")
+            painter.paint_event(event, space, backend_index, backend)
+    ids, outcomes = painter.ids, painter.outcomes
     table = {**layout.as_data(), "typecode": ids.typecode, "ids": ids.tobytes()}
     return {
         "format": COMPILED_FORMAT,
@@ -120,6 +80,60 @@ def to_table(program: Program) -> dict[str, Any]:
         "sources": program.sources,
         "descriptions": tuple(program.descriptions.get(r.ref) for r in program.rules),
     }
+
+class _Painter:
+    """Paints the array one flow event at a time, each distinct outcome row stored once,
+    within the compiled form's bounds on rows and text."""
+
+    def __init__(self, program: Program, layout: artifact.Layout):
+        self.profile = program.profile
+        self.layout = layout
+        self.select_row = artifact.select_row_type(self.profile.field_names)
+        self.rule_index = {id(rule): i for i, rule in enumerate(program.rules)}
+        self.outcomes: list[artifact.Row] = []
+        self.outcome_ids: dict[tuple, int] = {}
+        self.ids = artifact.new_array(layout, "H")
+        self.stored_budget = MAX_TEXT_BYTES
+        self.rendered_budget = MAX_RENDERED_BYTES
+
+    def paint_event(self, event, space: Space, backend_index: int, backend: str | None) -> None:
+        if event.kind == "gap":
+            path = tuple(self.rule_index[id(r)] for r in event.path)
+            self.store(artifact.GapRow(("gap", event.label, event.table.name, path)), event.box, backend_index,
+                       event.path[-1] if event.path else None)
+        elif event.kind == "decide":
+            rules = (*event.path, event.rule)
+            labels = _labels(backend, rules)
+            path = tuple(self.rule_index[id(r)] for r in rules)
+            for region in event.scan.regions.get(event.position, ()):
+                for values, box in space.split_by(region, _template_inputs(rules, self.profile)):
+                    row = self.rendered(_row(rules, labels, path, values, self.profile, self.select_row),
+                                        event.rule)
+                    self.store(row, box, backend_index, event.rule)
+        elif event.kind in ("dangling", "cycle"):  # pragma: no cover - the builder refuses both
+            raise AssertionError(f"a {event.kind} use chain reached the compiled form")
+
+    def store(self, item: artifact.Row, box, backend_index: int, rule) -> None:
+        oid = self.outcome_ids.get(item)
+        if oid is None:
+            if len(self.outcomes) >= MAX_ROWS:
+                raise _bound(rule, f"the rules decide more than {MAX_ROWS:,} distinct outcomes (each rendering "
+                             "of a rule's texts is one)")
+            self.stored_budget -= _text_bytes(item)
+            if self.stored_budget < 0:
+                raise _bound(rule, f"the distinct outcomes hold more than {MAX_TEXT_BYTES:,} bytes of rendered "
+                             "text (messages, reasons, fields)")
+            oid = self.outcome_ids[item] = len(self.outcomes)
+            self.outcomes.append(item)
+        artifact.paint(self.ids, self.layout, box, backend_index, oid)
+
+    def rendered(self, item: artifact.Row, rule) -> artifact.Row:
+        self.rendered_budget -= _text_bytes(item)
+        if self.rendered_budget < 0:
+            raise _bound(rule, f"rendering the rules' texts once per region their placeholders split the space "
+                         f"into takes more than {MAX_RENDERED_BYTES:,} bytes")
+        return item
+
 
 def _bound(rule, what: str) -> RuleError:
     """The RuleError for a compiled form past one of its bounds, at the rule whose outcome crossed it."""
@@ -173,7 +187,8 @@ def _template_inputs(rules: tuple, profile) -> tuple[str, ...]:
     names.pop("backend", None)
     return tuple(names)
 
-def _row(rules: tuple, labels: tuple, path: tuple, values: dict[str, str], profile, select_row: type) -> tuple:
+def _row(rules: tuple, labels: tuple, path: tuple, values: dict[str, str], profile,
+         select_row: type[artifact.SelectRow]) -> artifact.Row:
     """The outcome row of a chain, rendered with ``values`` (see ``Program.resolve``)."""
     messages: list[tuple[str, str]] = []
     for rule, label in zip(rules, labels):
@@ -183,7 +198,7 @@ def _row(rules: tuple, labels: tuple, path: tuple, values: dict[str, str], profi
     point = dict(values, backend=label or "")
     if last.outcome.kind == "reject":
         return artifact.RejectRow(("reject", label, render(last.outcome.reason, point), path, tuple(messages)))
-    f = {k: render(v, point) if isinstance(v, str) else v for k, v in last.outcome.fields}
+    f: dict[str, Any] = {k: render(v, point) if isinstance(v, str) else v for k, v in last.outcome.fields}
     restated = dict(profile.restates)
     rewrites = tuple(sorted((k, v) for k, v in f.get("rewrites", {}).items()
                             if not (k in restated and v == values.get(restated[k]))))

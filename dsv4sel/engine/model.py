@@ -42,7 +42,7 @@ class InputDecl:
     def values_for(self, point: dict[str, str]) -> tuple[str, ...]:
         if self.scoped is None:
             return self.values
-        return dict(self.scoped).get(point[self.by], ())
+        return dict(self.scoped).get(point[str(self.by)], ())
 
 
 @dataclass(frozen=True)
@@ -76,13 +76,6 @@ class Rule:
 
     def matches(self, point: dict[str, str]) -> bool:
         return all(point[name] in allowed for name, allowed in self.conditions)
-
-    def first_failing(self, point: dict[str, str]) -> str | None:
-        """The first input whose value this rule does not accept (for "why not")."""
-        for name, allowed in self.conditions:
-            if point[name] not in allowed:
-                return name
-        return None
 
 
 class HitPolicy(str, Enum):
@@ -179,10 +172,6 @@ class Program:
     #: values, new backends), in load order: where a too-large space is reported
     growth: tuple[tuple[str, int, int], ...] = ()
 
-    @property
-    def input_order(self) -> tuple[str, ...]:
-        return tuple(self.inputs)
-
     def points(self) -> Iterator[dict[str, str]]:
         """Every point of the decision space except the backend, in vocabulary order."""
         names = list(self.inputs)
@@ -198,9 +187,6 @@ class Program:
             point.pop(decl.name, None)
 
         yield from walk(0, {})
-
-    def space_size(self) -> int:
-        return sum(1 for _ in self.points()) * (len(self.backends) + 1)
 
     def table_for(self, backend: str | None) -> Table:
         return self.default_table if backend is None else self.tables[backend]
@@ -220,12 +206,12 @@ class Program:
             outcome = rule.outcome
             messages.extend((lvl, render(text, values)) for lvl, text in outcome.messages)
             if outcome.kind == "use":
-                current = outcome.target
+                current = str(outcome.target)
                 table = self.tables[current]
                 continue
             if outcome.kind == "reject":
                 return Resolution("reject", current, tuple(path), table.name,
-                                  reason=render(outcome.reason, values), messages=tuple(messages))
+                                  reason=render(str(outcome.reason), values), messages=tuple(messages))
             fields = tuple((k, render(v, values) if isinstance(v, str) else v) for k, v in outcome.fields)
             return Resolution("select", current, tuple(path), table.name, fields=fields,
                               messages=tuple(messages))

@@ -54,6 +54,33 @@ def _host_ok(host) -> bool:
             and all(c in "0123456789.,<>=!* " for c in versions))
 
 
+def _rewrites_ok(rewrites: tuple, types: dict[str, type]) -> bool:
+    """A rewrite names a field the rules may write (`[a-z][a-z0-9_]*`, so never
+    `__dict__`), and a select field's rewrite holds a value of its type."""
+    return all(len(pair) == 2 and _is_name(pair[0]) and type(pair[1]) is types.get(pair[0], type(pair[1]))
+               and type(pair[1]) in (str, int, bool) for pair in rewrites)
+
+
+def _hosts_ok(hosts: tuple, settings: tuple) -> bool:
+    return (all(_host_ok(host) for host in hosts)
+            and all(type(host) is str and all(type(k) is str and type(v) in (str, int) for k, v in pairs)
+                    for host, pairs in settings))
+
+
+#: where each kind of stored outcome row holds its rule path (a select row's fields come first)
+_PATH_AT = {"select": -3, "reject": 3, "gap": 3}
+
+
+def _reject_row_ok(row: tuple) -> bool:
+    _, backend, reason, _path, _messages = row
+    return type(reason) is str and (backend is None or type(backend) is str)
+
+
+def _gap_row_ok(row: tuple) -> bool:
+    _, _backend, table, _path = row
+    return type(table) is str
+
+
 class CorruptTable(ValueError):
     """Compiled data that is not what ``dsv4sel.engine.lower.to_table`` writes (a
     damaged or hand-edited cache entry); :func:`dsv4sel.load_rules` rebuilds it."""
@@ -79,7 +106,7 @@ class CompiledRules:
             self._load(data)
         except CorruptTable:
             raise
-        except Exception as exc:  # any shape error of untrusted data
+        except Exception as exc:  # noqa: BLE001 - any shape error of untrusted data
             raise CorruptTable(f"compiled rules are damaged: {type(exc).__name__}: {exc}") from None
         self.digest = digest
         if allowed_impl_modules is None:
@@ -89,7 +116,7 @@ class CompiledRules:
         for impl in impls:
             try:
                 check_impl_allowed(impl, self.allowed_impl_modules)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - untrusted data: a non-str impl raises TypeError too
                 raise CorruptTable(f"compiled rules name an impl outside the allowed modules: {exc}") from None
         #: raw query -> the domain's result; a domain's select() probes it first (its hot path)
         self.memo: dict[tuple, Any] = {}
@@ -100,34 +127,12 @@ class CompiledRules:
         profile = self.profile
         if tuple(data["key"]) != profile.key or tuple(data["fields"]) != profile.field_names:
             raise CorruptTable("the compiled rules were built for another profile")
-        self._inputs = {}
-        self._alias_spellings: dict[str, tuple] = {}
-        for name, values, by, scoped, default, fallback, probe, aliases in data["inputs"]:
-            self._inputs[name] = (tuple(values), by, dict(scoped) if scoped else None, default, fallback)
-            self._alias_spellings[name] = tuple((str(a), str(v)) for a, v in aliases)
-        #: input name -> impl class whose is_available() tells which value this machine has
-        self.probes: dict[str, str] = {row[0]: row[6] for row in data["inputs"] if row[6]}
-        builtin = profile.builtin_inputs
-        #: the inputs rule packs declare beyond the profile's, in declaration order
-        self.extra_inputs: tuple[str, ...] = tuple(n for n in self._inputs if n not in builtin)
-        if any(n not in self._inputs for n in builtin):
-            raise CorruptTable("compiled rules lack a built-in input")
+        self._load_inputs(data["inputs"])
         self.backends: tuple[str, ...] = tuple(data["backends"])
         #: backends that select something somewhere in the space (the others only reject)
         self.selectable_backends: tuple[str, ...] = tuple(data["selectable"])
-        self._rule_rows = data["rules"]
-        for rid, file, line, pack, table in self._rule_rows:
-            if not (type(rid) is str and type(file) is str and type(line) is int and type(table) is str
-                    and type(pack) is str):
-                raise CorruptTable("a compiled rule row is malformed")
-        self._rules: dict[int, RuleRef] = {}
-        if len(data["outcomes"]) > MAX_ROWS:
-            raise CorruptTable(f"compiled rules hold more than {MAX_ROWS:,} outcomes")
-        for row in data["outcomes"]:
-            self._check_row(row)
-        select_row = select_row_type(profile.field_names)
-        #: every distinct outcome of the space, typed (:mod:`dsv4sel.engine.artifact`); :meth:`index` points into it
-        self.rows: tuple[Row, ...] = tuple(loaded(row, select_row) for row in data["outcomes"])
+        self._load_rules(data["rules"])
+        self._load_outcomes(data["outcomes"])
         #: the order of a lookup key: the profile's inputs, then the packs' in declaration order
         self.key_inputs: tuple[str, ...] = (*profile.key, *self.extra_inputs)
         self._table = OutcomeTable(data["table"], self.key_inputs)
@@ -140,35 +145,58 @@ class CompiledRules:
             raise CorruptTable("a compiled rule description is malformed")
         self._data_descriptions: tuple[str | None, ...] = tuple(descriptions)
 
+    def _load_inputs(self, inputs: list) -> None:
+        self._inputs: dict[str, tuple] = {}
+        self._alias_spellings: dict[str, tuple] = {}
+        for name, values, by, scoped, default, fallback, _probe, aliases in inputs:
+            self._inputs[name] = (tuple(values), by, dict(scoped) if scoped else None, default, fallback)
+            self._alias_spellings[name] = tuple((str(a), str(v)) for a, v in aliases)
+        #: input name -> impl class whose is_available() tells which value this machine has
+        self.probes: dict[str, str] = {row[0]: row[6] for row in inputs if row[6]}
+        builtin = self.profile.builtin_inputs
+        #: the inputs rule packs declare beyond the profile's, in declaration order
+        self.extra_inputs: tuple[str, ...] = tuple(n for n in self._inputs if n not in builtin)
+        if any(n not in self._inputs for n in builtin):
+            raise CorruptTable("compiled rules lack a built-in input")
+
+    def _load_rules(self, rules: list) -> None:
+        self._rule_rows = rules
+        for rid, file, line, pack, table in self._rule_rows:
+            if not (type(rid) is str and type(file) is str and type(line) is int and type(table) is str
+                    and type(pack) is str):
+                raise CorruptTable("a compiled rule row is malformed")
+        self._rules: dict[int, RuleRef] = {}
+
+    def _load_outcomes(self, outcomes: list) -> None:
+        if len(outcomes) > MAX_ROWS:
+            raise CorruptTable(f"compiled rules hold more than {MAX_ROWS:,} outcomes")
+        for row in outcomes:
+            self._check_row(row)
+        select_row = select_row_type(self.profile.field_names)
+        #: every distinct outcome of the space, typed (:mod:`dsv4sel.engine.artifact`); :meth:`index` points into it
+        self.rows: tuple[Row, ...] = tuple(loaded(row, select_row) for row in outcomes)
+
     def _check_row(self, row: tuple) -> None:
         """One outcome row has the shape ``to_table`` writes for this profile."""
-        n_rules = len(self._rule_rows)
         kind = row[0]
-        if kind == "select":
-            n = len(self.profile.select_fields)
-            backend, fields = row[1], row[2:2 + n]
-            rewrites, messages, path, hosts, settings = row[2 + n:]
-            types = dict(self.profile.select_fields)
-            ok = (type(backend) is str and len(fields) == n
-                  and all(type(value) is kind_ for value, (_, kind_) in zip(fields, self.profile.select_fields))
-                  # a rewrite names a field the rules may write (`[a-z][a-z0-9_]*`, so never
-                  # `__dict__`), and a select field's rewrite holds a value of its type
-                  and all(len(pair) == 2 and _is_name(pair[0]) and type(pair[1]) is types.get(pair[0], type(pair[1]))
-                          and type(pair[1]) in (str, int, bool) for pair in rewrites)
-                  and all(level in ("info", "warning") and type(text) is str for level, text in messages)
-                  and all(_host_ok(host) for host in hosts)
-                  and all(type(host) is str and all(type(k) is str and type(v) in (str, int) for k, v in pairs)
-                          for host, pairs in settings))
-        elif kind == "reject":
-            _, backend, reason, path, messages = row
-            ok = type(reason) is str and (backend is None or type(backend) is str)
-        elif kind == "gap":
-            _, backend, table, path = row
-            ok = type(table) is str
-        else:
-            ok, path = False, ()
-        if not ok or not all(type(i) is int and 0 <= i < n_rules for i in path) or (kind != "gap" and not path):
+        shape_ok = {"select": self._select_row_ok, "reject": _reject_row_ok, "gap": _gap_row_ok}.get(kind)
+        if shape_ok is None or not shape_ok(row):
             raise CorruptTable(f"a compiled {kind!r} outcome row is malformed")
+        path = row[_PATH_AT[kind]]
+        n_rules = len(self._rule_rows)
+        if not all(type(i) is int and 0 <= i < n_rules for i in path) or (kind != "gap" and not path):
+            raise CorruptTable(f"a compiled {kind!r} outcome row is malformed")
+
+    def _select_row_ok(self, row: tuple) -> bool:
+        select_fields = self.profile.select_fields
+        n = len(select_fields)
+        backend, fields = row[1], row[2:2 + n]
+        rewrites, messages, _path, hosts, settings = row[2 + n:]
+        return (type(backend) is str and len(fields) == n
+                and all(type(value) is kind for value, (_, kind) in zip(fields, select_fields))
+                and _rewrites_ok(rewrites, dict(select_fields))
+                and all(level in ("info", "warning") and type(text) is str for level, text in messages)
+                and _hosts_ok(hosts, settings))
 
     # ------------------------------------------------------------ vocabulary
     def values(self, name: str, parent: str | None = None) -> tuple[str, ...]:
@@ -243,6 +271,16 @@ class CompiledRules:
         :attr:`key_inputs` order, backend None for the default), or None
         outside the space. Tools that ask many points compare indices."""
         return self._table.get(key)
+
+    def around(self, key: tuple, **vary: tuple | None) -> set[int]:
+        """The indices into :attr:`rows` of the outcomes at ``key`` and at its neighbours:
+        every key that differs from it only in the inputs named in ``vary``, each to one
+        of the values given (None: any declared value). One call answers what would
+        otherwise be a lookup per neighbour (explain's "does backend X serve this
+        platform anywhere?")."""
+        position = {name: i for i, name in enumerate(self.key_inputs)}
+        return self._table.around(key, {position[name]: None if values is None else frozenset(values)
+                                        for name, values in vary.items()})
 
     def row(self, key: tuple) -> Row | None:
         """The compiled outcome at ``key`` (see :meth:`index`)."""

@@ -21,12 +21,12 @@ import os
 
 from .._version import __version__
 from ..record import Frozen
+from .entrypoints import ENTRY_POINT_GROUP, declared_packs, is_module_path, not_a_pack, package_dir, read_bytes
 from .text import escape
 
 RULE_SUFFIXES = (".yaml", ".yml")
 
 
-ENTRY_POINT_GROUP = "dsv4sel.rules"
 RULES_PATH_ENV = "DSV4SEL_RULES_PATH"
 #: Impl modules the process configuration allows besides the defaults (comma-separated dotted
 #: names): how a serving process (the vLLM plugin, ``select()``) lets a pack on
@@ -124,114 +124,6 @@ def directory_pack(path: str) -> Pack:
     return Pack(os.path.splitext(name)[0] or path, path)
 
 
-def _entry_point_metadata() -> tuple:
-    """What decides the installed packs, exactly: for every directory on the
-    import path, its distributions' metadata folders and the text of those
-    ``entry_points.txt`` that mention the group. Installing, removing or
-    editing a distribution that declares a pack changes it. Costs a directory
-    listing per path entry, against ~20 ms for importing importlib.metadata."""
-    import sys
-
-    group = ENTRY_POINT_GROUP.encode()
-    out = []
-    for entry in sys.path:
-        try:
-            names = sorted(e.name for e in os.scandir(entry or ".")
-                           if e.name.endswith((".dist-info", ".egg-info")))
-        except OSError:
-            continue
-        declared = []
-        for name in names:
-            text = _read_bytes(os.path.join(entry or ".", name, "entry_points.txt"))
-            if text is not None and group in text:
-                declared.append((name, text))
-        out.append((entry, tuple(names), tuple(declared)))
-    return tuple(out)
-
-
-def _dist_name(folder: str) -> str:
-    """The normalized distribution name of a ``NAME-VERSION.dist-info`` folder
-    (PEP 503: case and runs of ``-_.`` do not count)."""
-    name = folder.rsplit(".", 1)[0].split("-", 1)[0]
-    return "".join("_" if c in "-_." else c for c in name.lower()).replace("__", "_")
-
-
-def _declared(key: tuple) -> list[tuple[str, str, str, str, int]]:
-    """``(entry-point name, module, distribution, entry_points.txt path, line)``
-    for each pack that the metadata ``key`` (see :func:`_entry_point_metadata`)
-    declares, read as importlib.metadata reads it: an INI file of ``[group]``
-    headers and ``name = module[:attr]`` lines, the first distribution of a
-    name on the path shadowing later copies of it."""
-    if not any(declared for _entry, _names, declared in key):
-        return []  # no pack installed: spare the cold start configparser's import
-    import configparser
-
-    out = []
-    seen: set[str] = set()
-    for entry, _names, declared in key:
-        for folder, text in declared:
-            dist = _dist_name(folder)
-            if dist in seen:
-                continue  # a second copy of one distribution further down the path is shadowed
-            seen.add(dist)
-            parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
-            parser.optionxform = str  # entry-point names are case-sensitive
-            decoded = text.decode("utf-8", "replace")
-            try:
-                parser.read_string(decoded)
-            except configparser.Error:
-                continue
-            if not parser.has_section(ENTRY_POINT_GROUP):
-                continue
-            lines = decoded.splitlines()
-            where = os.path.join(entry or ".", folder, "entry_points.txt")
-            for name, value in parser.items(ENTRY_POINT_GROUP):
-                line = next((i + 1 for i, t in enumerate(lines)
-                             if t.split("=", 1)[0].strip() == name and "=" in t), 1)
-                out.append((name, value.split(":")[0].strip(), folder, where, line, entry or "."))
-    return out
-
-
-def _is_module_path(module: str) -> bool:
-    return bool(module) and all(part.isidentifier() for part in module.split("."))
-
-
-def _package_dir(module: str, entry: str) -> str | None:
-    """The directory of package ``module``, found without importing anything:
-    first under the distribution's own path entry ``entry``, then through the
-    finders of the top-level name (an editable install's). ``find_spec`` of a
-    top-level name runs no code of the package; only a dotted name would
-    import its parents, so the rest of the path is walked as directories."""
-    parts = module.split(".")
-    here = os.path.join(entry, *parts)
-    if os.path.isdir(here):
-        return here
-    from importlib.util import find_spec
-
-    try:
-        spec = find_spec(parts[0])
-    except (ImportError, ValueError):
-        return None
-    for location in (spec.submodule_search_locations or ()) if spec is not None else ():
-        candidate = os.path.join(location, *parts[1:])
-        if os.path.isdir(candidate):
-            return candidate
-    return None
-
-
-def _not_a_pack(module: str) -> str | None:
-    """Why the top-level package of ``module`` may not be a pack's (its
-    modules join the impl allow-list), or None."""
-    import sys
-
-    top = module.split(".")[0]
-    if top in getattr(sys, "stdlib_module_names", ()) or top in sys.builtin_module_names:
-        return f"{top} is a standard-library module; a pack's rules live in the pack's own package"
-    if top == __name__.split(".")[0]:
-        return f"{top} is dsv4sel itself; a pack's rules live in the pack's own package"
-    return None
-
-
 def installed_packs() -> list[Pack]:
     """Packs of installed distributions (entry point group ``dsv4sel.rules``).
 
@@ -246,7 +138,7 @@ def installed_packs() -> list[Pack]:
     standard-library package, one entry-point name declared by two
     distributions) becomes a pack whose one source is refused with a
     problem located at that distribution's ``entry_points.txt``."""
-    declared = _declared(_entry_point_metadata())
+    declared = declared_packs()
     by_name: dict[str, list] = {}
     for item in declared:
         by_name.setdefault(item[0], []).append(item)
@@ -259,14 +151,15 @@ def installed_packs() -> list[Pack]:
             problem = (f"entry point {name!r} of group {ENTRY_POINT_GROUP} is declared by "
                        + " and by ".join(escape(i[2]) for i in items)
                        + ": two packs cannot share one name; uninstall one of the distributions")
-        elif not _is_module_path(module):
-            problem = f"entry point {name} = {escape(module)}: not a dotted package name"
+        elif not is_module_path(module):
+            problem = f"entry point {escape(name)} = {escape(module)}: not a dotted package name"
         else:
-            problem = _not_a_pack(module)
+            problem = not_a_pack(module)
             if problem is None:
-                path = _package_dir(module, entry)
+                path = package_dir(module, entry)
                 if path is None:
-                    problem = f"entry point {name} = {module}: package not found (is {folder} installed whole?)"
+                    problem = (f"entry point {escape(name)} = {module}: package not found "
+                               f"(is {escape(folder)} installed whole?)")
                 else:
                     packs.append(Pack(name, path, (module.split(".")[0],), name))
                     continue
@@ -310,32 +203,6 @@ def compiler_files() -> tuple[str, ...]:
     return tuple(os.path.join(here, n) for n in sorted(os.listdir(here)) if n.endswith(".py"))
 
 
-def _read_bytes(path: str) -> bytes | None:
-    """The first bytes of a regular file, or None for anything else: a FIFO
-    must not block the fingerprint, nor a link to /dev/zero fill memory (the
-    loader then reports the file)."""
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read(_MAX_FINGERPRINT_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-# a rule file larger than the loader's limit fails to load anyway; reading a
-# little past it keeps a /dev/zero link from filling memory here
-_MAX_FINGERPRINT_BYTES = 1 << 20
-
-
 def fingerprint(sources: list[Source], extra: tuple[str, ...] = (), code: tuple[str, ...] = ()) -> tuple:
     """Everything a compiled table depends on, exactly: the version, ``extra``
     (the allow-list), and the bytes of the engine's modules, of the domain's
@@ -346,8 +213,8 @@ def fingerprint(sources: list[Source], extra: tuple[str, ...] = (), code: tuple[
     this one, so an edit is seen even when the file keeps its size and mtime
     (``touch -d``, ``cp -p``, ``rsync -a``, fixed-mtime builds). Reading ~20
     small files costs well under a millisecond."""
-    return (__version__, tuple(extra), tuple(_read_bytes(path) for path in (*compiler_files(), *code)),
-            tuple((s.display, s.pack, _read_bytes(s.path)) for s in sources))
+    return (__version__, tuple(extra), tuple(read_bytes(path) for path in (*compiler_files(), *code)),
+            tuple((s.display, s.pack, read_bytes(s.path)) for s in sources))
 
 
 def fingerprint_bytes(sources: list[Source], extra: tuple[str, ...] = (), code: tuple[str, ...] = ()) -> bytes:

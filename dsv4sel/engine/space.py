@@ -18,7 +18,19 @@ points and restricts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping
+from typing import Iterable, Iterator, Mapping, Protocol
+
+
+class Declared(Protocol):
+    """What the space reads of a declared input (:class:`dsv4sel.engine.model.InputDecl`)."""
+
+    @property
+    def by(self) -> str | None: ...
+
+    @property
+    def values(self) -> tuple[str, ...]: ...
+
+    def values_for(self, point: dict[str, str]) -> tuple[str, ...]: ...
 
 Box = tuple  # tuple[int, ...]: one value bitset per Dim (a cube of points)
 
@@ -46,7 +58,7 @@ def iter_bits(mask: int) -> Iterator[int]:
 def first_bits(mask: int, k: int) -> list[int]:
     """The indices of the ``k`` lowest set bits of ``mask`` (all if fewer),
     without walking the rest of a wide mask."""
-    out = []
+    out: list[int] = []
     while mask and len(out) < k:
         low = mask & -mask
         out.append(low.bit_length() - 1)
@@ -83,7 +95,7 @@ class Space:
     The backend is not a dimension here: it selects which table decides.
     """
 
-    def __init__(self, inputs: Mapping[str, object]):
+    def __init__(self, inputs: Mapping[str, Declared]):
         self.input_names: tuple[str, ...] = tuple(inputs)
         children: dict[str, list[str]] = {}
         for name, decl in inputs.items():

@@ -9,45 +9,9 @@ characters in rule files, and every human-readable output passes through
 
 from __future__ import annotations
 
-# C0 controls, DEL, C1 controls, and the bidirectional overrides that can
-# make text read differently from what it is ("Trojan source").
-_BIDI = "\u202a-\u202e\u2066-\u2069"
-_CONTROL = "[\x00-\x1f\x7f-\x9f" + _BIDI + "]"
-_CONTROL_IN_TEXT = "[\x00-\x08\x0b-\x1f\x7f-\x9f" + _BIDI + "]"
-_compiled: dict[str, object] = {}
-
-
-def _pattern(source: str):
-    # compiled on first use: `re` is not imported on select()'s cold path
-    pattern = _compiled.get(source)
-    if pattern is None:
-        import re
-
-        pattern = _compiled[source] = re.compile(source)
-    return pattern
-
-
-def control_character(text: str, *, in_text: bool = False) -> str | None:
-    """The first character of ``text`` that no name (``in_text``: no text,
-    which may hold newlines and tabs) may hold, or None."""
-    if text.isprintable():  # no control or format character at all: the common case
-        return None
-    match = _pattern(_CONTROL_IN_TEXT if in_text else _CONTROL).search(text)
-    return match.group() if match else None
-
-
-def _escaped(match) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
-
-
-def escape(text: str, *, keep_newlines: bool = False) -> str:
-    """``text`` with every control character written as an escape.
-
-    ``keep_newlines`` keeps newlines and tabs (multi-line messages)."""
-    if text.isprintable():
-        return text
-    return _pattern(_CONTROL_IN_TEXT if keep_newlines else _CONTROL).sub(_escaped, text)
+# The one escaping of untrusted text lives with the exceptions that carry such text (the
+# foundation layer, so that they can apply it themselves); re-exported here for the engine.
+from ..errors import control_character, escape  # noqa: F401
 
 
 def read_bounded(path: str, limit: int, noun: str = "a file", kinds: str = "") -> bytes:

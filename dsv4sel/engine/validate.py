@@ -56,10 +56,20 @@ def _ecma_pattern(validator, pattern: str, instance, schema):
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
+def _wants_string(error) -> bool:
+    """Whether ``error`` is a ``type`` error where the schema allows a string."""
+    if error.validator != "type":
+        return False
+    allowed = error.validator_value
+    return "string" in (allowed if isinstance(allowed, list) else [allowed])
+
+
 def _describe(error) -> tuple[tuple, str, str, bool]:
     """Return (path, code, message, point_at_key) for one jsonschema error, choosing
     the most specific sub-error of oneOf/anyOf and pointing at offending keys. The
-    code follows the failing keyword (jsonschema's ``error.validator``)."""
+    code follows the failing keyword (jsonschema's ``error.validator``): ``DSV202``
+    is the type error where a string belongs, which the caller confirms is an
+    unquoted YAML scalar (else it is reported as ``DSV201``)."""
     from jsonschema.exceptions import best_match
 
     if error.context:
@@ -78,7 +88,7 @@ def _describe(error) -> tuple[tuple, str, str, bool]:
             return path + (extra[0],), "DSV203", f"{label}: unknown field {extra[0]!r}{hint}", True
     if error.validator == "required":
         return path, "DSV204", f"{label}: {error.message}", False
-    return path, "DSV201", f"{label}: {error.message}", False
+    return path, "DSV202" if _wants_string(error) else "DSV201", f"{label}: {error.message}", False
 
 
 def schema_errors(loaded: LoadedFile, schema_path: str):
@@ -109,9 +119,9 @@ def validate_file(loaded: LoadedFile, schema_path: str) -> list[Problem]:
                                                                   else " (vocabulary, default or backend)"))]
     problems = []
     for path, code, message, at_key in schema_errors(loaded, schema_path):
-        if "'string'" in message:  # a YAML number or boolean where a string belongs: say to quote it
+        if code == "DSV202":  # a string belongs here: a YAML number or boolean gets the hint to quote it
             hint = quote_hint(loaded, path)
-            message, code = message + hint, ("DSV202" if hint else code)
+            message, code = message + hint, ("DSV202" if hint else "DSV201")
         problems.append(loaded.problem(path, code, message, key=at_key))
     problems.sort(key=lambda p: (p.line, p.column))
     return problems

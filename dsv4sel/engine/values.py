@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..errors import ImplLoadError, Loc
 from ..record import Frozen
+from .text import escape
 
 
 class RuleRef(Frozen):
@@ -36,11 +37,12 @@ class Message(str):
     """A message from a rule: a plain ``str`` that also carries ``level``
     (``"info"`` or ``"warning"``), so ``messages`` compares equal to strings."""
 
-    level: str  # the slot below, declared so that the type checker sees it
     __slots__ = ("level",)
+    level: str  # the slot, declared so that the type checker sees it
 
     def __new__(cls, text: str, level: str = "info") -> "Message":
-        self = super().__new__(cls, text)
+        # a message reaches logs and terminals: control characters only as escapes
+        self = super().__new__(cls, escape(text, keep_newlines=True))
         self.level = level
         return self
 

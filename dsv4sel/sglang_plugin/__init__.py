@@ -16,9 +16,17 @@ Entry point ``dsv4sel`` in SGLang's group ``sglang.srt.plugins`` (enable with
    (``attention_backend`` dsv4, ``page_size`` 256, ``dsv4_attn_backend``, ``kv_cache_dtype``)
    and raises if not.
 
+After a decision the hook publishes it for the scheduler processes
+(:mod:`dsv4sel.sglang_plugin.scheduler`), whose guards check the layout and the class SGLang
+actually builds after the weights load.
+
+On NPU and XPU dsv4sel decides nothing: no rule names an SGLang class there. The hook logs one
+WARNING saying so (:data:`NOT_DECIDED`) and runs SGLang's own step unchanged.
+
 SGLang logs and swallows exceptions raised while a plugin loads, so the version gate acts inside
-the hook: on any SGLang other than 0.5.23 :func:`register` only registers a hook that raises
-:class:`PluginError`, and patches nothing.
+the hook: on any SGLang other than 0.5.23 (as its distribution metadata or ``sglang.__version__``
+reports it) :func:`register` only registers a hook that raises :class:`PluginError`, and patches
+nothing else.
 """
 from __future__ import annotations
 
@@ -27,6 +35,7 @@ import os
 
 from ..errors import SelectionError
 from ..engine.hosts import version_matches
+from . import scheduler
 from .translation import VERSIONS, HostDecision, decide as decide_point
 
 logger = logging.getLogger(__name__)
@@ -35,14 +44,36 @@ ARCH = "DeepseekV4ForCausalLM"
 MODEL_TYPES = {"deepseek_v4": "deepseek_v4", "deepseek_v41": "deepseek_v4_1"}
 
 
+#: The one line the hook logs on a device dsv4sel does not decide for (SGLang's platform name).
+NOT_DECIDED = ("dsv4sel: DeepSeek-V4 attention on %s is not decided by dsv4sel (no rule names an SGLang class "
+               "there); SGLang 0.5.23 decides alone, unchecked. Unset SGLANG_PLUGINS=dsv4sel to silence this.")
+
+
 class PluginError(RuntimeError):
     """The installed SGLang is not one this plugin is written for."""
 
 
-def _sglang_version() -> str:
+def _sglang_versions() -> tuple[str, ...]:
+    """The installed SGLang's version as its distribution metadata says and as SGLang reports it
+    (``sglang.version.__version__``); both must be supported."""
     from importlib import metadata
 
-    return metadata.version("sglang")
+    from sglang.version import __version__
+
+    return tuple(dict.fromkeys((metadata.version("sglang"), __version__)))
+
+
+def _device(cfg) -> tuple[str, str] | None:
+    """(platform, capability) in the rules' words, or None on a device dsv4sel does not decide for."""
+    import torch
+    from sglang.srt.runtime_context import get_platform
+
+    if get_platform().is_hip:
+        return "rocm", torch.cuda.get_device_properties(0).gcnArchName.split(":")[0]
+    if cfg.device == "cuda":
+        major, minor = torch.cuda.get_device_capability()
+        return "cuda", f"{major}.{minor}"
+    return None
 
 
 def _deployment(cfg) -> str:
@@ -73,22 +104,16 @@ def _deployment(cfg) -> str:
     return found[0] if found else "single"
 
 
-def host_point(server_args) -> dict:
-    """SGLang's raw inputs as a point of the host space."""
-    import torch
+def host_point(server_args) -> dict | None:
+    """SGLang's raw inputs as a point of the host space (None on a device dsv4sel does not decide for)."""
     from sglang.srt.arg_groups.model_override_base import model_config_of, resolving_view
-    from sglang.srt.runtime_context import get_platform
 
     cfg = resolving_view(server_args)
     model_type = model_config_of(server_args).hf_config.model_type
-    if get_platform().is_hip:
-        platform, capability = "rocm", torch.cuda.get_device_properties(0).gcnArchName.split(":")[0]
-    elif cfg.device == "cuda":
-        major, minor = torch.cuda.get_device_capability()
-        platform, capability = "cuda", f"{major}.{minor}"
-    else:
-        raise SelectionError(f"DeepSeek-V4 attention in SGLang: dsv4sel decides on CUDA and ROCm only, not "
-                             f"device {cfg.device!r}.")
+    device = _device(cfg)
+    if device is None:
+        return None
+    platform, capability = device
     point = {"model": MODEL_TYPES.get(model_type, model_type), "platform": platform, "capability": capability,
              "dsv4_attn_backend": cfg.dsv4_attn_backend, "kv_cache_dtype": cfg.kv_cache_dtype,
              "kv_layout_env": os.environ.get("SGLANG_DSV4_KV_LAYOUT", "unset").lower() or "unset",
@@ -103,10 +128,18 @@ def decide(server_args, previous) -> HostDecision | None:
     from sglang.srt.arg_groups.model_override_base import model_config_of
     from sglang.srt.arg_groups.overrides import declare_resolution, resolution_result
 
+    scheduler.forget()
     if model_config_of(server_args).hf_config.architectures[0] != ARCH:
         previous(server_args)
         return None
-    decision = decide_point(host_point(server_args))
+    point = host_point(server_args)
+    if point is None:
+        from sglang.srt.arg_groups.model_override_base import resolving_view
+
+        logger.warning(NOT_DECIDED, resolving_view(server_args).device)
+        previous(server_args)
+        return None
+    decision = decide_point(point)
     s, rule = decision.settings, decision.selection.rule
     declare_resolution(server_args, "dsv4sel", dsv4_attn_backend=s["dsv4_attn_backend"],
                        kv_cache_dtype=s["kv_cache_dtype"])
@@ -119,6 +152,7 @@ def decide(server_args, previous) -> HostDecision | None:
     if got != want:
         raise SelectionError(f"DeepSeek-V4 attention in SGLang: SGLang resolved {got}, not the rule's {want} "
                              f"({rule.location}).")
+    scheduler.publish(decision.cls, s, rule.id, rule.location)
     logger.info("dsv4sel: --dsv4-attn-backend %s, KV layout %s, kv-cache dtype %s, page size %d -> %s, "
                 "decided by %s (%s)", s["dsv4_attn_backend"], s["kv_layout"], s["kv_cache_dtype"],
                 s["page_size"], decision.cls.rpartition(":")[2], rule.id, rule.location)
@@ -126,20 +160,23 @@ def decide(server_args, previous) -> HostDecision | None:
 
 
 def register() -> None:
-    """The ``sglang.srt.plugins`` entry point: wrap the config-time step, or, on an SGLang this plugin
-    is not written for, register a hook that refuses (an exception here would be swallowed)."""
+    """The ``sglang.srt.plugins`` entry point: wrap the config-time step and guard the scheduler's
+    builders, or, on an SGLang this plugin is not written for, register only a hook that refuses
+    (an exception here would be swallowed) and patch nothing else."""
     from sglang.srt.arg_groups.resolution_hooks import register_resolution_hook
 
-    import sglang.srt.arg_groups.overrides  # noqa: F401  SGLang's own providers register first
-
-    version = _sglang_version()
-    if not version_matches(version, VERSIONS):
+    versions = _sglang_versions()
+    unsupported = [v for v in versions if not version_matches(v, VERSIONS)]
+    if unsupported:
         def refuse(server_args, previous):
-            raise PluginError(f"dsv4sel's SGLang plugin supports sglang {VERSIONS}, not {version}; "
+            raise PluginError(f"dsv4sel's SGLang plugin supports sglang {VERSIONS}, not {unsupported[0]}; "
                               "unset SGLANG_PLUGINS=dsv4sel or install a supported SGLang.")
         register_resolution_hook(STEP)(refuse)
         return
 
+    import sglang.srt.arg_groups.overrides  # noqa: F401  SGLang's own providers register first
+
     def hook(server_args, previous):
         decide(server_args, previous)
     register_resolution_hook(STEP)(hook)
+    scheduler.register_guards()

@@ -14,7 +14,7 @@ the JSON ``dsv4sel diff`` prints are :mod:`dsv4sel.cli.render.diff`.
 
 from __future__ import annotations
 
-from ..check.cubes import describe
+from ..check.cubes import cube_text, describe
 from ..engine.space import merge
 from ..record import Frozen
 from ..dsv4.rules import RuleSet
@@ -100,16 +100,9 @@ def cubes(names: tuple[str, ...], domains: list[list[str]], boxes: Iterable[tupl
     of that input's domain), merged into cubes and written
     ``name=values name=values ...`` (``9.x``, ``not(...)`` where the values allow); an
     input that takes every value is left out (``*`` when all are)."""
-    out = []
-    for box, _ in merge((b, frozenset()) for b in boxes):
-        parts = []
-        for name, bits, domain in zip(names, box, domains):
-            chosen = [v for i, v in enumerate(domain) if bits >> i & 1]
-            shown = describe(chosen, domain)
-            if shown != "*":
-                parts.append(f"{name}={shown}")
-        out.append(" ".join(parts) or "*")
-    return tuple(out)
+    return tuple(cube_text((name, describe([v for i, v in enumerate(domain) if bits >> i & 1], domain))
+                           for name, bits, domain in zip(names, box, domains))
+                 for box, _ in merge((b, frozenset()) for b in boxes))
 
 
 class Change(Frozen):
@@ -149,42 +142,22 @@ def _diff_dense(old: RuleSet, new: RuleSet) -> Diff:
     backends, or an edit of rules, not of the vocabulary): the compiled arrays are compared
     slice by slice, one slice per requested backend, and only the points that differ are
     turned into keys. ~50x faster than a lookup per key, with the same result."""
-    (layout, old_ids), (_, new_ids) = old.dense(), new.dense()
+    (layout, old_ids), (new_layout, new_ids) = old.dense(), new.dense()
     names, points = old.key_inputs, layout.points
-    summaries = {}
-    classes: dict = {}
-    for side, rules in (("old", old), ("new", new)):
-        rows = [_summary(rules, i) for i in range(len(rules.rows))]
-        summaries[side] = rows
-        summaries[side + "_class"] = [classes.setdefault(outcome, len(classes)) for outcome, _ in rows]
+    summaries = _summaries(old, new)
     absent = _summary(old, None)
-    backends = list(dict.fromkeys((*layout.backends, *new.dense()[0].backends)))
+    backends = list(dict.fromkeys((*layout.backends, *new_layout.backends)))
     old_at = {b: i * points for i, b in enumerate(layout.backends)}
-    new_at = {b: i * points for i, b in enumerate(new.dense()[0].backends)}
+    new_at = {b: i * points for i, b in enumerate(new_layout.backends)}
     # every input's values in the order the slow path meets them: dims' values, first appearance
     where = {n: (d, k) for d, (dim_names, _) in enumerate(layout.dims) for k, n in enumerate(dim_names)}
-    domains: list[dict] = []
-    for name in names:
-        if name == "backend":
-            domains.append({b: i for i, b in enumerate(backends)})
-            continue
-        d, k = where[name]
-        domains.append({v: i for i, v in enumerate(dict.fromkeys(value[k] for value in layout.dims[d][1]))})
+    domains = _domains(layout, names, backends, where)
     sizes = [len(values) for _, values in layout.dims]
     groups: dict[tuple, list] = {}
     examples: dict[tuple, tuple] = {}
     for backend in backends:
         o, n = old_at.get(backend), new_at.get(backend)
-        if o is not None and n is not None:
-            before_ids, after_ids = old_ids[o:o + points], new_ids[n:n + points]
-            oc, nc = summaries["old_class"], summaries["new_class"]
-            before_cls, after_cls = [oc[i] for i in before_ids], [nc[i] for i in after_ids]
-            if before_cls == after_cls:
-                continue
-            changed = [p for p in range(points) if before_cls[p] != after_cls[p]]
-        else:
-            changed = range(points)
-        for p in changed:
+        for p in _changed_points(summaries, old_ids, new_ids, o, n, points):
             before = summaries["old"][old_ids[o + p]] if o is not None else absent
             after = summaries["new"][new_ids[n + p]] if n is not None else absent
             combo = [layout.dims[d][1][p // layout.strides[d] % sizes[d]] for d in range(len(sizes))]
@@ -194,6 +167,43 @@ def _diff_dense(old: RuleSet, new: RuleSet) -> Diff:
             groups.setdefault(group, []).append(box)
             examples.setdefault(group, (before[0], after[0]))
     return _changes(names, domains, groups, examples, points * len(backends))
+
+
+def _summaries(old: RuleSet, new: RuleSet) -> dict[str, list]:
+    """Each side's row summaries, and each row's class: one number per distinct outcome
+    across both sides, so two slices compare as lists of ints."""
+    summaries: dict[str, list] = {}
+    classes: dict = {}
+    for side, rules in (("old", old), ("new", new)):
+        rows = [_summary(rules, i) for i in range(len(rules.rows))]
+        summaries[side] = rows
+        summaries[side + "_class"] = [classes.setdefault(outcome, len(classes)) for outcome, _ in rows]
+    return summaries
+
+
+def _domains(layout, names: tuple[str, ...], backends: list, where: dict) -> list[dict]:
+    """Per key input, its values numbered in the order the dimensions list them."""
+    domains: list[dict] = []
+    for name in names:
+        if name == "backend":
+            domains.append({b: i for i, b in enumerate(backends)})
+            continue
+        d, k = where[name]
+        domains.append({v: i for i, v in enumerate(dict.fromkeys(value[k] for value in layout.dims[d][1]))})
+    return domains
+
+
+def _changed_points(summaries: dict, old_ids, new_ids, o: int | None, n: int | None, points: int):
+    """The points of one requested backend's slice whose outcome class differs (every
+    point when the backend is on one side only)."""
+    if o is None or n is None:
+        return range(points)
+    oc, nc = summaries["old_class"], summaries["new_class"]
+    before_cls = [oc[i] for i in old_ids[o:o + points]]
+    after_cls = [nc[i] for i in new_ids[n:n + points]]
+    if before_cls == after_cls:
+        return ()
+    return [p for p in range(points) if before_cls[p] != after_cls[p]]
 
 
 def _changes(names, domains, groups, examples, compared: int) -> Diff:

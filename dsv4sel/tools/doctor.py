@@ -127,7 +127,7 @@ def _selections(rules: RuleSet, query: Query) -> tuple:
     kvs = list(rules.values("kv_cache_dtype"))
     default = rules.default_of("kv_cache_dtype") or kvs[0]
     kvs.sort(key=lambda kv: kv != default)  # stable sort: the default first, then vocabulary order
-    return tuple((kv, rules.outcome(Query(query.model, query.platform, query.capability, None, kv, query.extra)))
+    return tuple((kv, rules.outcome(query.replace(backend=None, kv_cache_dtype=kv)))
                  for kv in kvs)
 
 

@@ -28,6 +28,7 @@ from . import probe
 from ..dsv4.alternatives import Alternative, flag
 from ..record import Frozen
 from ..dsv4.rules import Rejection, RuleSet
+from ..engine.artifact import Row
 from ..engine.values import Message, RuleRef
 from ..dsv4.selection import Query, Selection
 
@@ -177,8 +178,8 @@ class Explanation(Frozen):
                 "gap": self.rejection.gap,
                 "message": self.rejection.message,
             },
-            "rule": None if self.rule is None else {**_rule_dict(self.rule), "description": self.description},
-            "path": [{**_rule_dict(s.rule), "table": s.table, "action": s.action, "target": s.target,
+            "rule": None if self.rule is None else {**_rule_fields(self.rule), "description": self.description},
+            "path": [{**_rule_fields(s.rule), "table": s.table, "action": s.action, "target": s.target,
                       "description": s.description} for s in self.path],
             "rewrites": [{"attribute": r.attribute, "before": r.before, "after": r.after}
                          for r in self.rewrites],
@@ -206,8 +207,10 @@ class Explanation(Frozen):
 
 
 def _rule_dict(ref: RuleRef | None) -> dict[str, Any] | None:
-    if ref is None:
-        return None
+    return None if ref is None else _rule_fields(ref)
+
+
+def _rule_fields(ref: RuleRef) -> dict[str, Any]:
     from ..engine.sources import openable
 
     return {"id": ref.id, "file": ref.file, "line": ref.line, "location": ref.location, "pack": ref.pack,
@@ -308,11 +311,10 @@ def _blocked_by(rules: RuleSet, query: Query, backend: str | None) -> str:
     pack-declared input (``mega_attn``...) when another value of it works, else
     the capability, the model, the platform, or ``backend`` when the backend
     selects nowhere at all. See :class:`Refusal`."""
-    here = (query.capability,)
-    if probe.serves_somewhere(rules, query, backend, here, [query.extra]):
+    if probe.serves_somewhere(rules, query, backend, anywhere=False):
         return "kv_cache_dtype"
     for extra in probe.extra_combos(rules):
-        if extra != query.extra and probe.serves_somewhere(rules, query, backend, here, [extra]):
+        if extra != query.extra and probe.serves_somewhere(rules, query, backend, anywhere=False, **dict(extra)):
             return next(name for (name, value), (_, mine) in zip(extra, query.extra) if value != mine)
     if probe.serves_somewhere(rules, query, backend):
         return "capability"
@@ -324,7 +326,7 @@ def _blocked_by(rules: RuleSet, query: Query, backend: str | None) -> str:
     return "backend"
 
 
-def _path(rules: RuleSet, row: tuple) -> tuple[PathStep, ...]:
+def _path(rules: RuleSet, row: Row) -> tuple[PathStep, ...]:
     indices = probe.path_of(row)
     tables = [rules.rule_table(i) for i in indices]
     steps = []
@@ -345,8 +347,7 @@ def _path(rules: RuleSet, row: tuple) -> tuple[PathStep, ...]:
 
 def _why_not(rules: RuleSet, query: Query, backend: str, path: tuple[PathStep, ...]) -> WhyNot:
     accepts = probe.accepted_kv(rules, query, backend)
-    asked = Query(query.model, query.platform, query.capability, backend, query.kv_cache_dtype, query.extra)
-    outcome = rules.outcome(asked)
+    outcome = rules.outcome(query.replace(backend=backend))
     if isinstance(outcome, Selection):
         gives = f"it would give {outcome.layout}, {outcome.bytes_per_token} B/token"
         if query.backend is not None:

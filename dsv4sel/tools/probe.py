@@ -10,10 +10,11 @@ A compiled outcome row is a :class:`~dsv4sel.engine.artifact.SelectRow`,
 ``RejectRow`` or ``GapRow`` (fields by name; ``row.kind`` tells which), read
 through the rule set's public API (``rows``, ``index``, ``row``, ``items``).
 
-Speed matters: ``dsv4sel explain`` runs a few thousand lookups per process
-within a cold-start budget. Keys are therefore built as plain tuples in the
-order of ``RuleSet.key`` (no Query objects), and "does this select backend
-X" is a membership test of the outcome index in a precomputed set.
+Speed matters: ``dsv4sel explain`` runs within a cold-start budget. Every key
+comes from ``RuleSet.key`` (the profile's order), "does backend X serve this
+platform somewhere" is one batch lookup of a point and its neighbours
+(``RuleSet.around``), and "does this select backend X" is a membership test of
+the outcome index in a precomputed set.
 """
 
 from __future__ import annotations
@@ -23,6 +24,12 @@ import weakref
 from ..engine.artifact import Row
 from ..dsv4.rules import RuleSet
 from ..dsv4.selection import Query
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs the cold start; the guard type is for the checker only
+    from typing import TypeGuard
+
+    from ..engine.artifact import SelectRow
 
 #: The name compile.py gives the default-backend decision table. Mirrored, not
 #: imported: importing the compiler would pull in yaml.
@@ -43,28 +50,37 @@ def _memo(rules: RuleSet) -> dict:
 
 
 def _serving(rules: RuleSet, backend: str | None) -> frozenset[int]:
-    """Indices of the outcome rows that select ``backend`` itself (any backend for None)."""
+    """Indices of the outcome rows that select ``backend`` itself (any backend for None);
+    every backend's set is made in one pass over the rows, the first time one is asked."""
     memo = _memo(rules)
-    ids = memo.get(backend)
-    if ids is None:
-        ids = memo[backend] = frozenset(i for i, row in enumerate(rules.rows) if serves(row, backend))
-    return ids
+    if not memo:
+        by_backend: dict[str | None, list[int]] = {None: []}
+        for i, row in enumerate(rules.rows):
+            if row.kind == "select":
+                by_backend[None].append(i)
+                by_backend.setdefault(row.backend, []).append(i)
+        memo.update((b, frozenset(ids)) for b, ids in by_backend.items())
+    return memo.get(backend, frozenset())
 
 
-def _values(extra: tuple) -> tuple:
-    return tuple(v for _, v in extra)
+def _changes(backend, kv_cache_dtype, capability, extra, model) -> dict:
+    """The inputs :func:`at` replaces, by name (what ``RuleSet.key`` takes)."""
+    changes = dict(extra or ())
+    for name, value in (("model", model), ("capability", capability), ("kv_cache_dtype", kv_cache_dtype)):
+        if value is not None:
+            changes[name] = value
+    if backend is not KEEP:
+        changes["backend"] = backend
+    return changes
 
 
 def index_at(rules: RuleSet, query: Query, backend=KEEP, kv_cache_dtype: str | None = None,
              capability: str | None = None, extra: tuple | None = None, model: str | None = None) -> int:
     """The outcome index for ``query`` with some inputs replaced (see :func:`at`)."""
-    key = (query.model if model is None else model, query.platform,
-           query.capability if capability is None else capability,
-           query.backend if backend is KEEP else backend,
-           query.kv_cache_dtype if kv_cache_dtype is None else kv_cache_dtype,
-           *_values(query.extra if extra is None else extra))
     # normalize() admits only declared values, so every such point is in the table
-    return rules.index(key)
+    index = rules.index(rules.key(query, **_changes(backend, kv_cache_dtype, capability, extra, model)))
+    assert index is not None, "a point outside the decision space"
+    return index
 
 
 def at(rules: RuleSet, query: Query, backend=KEEP, kv_cache_dtype: str | None = None,
@@ -72,7 +88,8 @@ def at(rules: RuleSet, query: Query, backend=KEEP, kv_cache_dtype: str | None = 
     """The compiled outcome row for ``query`` with some inputs replaced.
 
     ``backend`` None asks the platform default (no ``--attention-backend``);
-    the other replacements default to the query's own values.
+    the other replacements default to the query's own values; ``extra``
+    replaces pack-declared inputs, as ``(name, value)`` pairs.
     """
     return rules.rows[index_at(rules, query, backend, kv_cache_dtype, capability, extra, model)]
 
@@ -82,7 +99,7 @@ def path_of(row: Row) -> tuple[int, ...]:
     return row.path
 
 
-def serves(row: Row, backend: str | None) -> bool:
+def serves(row: Row, backend: str | None) -> TypeGuard[SelectRow]:
     """True when ``row`` selects ``backend`` itself (not another backend reached
     through a ``use:`` rule); for ``backend`` None, when it selects anything."""
     return row.kind == "select" and (backend is None or row.backend == backend)
@@ -99,51 +116,34 @@ def extra_combos(rules: RuleSet) -> list[tuple[tuple[str, str], ...]]:
 
 def default_extra(rules: RuleSet) -> tuple[tuple[str, str], ...]:
     """The pack-declared inputs at their declared defaults."""
-    return tuple((name, rules.default_of(name)) for name in rules.extra_inputs)
+    out = []
+    for name in rules.extra_inputs:
+        default = rules.default_of(name)
+        assert default is not None, "the compiler requires a default of every pack-declared input (DSV305)"
+        out.append((name, default))
+    return tuple(out)
 
 
-def accepted_kv(rules: RuleSet, query: Query, backend: str | None, capability: str | None = None,
-                extra: tuple | None = None) -> tuple[str, ...]:
+def accepted_kv(rules: RuleSet, query: Query, backend: str | None) -> tuple[str, ...]:
     """The kv dtypes with which ``backend`` (None: the platform default) serves
-    the query's platform at ``capability`` and ``extra`` (default: the
-    query's own), in vocabulary order."""
+    the query's platform, capability and pack inputs, in vocabulary order."""
     ids = _serving(rules, backend)
-    head = (query.model, query.platform, query.capability if capability is None else capability, backend)
-    tail = _values(query.extra if extra is None else extra)
-    get = rules.index
-    return tuple(kv for kv in rules.values("kv_cache_dtype") if get((*head, kv, *tail)) in ids)
+    return tuple(kv for kv in rules.values("kv_cache_dtype")
+                 if rules.index(rules.key(query, backend=backend, kv_cache_dtype=kv)) in ids)
 
 
-def serves_somewhere(rules: RuleSet, query: Query, backend: str | None, capabilities=None,
-                     combos=None, model: str | None = None) -> bool:
-    """True when ``backend`` serves the query's platform and model (or
-    ``model``) at one of ``capabilities`` (default: all of the platform's)
-    with some kv dtype and one of ``combos`` of the pack-declared inputs
-    (default: all of them)."""
-    m = query.model if model is None else model
-    caps = rules.values("capability", query.platform) if capabilities is None else tuple(capabilities)
-    combos = extra_combos(rules) if combos is None else combos
-    # memoized per rule set: explaining many queries asks the same questions
-    memo_key = ("somewhere", backend, m, query.platform, caps, tuple(combos))
-    memo = _memo(rules)
-    found = memo.get(memo_key)
-    if found is None:
-        found = memo[memo_key] = _scan(rules, backend, m, query.platform, caps, combos)
-    return found
-
-
-def _scan(rules: RuleSet, backend: str | None, model: str, platform: str, caps, combos) -> bool:
-    ids = _serving(rules, backend)
-    get = rules.index
-    kvs = rules.values("kv_cache_dtype")
-    for cap in caps:
-        head = (model, platform, cap, backend)
-        for extra in combos:
-            tail = _values(extra)
-            for kv in kvs:
-                if get((*head, kv, *tail)) in ids:
-                    return True
-    return False
+def serves_somewhere(rules: RuleSet, query: Query, backend: str | None, *, anywhere: bool = True,
+                     **changes: str) -> bool:
+    """True when ``backend`` (None: the platform default) selects at the query's
+    point with the inputs of ``changes`` replaced, with some kv dtype; with
+    ``anywhere``, also at any capability of the platform and any values of the
+    pack-declared inputs. One batch lookup of the point and its neighbours
+    (:meth:`~dsv4sel.engine.ruleset.CompiledRules.around`), not one per neighbour."""
+    vary: dict[str, None] = {"kv_cache_dtype": None}
+    if anywhere:
+        vary.update(dict.fromkeys(("capability", *rules.extra_inputs)))
+    found = rules.around(rules.key(query, backend=backend, **changes), **vary)
+    return not _serving(rules, backend).isdisjoint(found)
 
 
 def platform_backends(rules: RuleSet, query: Query) -> tuple[str, ...]:

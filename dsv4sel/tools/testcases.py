@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ..errors import InvalidQuery, Problem, SelectionError
+from ..engine.locations import location
 from ..engine.values import RuleRef
 
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "schema", "tests.schema.json")
@@ -280,7 +281,7 @@ def _show(value: Any) -> str:
 
 
 def _describe_selection(sel) -> str:
-    return f"{sel.backend} with {sel.layout}, {sel.bytes_per_token} B/token (rule {sel.rule.id}, {sel.rule.location})"
+    return f"{sel.backend} with {sel.layout}, {sel.bytes_per_token} B/token (rule {sel.rule.id}, {location(sel.rule)})"
 
 
 def run_case(rules, case: Case) -> CaseResult:
@@ -302,7 +303,7 @@ def _rejected_case(case: Case, exc: SelectionError) -> CaseResult:
     outcome = {"status": "rejected", "message": str(exc),
                "rule": None if rule is None else {"id": rule.id, "location": rule.location}}
     if rule is not None:
-        by = f" by rule {rule.id} ({rule.location})"
+        by = f" by rule {rule.id} ({location(rule)})"
     else:  # an input outside the vocabulary, or one no rule decides (a gap, not the query's fault)
         by = " (an invalid query)" if isinstance(exc, InvalidQuery) else " (no rule decides it: a gap)"
     reason = exc.reason
@@ -355,7 +356,7 @@ def _selected_case(case: Case, selection) -> CaseResult:
                 line, column = case.where(key)
                 rest = "" if key in ("backend", "rule") else f" from {_describe_selection(selection)}"
                 if key == "rule":
-                    rest = f" ({selection.rule.location})"
+                    rest = f" ({location(selection.rule)})"
                 failures.append(Failure(key, want, have, f"expected {key} {_show(want)}, got {_show(have)}{rest}",
                                         line, column))
     return CaseResult(case, tuple(failures), outcome, tuple(selection.path))

@@ -2,8 +2,9 @@
 
 Prints JSON: for each SGLang ``KVLayout`` that has a dsv4sel counterpart, SGLang's bytes per token
 and page bytes (its own ``KVLayout.bytes_per_token`` / ``page_bytes``) and dsv4sel's
-(``dsv4sel.kernels.layouts.LAYOUTS``), for 64-, 128- and 256-token pages. Sizes only: SGLang's
-writers are CUDA/JIT kernels that do not run on CPU, so the bytes themselves are not compared.
+(``dsv4sel.kernels.layouts.LAYOUTS``), for 64-, 128- and 256-token pages. Sizes only; the suite
+calls :func:`sizes` from ``writer_bytes.py``, which compares the bytes SGLang's ROCm V4 writer
+puts in a page.
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ COUNTERPART = {"V4": "fp8_ds_mla", "V41": "fp8_ds_mla_v41", "V41_NEW": "fp8_ds_m
                "V41_FP4": "nvfp4_ds_mla", "UNIFORM_FP8": "fp8_e4m3_row"}
 
 
-def main() -> int:
-    stubs.install("cuda", (10, 0))
+def sizes() -> dict:
+    """SGLang's and dsv4sel's sizes per SGLang KVLayout (SGLang already imported and stubbed)."""
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import KVLayout
 
     from dsv4sel.kernels.layouts import LAYOUTS
@@ -32,7 +33,12 @@ def main() -> int:
         out[name] = {"dsv4sel": ours,
                      "sglang": [theirs.bytes_per_token] + [theirs.page_bytes(n) for n in (64, 128, 256)],
                      "ours": [mine.bytes_per_token] + [mine.page_bytes(n) for n in (64, 128, 256)]}
-    print(json.dumps(out))
+    return out
+
+
+def main() -> int:
+    stubs.install("cuda", (10, 0))
+    print(json.dumps(sizes()))
     return 0
 
 

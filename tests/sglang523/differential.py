@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import json
 import os
 import re
@@ -83,41 +84,135 @@ def agrees(s: dict, d: dict) -> bool:
     return s["where"] == d["cites"] and s["late"] == d["late"]
 
 
-def plugin_pass(o: oracle.Oracle, platform: str, every: int, limit: int) -> dict:
-    """SGLang again, with ``dsv4sel.sglang_plugin.register()`` done as SGLang's plugin loader does it,
-    on every ``every``-th input. The plugin agrees when SGLang then resolves and builds exactly what
-    the shipped rules decide (:func:`dsv4sel.sglang_plugin.translation.decide`: class and settings),
-    or, where they refuse, SGLang's resolution stops with dsv4sel's SelectionError before any
-    declaration of dsv4sel's is made (the server args are as the user gave them)."""
+def outcome_key(point: dict) -> tuple[str, str]:
+    """Which shipped rule or translation row decides ``point`` (no SGLang needed): ("select",
+    rule file:line) or ("refuse", the refusing row's or rule's file:line)."""
     from dsv4sel import SelectionError
-    from dsv4sel.sglang_plugin import register
-    from dsv4sel.sglang_plugin.translation import decide
+    from dsv4sel.sglang_plugin.translation import translation
 
-    register()
-    counts = collections.Counter()
-    wrong = []
+    try:
+        return "select", translation().decide(point, _outcomes()).selection.rule.location
+    except SelectionError as exc:
+        return "refuse", str(getattr(exc, "origin", None))
+
+
+@functools.lru_cache(maxsize=1)
+def _outcomes():
+    """The shipped rules' outcomes without the suggestions a refusal computes (only keys needed)."""
+    import dsv4sel
+    from dsv4sel.check.host_spaces import Outcomes
+
+    return Outcomes(dsv4sel.default_rules())
+
+
+def plugin_sample(platform: str, every: int, limit: int = 0) -> tuple[list[int], set]:
+    """The inputs the plugin pass runs: every ``every``-th, plus the first input of each deciding
+    rule or translation row that the stride misses, so every shipped rule and fix that decides
+    some input of the space is exercised through SGLang (deterministic)."""
+    chosen, seen = [], set()
+    keys = {}
     for i, point in enumerate(oracle.points(platform)):
         if limit and i >= limit:
             break
-        if i % every:
+        key = keys[i] = outcome_key(point)
+        if i % every == 0:
+            chosen.append(i)
+            seen.add(key)
+    for i, key in keys.items():
+        if key not in seen:
+            chosen.append(i)
+            seen.add(key)
+    return sorted(chosen), seen
+
+
+def _plugin_verdict(want, got: oracle.Outcome, point: dict, server_args) -> str:
+    """How SGLang with the plugin handled one input whose rules' decision is ``want`` (None: refused)."""
+    from dsv4sel.sglang_plugin import scheduler
+
+    if want is None:
+        declared = [src for src, _ in getattr(server_args, "_resolved_overrides", ()) if src == "dsv4sel"]
+        untouched = (not declared and os.environ.get("SGLANG_DSV4_KV_LAYOUT", "unset") == point["kv_layout_env"]
+                     and scheduler.published() is None)
+        ok = got.stage == "config" and got.error == "SelectionError" and untouched
+        return "refused before the weights load" if ok else "wrong"
+    view = sglang_view(got)
+    ok = view["kind"] == "select" and view["class"] == want.cls and view["settings"] == want.settings
+    return "built the rules' class and settings" if ok else "wrong"
+
+
+def plugin_pass(o: oracle.Oracle, platform: str, every: int, limit: int) -> dict:
+    """SGLang again, with the dsv4sel plugin loaded the way SGLang loads it: ``SGLANG_PLUGINS=dsv4sel``
+    and SGLang's own ``load_plugins()`` (entry point ``sglang.srt.plugins``, then its HookRegistry),
+    on :func:`plugin_sample`'s inputs. The plugin agrees when SGLang then resolves and builds exactly
+    what the shipped rules decide (:func:`dsv4sel.sglang_plugin.translation.decide`: class and
+    settings; the scheduler guards ran on the layout and the factory), or, where they refuse,
+    SGLang's resolution stops with dsv4sel's SelectionError with the server args untouched: no
+    declaration of dsv4sel's, ``SGLANG_DSV4_KV_LAYOUT`` as the user set it, no decision published."""
+    from dsv4sel import SelectionError
+    from dsv4sel.sglang_plugin import STEP, scheduler
+    from dsv4sel.sglang_plugin.translation import decide
+    from sglang.srt.arg_groups.resolution_hooks import _HOOKS
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    os.environ["SGLANG_PLUGINS"] = "dsv4sel"
+    load_plugins()
+    hooks = [f"{fn.__module__}.{fn.__qualname__}" for fn in _HOOKS.get(STEP, ())]
+    guarded = sorted(t for t in HookRegistry._patched if t in (
+        scheduler.LAYOUT_TARGET, scheduler.FACTORY_TARGET, scheduler.HIP_TARGET))
+    counts: collections.Counter = collections.Counter()
+    covered: set = set()
+    wrong = []
+    chosen, in_space = plugin_sample(platform, every, limit)
+    sample = set(chosen)
+    for i, point in enumerate(oracle.points(platform)):
+        if i not in sample:
             continue
+        covered.add(json.dumps(outcome_key(point)))
         try:
             want = decide(point)
         except SelectionError:
             want = None
         got = o.decide(point)
-        declared = [src for src, _ in getattr(o.last_args, "_resolved_overrides", ()) if src == "dsv4sel"]
-        if want is None:
-            ok = got.stage == "config" and got.error == "SelectionError" and not declared
-            counts["refused before the weights load" if ok else "wrong"] += 1
-        else:
-            view = sglang_view(got)
-            ok = view["kind"] == "select" and view["class"] == want.cls and view["settings"] == want.settings
-            counts["built the rules' class and settings" if ok else "wrong"] += 1
-        if not ok and len(wrong) < 50:
+        verdict = _plugin_verdict(want, got, point, o.last_args)
+        counts[verdict] += 1
+        if verdict == "wrong" and len(wrong) < 50:
             wrong.append({"input": point, "sglang": got.as_dict(),
                           "rules": None if want is None else {"class": want.cls, "settings": want.settings}})
-    return {"counts": dict(counts), "wrong": wrong}
+    return {"counts": dict(counts), "inputs": len(sample), "resolution_hooks": hooks, "guarded": guarded,
+            "covered": sorted(covered),
+            "in_space": sorted(json.dumps(k) for k in in_space), "wrong": wrong}
+
+
+def sglang_pass(o: oracle.Oracle, points, compat, limit: int) -> dict:
+    """SGLang alone on every input: its outcome counts and, with ``compat``, the agreements."""
+    stages: collections.Counter = collections.Counter()
+    causes: collections.Counter = collections.Counter()
+    agree, disagree = 0, []
+    n = 0
+    for point in points:
+        if limit and n >= limit:
+            break
+        n += 1
+        got = o.decide(point)
+        stages[got.stage] += 1
+        s = sglang_view(got)
+        causes[json.dumps({k: v for k, v in {**s, "settings": s.get("settings")}.items() if v is not None},
+                          sort_keys=True)] += 1
+        if compat is None:
+            continue
+        d = rules_outcome(compat, point)
+        if agrees(s, d):
+            agree += 1
+        elif len(disagree) < 200:
+            disagree.append({"input": point, "sglang": {**s, "message": got.message}, "compat": d})
+        else:
+            disagree.append(None)
+    out = {"inputs": n, "stages": dict(stages), "outcomes": dict(causes.most_common())}
+    if compat is not None:
+        out["compat"] = {"agree": agree, "disagree": len(disagree),
+                         "examples": [d for d in disagree if d is not None]}
+    return out
 
 
 def main() -> int:
@@ -127,6 +222,8 @@ def main() -> int:
     ap.add_argument("--out")
     ap.add_argument("--plugin-every", type=int, default=0,
                     help="also run every Nth input again with the dsv4sel plugin registered (0: none)")
+    ap.add_argument("--plugin-only", action="store_true",
+                    help="only the plugin pass (no compat comparison), e.g. under python -O")
     ap.add_argument("--limit", type=int, default=0, help="only the first N inputs (debugging)")
     args = ap.parse_args()
     t0 = time.time()
@@ -136,34 +233,12 @@ def main() -> int:
         import dsv4sel
 
         compat = dsv4sel.load_rules([args.compat])
-    stages: collections.Counter = collections.Counter()
-    causes: collections.Counter = collections.Counter()
-    agree, disagree = 0, []
-    n = 0
-    for point in oracle.points(args.platform):
-        if args.limit and n >= args.limit:
-            break
-        n += 1
-        got = o.decide(point)
-        stages[got.stage] += 1
-        s = sglang_view(got)
-        causes[json.dumps({k: v for k, v in {**s, "settings": s.get("settings")}.items() if v is not None},
-                          sort_keys=True)] += 1
-        if compat is not None:
-            d = rules_outcome(compat, point)
-            if agrees(s, d):
-                agree += 1
-            elif len(disagree) < 200:
-                disagree.append({"input": point, "sglang": {**s, "message": got.message}, "compat": d})
-            else:
-                disagree.append(None)
+    points = () if args.plugin_only else oracle.points(args.platform)
+    raw = sglang_pass(o, points, compat, args.limit)
     if args.plugin_every:
         report_plugin = plugin_pass(o, args.platform, args.plugin_every, args.limit)
-    report = {"platform": args.platform, "inputs": n, "stages": dict(stages),
-              "outcomes": dict(causes.most_common()), "seconds": round(time.time() - t0, 1)}
-    if compat is not None:
-        report["compat"] = {"agree": agree, "disagree": len(disagree),
-                            "examples": [d for d in disagree if d is not None]}
+    report = {"platform": args.platform, "optimize": sys.flags.optimize, **raw,
+              "seconds": round(time.time() - t0, 1)}
     if args.plugin_every:
         report["plugin"] = report_plugin
     text = json.dumps(report, indent=1)

@@ -8,8 +8,10 @@ DeepSeek-V4 token pool picks (SGLang's own tests: unified KV, trtllm's uniform F
 single pool), the torch dtype from ``configure_kv_cache_dtype``, the single main-cache pool itself
 built on CPU (one 256-token page; its ``create_buffer`` asserts the store dtype), and its ``dsv4``
 attention-backend factory (``ATTENTION_BACKENDS["dsv4"]``). The factory's product is observed by
-recording which DeepSeek-V4 backend class's ``__init__`` it calls (the constructors allocate GPU
-buffers; the choice of class is SGLang's). Nothing of SGLang's decision is reimplemented here.
+the type of what it returns: the DeepSeek-V4 backend classes' ``__init__`` is replaced by one that
+allocates nothing (the constructors allocate GPU buffers; the choice of class is SGLang's). The
+layout function and the pool module are looked up at each call, so hooks a plugin puts on them
+(SGLang's ``HookRegistry``) run. Nothing of SGLang's decision is reimplemented here.
 
 :func:`decide` returns an :class:`Outcome`: ``stage`` is ``config`` (refused by the resolution
 pipeline: the launcher never starts), ``late`` (resolved, then refused by the layout function or
@@ -122,8 +124,23 @@ def _model_dir(model_type: str) -> str:
     return str(d)
 
 
-class _Built(Exception):
-    """Raised by the recording constructors: the factory chose this class."""
+def _memoize_struct_fields() -> None:
+    """Remember ``msgspec.structs.fields`` per Struct class. SGLang's resolution asks it for the
+    same few classes thousands of times per input (``arg_utils.record_fields``), and it re-evaluates
+    every type annotation each time: 40% of the suite's time. The answer is a function of the class
+    alone (a tuple of frozen FieldInfo), so remembering it changes no decision."""
+    import functools
+
+    import msgspec.structs
+
+    fields = msgspec.structs.fields
+    per_class = functools.lru_cache(maxsize=None)(fields)
+
+    def remembered(type_or_instance):
+        if isinstance(type_or_instance, type):
+            return per_class(type_or_instance)
+        return fields(type_or_instance)
+    msgspec.structs.fields = remembered
 
 
 class Oracle:
@@ -133,6 +150,7 @@ class Oracle:
         self.platform = platform
         first = devices(platform)[0]
         stubs.install(platform, first[1], first[2])
+        _memoize_struct_fields()
         logging.disable(logging.CRITICAL)
         from sglang.srt.arg_groups.overrides import resolution_result
         from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
@@ -142,7 +160,6 @@ class Oracle:
         import importlib
 
         self.ServerArgs, self.result, self.publish = ServerArgs, resolution_result, publish
-        self.select_layout = pool.select_dsv4_kv_layout
         self.pool = pool
         from sglang.srt.layers.attention.dsv4.unified_kv_gate import is_unified_kv_triton
         from sglang.srt.mem_cache.kv_cache_dtype import configure_kv_cache_dtype
@@ -152,9 +169,9 @@ class Oracle:
         for module, name in _BACKEND_CLASSES:
             cls = getattr(importlib.import_module(module), name)
 
-            def record(self_, *a, _name=f"{module}:{name}", **k):
-                raise _Built(_name)
-            cls.__init__ = record
+            def allocate_nothing(self_, *a, **k):
+                return None
+            cls.__init__ = allocate_nothing
         self.models = {m: _model_dir(t) for m, t in MODELS.items()}
         self._device = None
 
@@ -193,7 +210,7 @@ class Oracle:
                                                      "kv_cache_dtype", "dsv4_attn_backend")}
         try:
             self.publish(sa, role="scheduler")
-            layout, compressed = self.select_layout()
+            layout, compressed = self.pool.select_dsv4_kv_layout()
         except Exception as exc:  # noqa: BLE001 - SGLang failing after the config is the observation
             return Outcome("late", resolved=resolved, **_error(exc))
         pool_cls = ("DeepSeekV4UnifiedKVPool" if self.unified() else "DeepSeekV4UniformFP8KVPool"
@@ -213,13 +230,10 @@ class Oracle:
         except Exception as exc:  # noqa: BLE001 - SGLang failing to build the pool is the observation
             return Outcome("late", resolved=resolved, layout=layout.name, pool=pool_cls, **_error(exc))
         try:
-            self.factory(_Runner(sa))
-        except _Built as built:
-            cls = built.args[0]
+            built = self.factory(_Runner(sa))
         except Exception as exc:  # noqa: BLE001 - SGLang's factory failing is the observation
             return Outcome("late", resolved=resolved, layout=layout.name, pool=pool_cls, **_error(exc))
-        else:  # pragma: no cover - the factory always builds one of the recorded classes
-            cls = None
+        cls = f"{type(built).__module__}:{type(built).__qualname__}"
         return Outcome("ok", resolved=resolved, layout=layout.name, compressed=compressed, cls=cls,
                        pool=pool_cls, torch_dtype=torch_dtype)
 

@@ -28,9 +28,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import layers  # noqa: E402
-import oracle  # noqa: E402
-import stubs  # noqa: E402
+import layers
+import oracle
+import stubs
 
 SELECT_KEYS = ("class", "cache_dtype", "torch_dtype", "cache_config", "bytes_per_token", "block_size")
 
@@ -75,11 +75,13 @@ def plugin_outcome(plugin, model, platform, capability, backend, kv, extra, d) -
     """What vLLM does with the dsv4sel plugin installed (``d``: the shipped rules' outcome, which
     keys the layer memo: the patched resolver returns that Selection's dtypes)."""
     import vllm.config.vllm as config_module
+
     from dsv4sel import SelectionError
 
     stubs.set_device(capability, platform)
     mega, fi = extra.get("mega_attn") == "available", extra.get("flashinfer_sm120", "available") == "available"
-    oracle._MEGA["available"], oracle.FLASHINFER_SM120["available"] = mega, fi
+    oracle._MEGA["available"] = mega
+    stubs.set_flashinfer_sm120(fi)
     try:
         cfg = oracle.vllm_config(backend, kv, pcp=_pcp(extra), model=model)
     except Exception:  # noqa: BLE001 - any refusal of vLLM's config classes
@@ -116,6 +118,108 @@ def _row(model, cap, backend, kv, extra):
     return {"model": model, "capability": cap, "backend": backend, "kv": kv, **extra}
 
 
+def _inputs(space, platform: str, model: str | None):
+    """Every input of ``space`` on ``platform`` (and ``model``): (key, model, cap, backend, kv, extra)."""
+    extra_names = tuple(space.extra_inputs)
+    keys = sorted((k for k in space._table if k[1] == platform and model in (None, k[0])),
+                  key=lambda k: tuple("" if x is None else x for x in k))
+    for key in keys:
+        m, _platform, cap, backend, kv, *extra_values = key
+        yield key, m, cap, backend, kv, dict(zip(extra_names, extra_values))
+
+
+def vllm_pass(sets: dict, platform: str, inputs: list, report: dict) -> tuple[dict, dict]:
+    """vLLM's own decision on every input against each rule set: ``(per_set, verdict)``, where
+    ``verdict[(set, key)]`` is True / False (agrees or not) or None (vLLM decides nothing)."""
+    per_set = {name: {"agree": 0, "disagree": [], "undecided": {}} for name in sets}
+    verdict: dict = {}
+    for key, model, cap, backend, kv, extra in inputs:
+        v = oracle.decide(model, platform, cap, backend, kv, extra.get("mega_attn", "unavailable"), _pcp(extra),
+                          extra.get("flashinfer_sm120", "available"))
+        label = v["kind"] + ("" if v["kind"] != "reject" else f"_at_{v['at']}")
+        report["vllm"][label] = report["vllm"].get(label, 0) + 1
+        for name, rules in sets.items():
+            slot = per_set[name]
+            if v["kind"] == "undecided":
+                slot["undecided"][v["error"]] = slot["undecided"].get(v["error"], 0) + 1
+                verdict[(name, key)] = None
+                continue
+            d = dsv4sel_outcome(rules, model, platform, cap, backend, kv, extra)
+            ok = verdict[(name, key)] = agrees(v, d)
+            if ok:
+                slot["agree"] += 1
+            else:
+                d.pop("identity", None)
+                slot["disagree"].append({"input": _row(model, cap, backend, kv, extra), "vllm": v, "dsv4sel": d})
+    return per_set, verdict
+
+
+def plugin_pass(shipped, platform: str, inputs: list) -> dict:
+    """The same inputs through vLLM with the plugin installed (shipped rules)."""
+    # The plugin raises the rules' SelectionError; its "Would work:" suggestions come from dsv4sel's
+    # nearest-alternative search (2-3 ms per rejection, tested on its own in tests/test_explain.py).
+    # Here only where and how the plugin rejects is compared, so the search is left out.
+    import dsv4sel.vllm_plugin as plugin
+    from dsv4sel.dsv4 import alternatives
+
+    alternatives.nearest = lambda rules, query, limit=alternatives.LIMIT: ()
+    replaced = plugin.install(shipped)
+    oracle.clear_configs()  # AttentionConfig objects built from now on pass the patched __post_init__
+    out = {"replaced": [f"{m}.{a}" for m, a in replaced], "agree": 0, "refused": 0, "selects": 0, "rejects": 0,
+           "disagree": []}
+    for _key, model, cap, backend, kv, extra in inputs:
+        d = dsv4sel_outcome(shipped, model, platform, cap, backend, kv, extra)
+        p = plugin_outcome(plugin, model, platform, cap, backend, kv, extra, d)
+        if p["kind"] == "refused":
+            out["refused"] += 1
+        elif p["kind"] == "undecided":
+            out["vllm_raises_first"] = out.get("vllm_raises_first", 0) + 1
+        elif plugin_agrees(p, d):
+            out["agree"] += 1
+            out["selects" if p["kind"] == "select" else "rejects"] += 1
+        else:
+            d.pop("identity", None)
+            out["disagree"].append({"input": _row(model, cap, backend, kv, extra), "plugin": p, "dsv4sel": d})
+    plugin.uninstall()
+    return out
+
+
+def diff_pass(sets: dict, inputs: list, verdict: dict) -> dict:
+    """``dsv4sel diff compat shipped``, input by input: every change must be a deliberate fix, i.e.
+    an input where vLLM decides, the compat set agrees with it and the shipped rules do not."""
+    from dsv4sel.tools.diff import summarizer
+
+    compat_at, shipped_at = summarizer(sets["compat"]), summarizer(sets["shipped"])
+    fixes: dict = {"fixes": 0, "changed_where_vllm_decides_nothing": [], "changed_not_a_fix": []}
+    for key, *_ in inputs:
+        if compat_at(key)[0] == shipped_at(key)[0]:
+            continue
+        short = (key[0], *key[2:])
+        shipped_ok, compat_ok = verdict[("shipped", key)], verdict[("compat", key)]
+        if shipped_ok is None:
+            fixes["changed_where_vllm_decides_nothing"].append(short)
+        elif shipped_ok is False and compat_ok is True:
+            fixes["fixes"] += 1
+        elif shipped_ok and compat_ok:
+            # both reject, as vLLM does, by another rule (a MiniMax alias rejected as not a
+            # DeepSeek-V4 backend, where vLLM's default then refuses the kv dtype)
+            fixes["same_outcome_other_rule"] = fixes.get("same_outcome_other_rule", 0) + 1
+        else:
+            fixes["changed_not_a_fix"].append(short)
+    return fixes
+
+
+def _summary(report: dict) -> dict:
+    return {"platform": report["platform"], "model": report["model"], "inputs": report["inputs"],
+            "vllm": report["vllm"],
+            "summary": {n: {"agree": s["agree"], "disagree": len(s["disagree"]),
+                            "undecided": sum(s["undecided"].values())} for n, s in report["sets"].items()},
+            "layers": [report["layers_built"], report["layers_built_with_plugin"]],
+            "diff": {k: (v if isinstance(v, int) else len(v)) for k, v in report.get("diff", {}).items()},
+            "plugin": {k: (len(v) if k == "disagree" else v) for k, v in report["plugin"].items() if k != "replaced"},
+            "seconds": report["seconds"]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("platform")
@@ -131,103 +235,19 @@ def main() -> int:
     for item in args.rules:
         name, _, path = item.partition("=")
         sets[name] = dsv4sel.load_rules(paths=[path])
-    space = sets["shipped"]
-    extra_names = tuple(space.extra_inputs)
-    keys = sorted((k for k in space._table if k[1] == args.platform and args.model in (None, k[0])),
-                  key=lambda k: tuple("" if x is None else x for x in k))
-    report = {"platform": args.platform, "model": args.model, "inputs": len(keys), "vllm": {}, "sets": {}}
-    per_set = {name: {"agree": 0, "disagree": [], "undecided": {}} for name in sets}
-    verdict: dict = {}
-    for key in keys:
-        model, platform, cap, backend, kv, *extra_values = key
-        extra = dict(zip(extra_names, extra_values))
-        v = oracle.decide(model, platform, cap, backend, kv, extra.get("mega_attn", "unavailable"), _pcp(extra),
-                          extra.get("flashinfer_sm120", "available"))
-        label = v["kind"] + ("" if v["kind"] != "reject" else f"_at_{v['at']}")
-        report["vllm"][label] = report["vllm"].get(label, 0) + 1
-        for name, rules in sets.items():
-            slot = per_set[name]
-            if v["kind"] == "undecided":
-                slot["undecided"][v["error"]] = slot["undecided"].get(v["error"], 0) + 1
-                verdict[(name, key)] = None
-                continue
-            d = dsv4sel_outcome(rules, model, platform, cap, backend, kv, extra)
-            ok = agrees(v, d)
-            verdict[(name, key)] = ok
-            if ok:
-                slot["agree"] += 1
-            else:
-                d.pop("identity", None)
-                slot["disagree"].append({"input": _row(model, cap, backend, kv, extra), "vllm": v, "dsv4sel": d})
+    inputs = list(_inputs(sets["shipped"], args.platform, args.model))
+    report: dict = {"platform": args.platform, "model": args.model, "inputs": len(inputs), "vllm": {}}
+    report["sets"], verdict = vllm_pass(sets, args.platform, inputs, report)
     report["layers_built"] = layers.builds()
-    # the same inputs through vLLM with the plugin installed (shipped rules)
-    import dsv4sel.vllm_plugin as plugin
-
-    # The plugin raises the rules' SelectionError; its "Would work:" suggestions come from dsv4sel's
-    # nearest-alternative search (2-3 ms per rejection, tested on its own in tests/test_explain.py).
-    # Here only where and how the plugin rejects is compared, so the search is left out.
-    import dsv4sel.dsv4.alternatives as alternatives
-
-    alternatives.nearest = lambda rules, query, limit=alternatives.LIMIT: ()
-    replaced = plugin.install(sets["shipped"])
-    oracle.clear_configs()  # AttentionConfig objects built from now on pass the patched __post_init__
-    plugin_report = {"replaced": [f"{m}.{a}" for m, a in replaced], "agree": 0, "refused": 0,
-                     "selects": 0, "rejects": 0, "disagree": []}
-    for key in keys:
-        model, platform, cap, backend, kv, *extra_values = key
-        extra = dict(zip(extra_names, extra_values))
-        d = dsv4sel_outcome(sets["shipped"], model, platform, cap, backend, kv, extra)
-        p = plugin_outcome(plugin, model, platform, cap, backend, kv, extra, d)
-        if p["kind"] == "refused":
-            plugin_report["refused"] += 1
-        elif p["kind"] == "undecided":
-            plugin_report["vllm_raises_first"] = plugin_report.get("vllm_raises_first", 0) + 1
-        elif plugin_agrees(p, d):
-            plugin_report["agree"] += 1
-            plugin_report["selects" if p["kind"] == "select" else "rejects"] += 1
-        else:
-            d.pop("identity", None)
-            plugin_report["disagree"].append({"input": _row(model, cap, backend, kv, extra), "plugin": p, "dsv4sel": d})
-    plugin.uninstall()
-    report["plugin"] = plugin_report
+    report["plugin"] = plugin_pass(sets["shipped"], args.platform, inputs)
     report["layers_built_with_plugin"] = layers.builds() - report["layers_built"]
-    # dsv4sel diff compat shipped, input by input: every change must be a deliberate fix, i.e. an
-    # input where vLLM decides, the compat set agrees with it and the shipped rules do not
     if "compat" in sets:
-        from dsv4sel.tools.diff import summarizer
-
-        compat_at, shipped_at = summarizer(sets["compat"]), summarizer(sets["shipped"])
-        fixes = {"fixes": 0, "changed_where_vllm_decides_nothing": [], "changed_not_a_fix": []}
-        for key in keys:
-            if compat_at(key)[0] == shipped_at(key)[0]:
-                continue
-            short = (key[0], *key[2:])
-            shipped_ok, compat_ok = verdict[("shipped", key)], verdict[("compat", key)]
-            if shipped_ok is None:
-                fixes["changed_where_vllm_decides_nothing"].append(short)
-            elif shipped_ok is False and compat_ok is True:
-                fixes["fixes"] += 1
-            elif shipped_ok and compat_ok:
-                # both reject, as vLLM does, by another rule (a MiniMax alias rejected as not a
-                # DeepSeek-V4 backend, where vLLM's default then refuses the kv dtype)
-                fixes["same_outcome_other_rule"] = fixes.get("same_outcome_other_rule", 0) + 1
-            else:
-                fixes["changed_not_a_fix"].append(short)
-        report["diff"] = fixes
-    report["sets"] = per_set
+        report["diff"] = diff_pass(sets, inputs, verdict)
     report["seconds"] = round(time.perf_counter() - t0, 1)
-    text = json.dumps(report, indent=1, sort_keys=True)
     if args.out:
         with open(args.out, "w") as fh:
-            fh.write(text + "\n")
-    print(json.dumps({"platform": args.platform, "model": args.model, "inputs": len(keys), "vllm": report["vllm"],
-                      "summary": {n: {"agree": s["agree"], "disagree": len(s["disagree"]),
-                                      "undecided": sum(s["undecided"].values())} for n, s in per_set.items()},
-                      "layers": [report["layers_built"], report["layers_built_with_plugin"]],
-                      "diff": {k: (v if isinstance(v, int) else len(v)) for k, v in report.get("diff", {}).items()},
-                      "plugin": {k: (len(v) if k == "disagree" else v) for k, v in plugin_report.items()
-                                 if k != "replaced"},
-                      "seconds": report["seconds"]}))
+            fh.write(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    print(json.dumps(_summary(report)))
     return 0
 
 

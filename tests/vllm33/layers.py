@@ -66,15 +66,38 @@ def prepare() -> None:
     _ready.append(True)
 
 
-def vllm_config(backend, kv):
+#: The checkpoint quantization mega-attention serves: DeepSeek-V4.1's native MXFP8 (its hf
+#: ``quantization_config``: linear layers in 32x32 blocks with UE8M0 scales, MXFP4 experts,
+#: ``expert_dtype: fp4``), which vLLM reads into its own ``DeepseekV4FP8Config``. On CUDA the mega
+#: layer's ``__init__`` permutes that checkpoint's weight scales (``wq_b.weight_scale``...), so it
+#: is built with it there; every other layer reads no quantized parameter in ``__init__`` and is
+#: built unquantized (as mega on CPU/XPU, where vLLM has no MXFP8 linear kernel to pick).
+V41_QUANTIZATION = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [32, 32],
+                    "fmt": "e4m3", "scale_fmt": "ue8m0"}
+MEGA_CLASS = "vllm.models.deepseek_v41.nvidia.flash_mla_mega_attn:DeepseekV4MegaAttnAttention"
+
+
+def _quant_config(cls_path: str, platform: str):
+    if cls_path != MEGA_CLASS or platform != "cuda":
+        return None
+    from vllm.models.deepseek_v41.quant_config import DeepseekV4FP8Config
+
+    return DeepseekV4FP8Config.from_config(dict(V41_QUANTIZATION))
+
+
+def vllm_config(backend, kv, quant_config=None):
     import torch
     from vllm.config import AttentionConfig, CacheConfig, VllmConfig
 
     cfg = VllmConfig(cache_config=CacheConfig(cache_dtype=kv), attention_config=AttentionConfig(backend=backend))
+    hf = hf_config()
+    if quant_config is not None:
+        hf.expert_dtype = "fp4"
     # is_hybrid: read by update_block_size_for_backend (DeepSeek-V4 has no mamba layers)
     object.__setattr__(cfg, "model_config", types.SimpleNamespace(
-        hf_config=hf_config(), max_model_len=4096, dtype=torch.bfloat16, is_hybrid=False,
+        hf_config=hf, max_model_len=4096, dtype=torch.bfloat16, is_hybrid=False,
         architectures=["DeepseekV4ForCausalLM"], architecture="DeepseekV4ForCausalLM"))
+    object.__setattr__(cfg, "quant_config", quant_config)
     return cfg
 
 
@@ -82,9 +105,11 @@ def build(cls, platform, capability, backend, kv, mega: bool, fi_sm120: bool, pc
           key_extra=()) -> dict:
     """The built layer's outcome (memoized per class, device, kv dtype, hardware inputs and
     ``key_extra``): ``{"kind": "select", "class", "cache_dtype", "torch_dtype", "cache_config",
-    "bytes_per_token", "block_size"}``, ``{"kind": "reject", ...}`` when its ``__init__`` raises
-    ValueError (vLLM refuses the input there), or ``{"kind": "undecided", ...}`` for any other
-    exception (an assert, NotImplementedError)."""
+    "bytes_per_token", "block_size"}``,
+    ``{"kind": "reject", ...}`` when its ``__init__`` raises ValueError or RuntimeError (vLLM
+    refuses the input there: a kv dtype, a missing kernel specialization), or
+    ``{"kind": "undecided", ...}`` for any other exception (an assert, NotImplementedError, a
+    stubbed kernel called)."""
     key = (oracle._cls_path(cls), platform, capability, kv, mega, fi_sm120, pcp, *key_extra)
     if key in _memo:
         return _memo[key]
@@ -95,8 +120,8 @@ def build(cls, platform, capability, backend, kv, mega: bool, fi_sm120: bool, pc
 
     stubs.set_device(capability, platform)
     oracle._MEGA["available"] = mega
-    oracle.FLASHINFER_SM120["available"] = fi_sm120
-    cfg = vllm_config(backend, kv)
+    stubs.set_flashinfer_sm120(fi_sm120)
+    cfg = vllm_config(backend, kv, _quant_config(oracle._cls_path(cls), platform))
     cfg.parallel_config.prefill_context_parallel_size = pcp
     with set_current_vllm_config(cfg):
         try:
@@ -106,7 +131,12 @@ def build(cls, platform, capability, backend, kv, mega: bool, fi_sm120: bool, pc
         except SelectionError as exc:
             out = {"kind": "dsv4sel_reject", "untouched": cfg.cache_config.cache_dtype == kv,
                    "message": str(exc).splitlines()[0][:200]}
-        except ValueError as exc:
+        except (stubs.NeedsHardware, NotImplementedError) as exc:
+            # a stubbed kernel was called (no GPU here), or vLLM has no code path: no decision of vLLM's
+            out = {"kind": "undecided", "error": type(exc).__name__, "message": str(exc)[:200], "at": "layer"}
+        except (ValueError, RuntimeError) as exc:
+            # vLLM refuses the input: a ValueError, or the RuntimeError of a layer whose kernel library
+            # lacks what it needs (the SM120 layer without FlashInfer's specialization)
             out = {"kind": "reject", "error": type(exc).__name__, "message": str(exc)[:200], "at": "layer"}
         except Exception as exc:  # noqa: BLE001 - any other failure of vLLM's layer is no decision
             out = {"kind": "undecided", "error": type(exc).__name__, "message": str(exc)[:200], "at": "layer"}

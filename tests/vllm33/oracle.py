@@ -25,8 +25,8 @@ import types
 import stubs
 
 _MEGA = {"available": False}
-#: Does the (stubbed) FlashInfer build have the SM120 decode specialization? (flashinfer_sm120)
-FLASHINFER_SM120 = {"available": True}
+#: Does the (stand-in) FlashInfer build have the SM120 decode specialization? (flashinfer_sm120)
+FLASHINFER_SM120 = stubs.FLASHINFER_SM120
 _patched: list = []
 
 
@@ -72,10 +72,8 @@ def prepare(platform: str) -> None:
             # ...and its build has the mega-attention ops exactly when the input says mega_attn=available
             mega = importlib.import_module("vllm.models.deepseek_v41.nvidia.flash_mla_mega_attn")
             mega.torch = _TorchWithFlashMLAOps(mega.torch)
-            # library build: FlashInfer is not installed here; whether its SM120 dispatch table has
-            # the specialization is the input (vLLM's layer init and the plugin both ask this)
-            fi = importlib.import_module("vllm.utils.flashinfer")
-            fi.has_flashinfer_sparse_mla_sm120_config = lambda heads, top_k: FLASHINFER_SM120["available"]
+            # FlashInfer: a stand-in package (stubs._flashinfer); whether its SM120 dispatch table
+            # has the specialization is the input, read by vLLM's own probe in the layer's __init__
         _patched.append(True)
 
 
@@ -147,7 +145,7 @@ def decide(model: str, platform: str, capability: str, backend: str | None, kv: 
 
     stubs.set_device(capability, platform)
     _MEGA["available"] = mega_attn == "available"
-    FLASHINFER_SM120["available"] = flashinfer_sm120 == "available"
+    stubs.set_flashinfer_sm120(flashinfer_sm120 == "available")
     try:
         cfg = vllm_config(backend, kv, pcp=pcp, model=model)
     except Exception as exc:  # noqa: BLE001 - pydantic ValidationError (a ValueError) or KeyError from the enum lookup

@@ -2,7 +2,7 @@
 
     DSV4SEL_TEST_PLATFORM=cuda .venv-vllm/bin/python tests/vllm33/plugin_scenarios.py load
     ... plugin_scenarios.py config MODEL_DIR [--kv-cache-dtype D] [--attention-backend B]
-    ... plugin_scenarios.py model DIR ARCH      # writes a tiny HF config (no weights)
+    ... plugin_scenarios.py model DIR ARCH [DIR ARCH ...]  # writes tiny HF configs (no weights)
 
 ``load`` applies vLLM's own default logging configuration (``vllm.logger.configure_logging``
 with a default ``LoggingConfig``, what ``vllm serve`` does), then runs vLLM's real
@@ -77,8 +77,10 @@ def _one_config(model_dir: str, args: list[str]) -> None:
         if callable(errors):
             ctx = (errors() or [{}])[0].get("ctx", {}).get("error")
             cause = ctx if isinstance(ctx, BaseException) else exc
+        # "text": the exception's last traceback line as `vllm serve` prints it
         print(json.dumps({"ok": False, "error": type(cause).__name__, "wrapped_in": type(exc).__name__,
-                          "message": str(cause).strip()[:3000]}), flush=True)
+                          "message": str(cause).strip()[:3000],
+                          "text": f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"}), flush=True)
         return
     print(json.dumps({"ok": True}), flush=True)
 
@@ -99,7 +101,8 @@ if __name__ == "__main__":
         load()
     elif what == "config":
         config(sys.argv[2], sys.argv[3:])
-    elif what == "model":
-        model(sys.argv[2], sys.argv[3])
+    elif what == "model":  # DIR ARCH [DIR ARCH ...]
+        for i in range(2, len(sys.argv), 2):
+            model(sys.argv[i], sys.argv[i + 1])
     else:
         raise SystemExit(f"unknown scenario {what!r}")

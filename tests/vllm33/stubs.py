@@ -2,7 +2,9 @@
 
 Only hardware is stubbed: the compiled CUDA extension modules (they need libcuda), the three
 import-time CUTLASS feature probes registered as ``torch.ops._C`` ops, the flash-attention and
-XPU kernel packages, and the device capability / ROCm gfx arch. Everything that decides --
+XPU kernel packages, the FlashInfer package (its kernels need a GPU; whether its SM120 decode
+dispatch table has DeepSeek-V4's specialization is the input ``flashinfer_sm120``, see
+:data:`FLASHINFER_SM120`), and the device capability / ROCm gfx arch. Everything that decides --
 vLLM's selection functions, its resolvers, its config classes and layer classes -- is vLLM's
 own code, imported from the installed wheel. ``setup(platform)`` must run before any other
 vLLM import: vLLM fixes its platform object on first use.
@@ -14,18 +16,25 @@ import types
 
 #: What the stubbed device reports; the oracle sets it per input.
 DEVICE = {"capability": (9, 0), "gcn_arch": "gfx942:sramecc+:xnack-"}
+#: Does the installed (stand-in) FlashInfer build have the SM120 DeepSeek-V4 decode
+#: specialization? The input ``flashinfer_sm120``; set per input by the oracle.
+FLASHINFER_SM120 = {"available": True}
 _done: list[str] = []
 
 
+class NeedsHardware(RuntimeError):
+    """A stubbed kernel was called: this machine has no GPU (never a decision of vLLM's)."""
+
+
 class _HardwareModule(types.ModuleType):
-    """A module whose every function needs hardware: calling one raises."""
+    """A module whose every function needs hardware: calling one raises :class:`NeedsHardware`."""
 
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
 
         def needs_hardware(*args, **kwargs):
-            raise RuntimeError(f"{self.__name__}.{name} needs a GPU (stubbed on this CPU machine)")
+            raise NeedsHardware(f"{self.__name__}.{name} needs a GPU (stubbed on this CPU machine)")
 
         needs_hardware.__name__ = name
         return needs_hardware
@@ -43,6 +52,8 @@ def setup(platform: str) -> None:
     for name in ("vllm.vllm_flash_attn", "vllm_xpu_kernels", *(f"vllm_xpu_kernels.{m}" for m in xpu)):
         sys.modules.setdefault(name, _HardwareModule(name))
     sys.modules["vllm_xpu_kernels"].__path__ = []  # a package, so `import vllm_xpu_kernels._C` works
+    if platform == "cuda":
+        _flashinfer()
     import torch
 
     lib = torch.library.Library("_C", "FRAGMENT")
@@ -80,6 +91,43 @@ def setup(platform: str) -> None:
         cls.get_device_capability = classmethod(capability)
     platforms.current_platform = cls()
     _done.append(platform)
+
+
+class _SM120Dispatch:
+    """FlashInfer's ``_DECODE_DSV4_DISPATCH`` table (keyed by (q heads, top-k)), as a build with or
+    without DeepSeek-V4's SM120 decode specialization: vLLM's own
+    ``has_flashinfer_sparse_mla_sm120_config`` looks the layer's shape up in it."""
+
+    def __contains__(self, key) -> bool:
+        return FLASHINFER_SM120["available"]
+
+
+def _flashinfer() -> None:
+    """An installed FlashInfer with its cubins (what vLLM 0.33 requires on CUDA): packages that
+    import, whose kernels need a GPU, and the SM120 dispatch table as the input says. vLLM's own
+    ``vllm.utils.flashinfer`` probes run against it unchanged."""
+    import importlib.machinery
+
+    names = ("flashinfer", "flashinfer_cubin", "flashinfer.autotuner", "flashinfer.decode", "flashinfer.mla",
+             "flashinfer.mla._sparse_mla_sm120")
+    for name in names:
+        module = _HardwareModule(name)
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        module.__path__ = []
+        sys.modules.setdefault(name, module)
+    sys.modules["flashinfer.mla._sparse_mla_sm120"]._DECODE_DSV4_DISPATCH = _SM120Dispatch()
+
+
+def set_flashinfer_sm120(available: bool) -> None:
+    """Make the stand-in FlashInfer a build with (or without) the SM120 specialization. vLLM caches
+    its probe's answer per process (``functools.cache``: one FlashInfer per process); a changed
+    input is another installed build, so the cached answers are dropped."""
+    if FLASHINFER_SM120["available"] == available:
+        return
+    FLASHINFER_SM120["available"] = available
+    probe = getattr(sys.modules.get("vllm.utils.flashinfer"), "has_flashinfer_sparse_mla_sm120_config", None)
+    if probe is not None and hasattr(probe, "cache_clear"):
+        probe.cache_clear()
 
 
 def set_device(capability: str | None, platform: str) -> None:

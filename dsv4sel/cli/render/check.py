@@ -9,8 +9,9 @@ and ``sarif``.
 
 from __future__ import annotations
 
+from ...errors import Loc
 from .diagnostics import Diagnostic
-from .text import Style, align
+from .text import Style, align, location
 
 
 def diagnostics(report) -> list[Diagnostic]:
@@ -29,17 +30,18 @@ def text(report) -> str:
     if report.analysed:
         head += f", {report.rule_count} rules, {report.table_count} tables"
     lines = [head]
-    from ...engine.sources import shown
-
     for f in report.findings:
-        # the finding's own line, its file as a path that opens from here (a wheel's rules too)
-        lines.append(str(f) if shown(f.file) == f.file else str(f).replace(f.file, shown(f.file), 1))
+        # as Finding's own str, with locations that open from here (a wheel's rules too)
+        lines.append(f"{location(f)}: {f.severity} {f.code} [{f.kind}] {f.message}")
         if f.rules:
-            lines.append("    rules:   " + ", ".join(f"{r.id} ({r.location})" for r in f.rules))
+            lines.append("    rules:   " + ", ".join(f"{r.id} ({location(r)})" for r in f.rules))
         if f.counterexample is not None:
             lines.append(f"    e.g.:    {f.counterexample}")
     if report.coverage is not None:
         lines += _coverage_lines(report.coverage)
+    for h in report.hosts:  # dsv4sel.check.host_spaces
+        lines += [f"host {h.host}: {h.inputs} inputs of its space ({h.file}): select {h.selected} with a class "
+                  f"and settings, refuse {h.refused}", ""]
     lines += _verdict_lines(report)
     return "\n".join(lines) + "\n"
 
@@ -60,11 +62,11 @@ def _coverage_lines(cov) -> list[str]:
         if len(members) > 1:
             name += f" +{len(members) - 1} more, each"
         # the default decision may span several files (packs add default rules)
-        where = b.file if b.backend is not None else "<default-backend decision>"
+        where = location(Loc(b.file, 1))[:-2] if b.backend is not None else "<default-backend decision>"
         rows.append((name, where, b.counts.select, b.counts.reject, b.counts.undecided))
     lines += _table(rows, {2, 3, 4}) + [""]
     rows = [("rule", "location", "outcome", "inputs", "points")]
-    rows += [(r.rule.id, r.rule.location, r.outcome, r.inputs, r.points) for r in cov.rules]
+    rows += [(r.rule.id, location(r.rule), r.outcome, r.inputs, r.points) for r in cov.rules]
     return lines + _table(rows, {3, 4}) + [""]
 
 

@@ -8,7 +8,7 @@ status agrees with. ``--json`` is the report's own ``as_dict()``.
 from __future__ import annotations
 
 from ...dsv4.rules import Rejection
-from .text import Style, align, where
+from .text import Style, align, location, where
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def _selection_lines(report, style: Style) -> list[str]:
     rows: list[list[Cell]] = [["kv dtype", "backend", "layout", "cache dtype", "rule", "at"]]
     for kv, outcome in report.selections:
         ref = outcome.rule
-        decided_by = [ref.id, (ref.location, "cyan")] if ref is not None else ["-", ""]
+        decided_by = [ref.id, (location(ref), "cyan")] if ref is not None else ["-", ""]
         if isinstance(outcome, Rejection):
             rows.append([kv, ("rejected", "red"), "-", "-", *decided_by])
         else:

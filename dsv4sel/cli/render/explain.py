@@ -9,7 +9,7 @@ alternatives. ``--json`` is the explanation's own ``as_dict()``.
 from __future__ import annotations
 
 from ...dsv4.alternatives import flag
-from .text import Style, align, where
+from .text import Style, align, location, where
 
 _ACTIONS = {"default": "default backend -> {target}", "use": "hands over to {target}",
             "select": "selects", "reject": "rejects"}
@@ -58,7 +58,7 @@ def _selection_lines(ex, style: Style) -> list[str]:
         ["block size", str(s.block_size)],
         *[[f"{host} class", f"{cls} ({host} {versions})"] for host, cls, versions in s.hosts],
         *[[f"{host} settings", ", ".join(f"{k} {v}" for k, v in pairs)] for host, pairs in s.host_settings],
-        ["decided by", f"{s.rule.id}  " + style.cyan(s.rule.location) + _pack(s.rule)],
+        ["decided by", f"{s.rule.id}  " + style.cyan(location(s.rule)) + _pack(s.rule)],
     ] + ([["why", ex.description]] if ex.description else []), style)
     return lines
 
@@ -72,7 +72,7 @@ def _rejection_lines(ex, style: Style) -> list[str]:
     if r.blocked_by:
         rows.append(["blocked by", _input_name(r.blocked_by)])
     if r.rule is not None:
-        rows.append(["decided by", f"{r.rule.id}  " + style.cyan(r.rule.location) + _pack(r.rule)])
+        rows.append(["decided by", f"{r.rule.id}  " + style.cyan(location(r.rule)) + _pack(r.rule)])
         if ex.description:
             rows.append(["why", ex.description])
     return lines + align(rows, style)
@@ -94,7 +94,7 @@ def _rewrite_and_message_lines(ex, style: Style) -> list[str]:
 def _path_lines(ex, style: Style) -> list[str]:
     """The rules that led to the outcome, each with its ``description:`` under its id."""
     lines = ["", style.bold("path")]
-    steps = align([[str(n), step.rule.id, (step.rule.location, "cyan"),
+    steps = align([[str(n), step.rule.id, (location(step.rule), "cyan"),
                     _ACTIONS[step.action].format(target=step.target)]
                    for n, step in enumerate(ex.path, 1)], style)
     for step, line in zip(ex.path, steps):
@@ -113,7 +113,7 @@ def _why_not_lines(why_not, style: Style) -> list[str]:
     lines = ["", style.bold("why not")]
     heads = align([[w.backend,
                     w.verdict.replace("_", " ") + (f" ({_input_name(w.blocked_by)})" if w.blocked_by else ""),
-                    w.rule.id if w.rule else "-", (w.rule.location, "cyan") if w.rule else ""]
+                    w.rule.id if w.rule else "-", (location(w.rule), "cyan") if w.rule else ""]
                    for w in why_not], style)
     for w, head in zip(why_not, heads):
         lines += [head, "      " + w.reason]
@@ -133,5 +133,5 @@ def _alternative_lines(alternatives, q, style: Style) -> list[str]:
         change = a.flags + (f" (or {', '.join(a.also)})" if a.also else "")
         sel = a.selection
         rows.append([(change, "green"), sel.backend, sel.layout, f"{sel.bytes_per_token} B/token",
-                     (sel.rule.location, "cyan")])
+                     (location(sel.rule), "cyan")])
     return lines + align(rows, style)

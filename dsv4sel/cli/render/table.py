@@ -3,13 +3,18 @@
 Renders a :class:`dsv4sel.tools.matrix.Matrix` (rows, notes, host classes, the
 capabilities nothing serves) and nothing else: the rows, their compressed
 capability labels and the numbered notes are the matrix's own. The output is
-deterministic, byte for byte, for a given rule set: ``dsv4sel table --format md
---check docs/backends.md`` fails CI when the committed file differs from it.
+deterministic, byte for byte, for a given rule set and working directory (a
+rule's location is written as :func:`~dsv4sel.cli.render.text.location` writes
+it: ``rules/flashmla.yaml:27`` in a checkout's root, a path that opens from
+anywhere else): ``dsv4sel table --format md --check docs/backends.md``, run from
+the repository's root, fails CI when the committed file differs from it.
 The matrix's JSON (``--format json``) is its :meth:`~dsv4sel.tools.matrix.Matrix.as_dict`,
 printed by :func:`dsv4sel.cli.render.data.document`.
 """
 
 from __future__ import annotations
+
+from .text import location
 
 CHECK_COMMAND = "dsv4sel table --format md --check docs/backends.md"
 GENERATE_COMMAND = "dsv4sel table --format md > docs/backends.md"
@@ -112,7 +117,7 @@ def _no_backend_section(matrix) -> list[str]:
             "No backend selects the model here, with any kv-cache dtype or input value.", "",
             "| Model | Platform | Capability | Rejected by |", "|---|---|---|---|"] + [
             f"| {u.model} | {u.platform} | {u.label} | "
-            + (f"`{u.rule.id}` ({u.rule.location})" if u.rule else "a gap in the rules") + " |"
+            + (f"`{u.rule.id}` ({location(u.rule)})" if u.rule else "a gap in the rules") + " |"
             for u in matrix.unsupported]
 
 

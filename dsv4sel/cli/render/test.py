@@ -8,12 +8,14 @@ failures and a test file's schema problems for ``--format github`` and ``sarif``
 
 from __future__ import annotations
 
+from ...errors import Loc
 from .diagnostics import Diagnostic
+from .text import location
 
 
 def failure_lines(result) -> list[str]:
     """``file:line:col: case NAME: expected ..., got ...``, one per failure of a case's result."""
-    return [f"{result.case.file}:{f.line}:{f.column}: case {result.case.name}: {f.message}"
+    return [f"{location(Loc(result.case.file, f.line, f.column))}: case {result.case.name}: {f.message}"
             for f in result.failures]
 
 
@@ -36,7 +38,7 @@ def text(report) -> str:
     if unreached:
         lines.append("not reached by any case:")
         width = max(len(r.id) for r in unreached)
-        lines += [f"  {r.id.ljust(width)}  {r.location}" for r in unreached]
+        lines += [f"  {r.id.ljust(width)}  {location(r)}" for r in unreached]
     return "\n".join(lines) + "\n"
 
 

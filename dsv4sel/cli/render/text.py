@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
+from ...engine.locations import location  # noqa: F401  (the renderers' one way to write a location)
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms of cold start; annotations are postponed
     from typing import Callable, Collection, Sequence, TextIO, Union

@@ -1,0 +1,233 @@
+"""Host translations: a serving engine's own inputs in the shipped rules' words, declared as data.
+
+A translation file (``kind: host-translation``, schema ``dsv4sel/schema/translation.schema.json``)
+states, for one host (its distribution name) and its versions:
+
+- ``space``: every input of the host's decision space and its values (an input given per
+  platform holds only on those platforms);
+- ``refuse``: host inputs refused before the rules are asked (first row whose ``when`` holds),
+  each with its fix id and reason;
+- ``backend``, ``kv_cache_dtype``, ``extra``: the dsv4sel query an unrefused input means;
+- ``unbuildable``: the refusal of a selection whose rule names no class and settings for the host;
+- ``kv_layout_env``: the refusal of a host layout variable that asks for another record than the
+  decided one (``accepts``: the values that leave the decision in force).
+
+:func:`load` reads a file through the guarded YAML loader and the schema, then checks every name
+against the space; every problem is a :class:`~dsv4sel.errors.Problem` at ``file:line:column``
+(:class:`~dsv4sel.errors.RuleError` holds them all). :meth:`Translation.decide` decides one input
+and returns a :class:`HostDecision` or raises :class:`~dsv4sel.errors.SelectionError` whose
+``origin`` is the ``file:line`` of the deciding row (or rule). Nothing here names a host.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from .errors import Problem, RuleError, SelectionError
+from .record import Frozen
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .dsv4.selection import Selection
+
+SCHEMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schema", "translation.schema.json")
+#: the dsv4sel query keywords a translation fills (the rest of its extra inputs go to ``extra``)
+QUERY_KEYS = ("platform", "capability", "model")
+_SETTINGS_ORDER = ("dsv4_attn_backend", "kv_layout", "kv_cache_dtype", "page_size", "kv_pool")
+
+
+class HostDecision(Frozen):
+    """What the host must be told (``settings``), the class it then builds, and the dsv4sel
+    selection that decided (its rule is ``selection.rule``)."""
+
+    __slots__ = ("cls", "settings", "selection")  # noqa: RUF023  field order is the constructor's
+    cls: str
+    settings: dict[str, Any]
+    selection: Selection
+
+
+class Row(Frozen):
+    """One row of a translation table: its condition, its payload and its ``file:line``."""
+
+    __slots__ = ("when", "value", "where")  # noqa: RUF023  field order is the constructor's
+    when: dict[str, tuple[str, ...]]
+    value: Any
+    where: str
+
+
+def holds(when: dict[str, tuple[str, ...]], point: dict) -> bool:
+    """Whether ``point`` meets ``when`` (input -> values; values all "!x": any value but those)."""
+    for name, wants in when.items():
+        have = point.get(name)
+        if all(w.startswith("!") for w in wants):
+            if have in {w[1:] for w in wants}:
+                return False
+        elif have not in wants:
+            return False
+    return True
+
+
+class Translation:
+    """A loaded, checked translation file (see the module docstring)."""
+
+    def __init__(self, file: str, data: dict, rows: dict[str, tuple[Row, ...]], where: dict[str, str]):
+        self.file = file
+        self.host: str = data["host"]
+        #: how messages name the host ("SGLang")
+        self.host_label: str = data["name"]
+        self.versions: str = data["versions"]
+        self.space: dict[str, Any] = data["space"]
+        self.refuse = rows["refuse"]
+        self.backend = rows["backend"]
+        self.kv_cache_dtype = rows["kv_cache_dtype"]
+        self.extra = {name: rows["extra." + name] for name in data["extra"]}
+        self.unbuildable: dict[str, str] = data["unbuildable"]
+        self.kv_layout_env: dict[str, Any] = data["kv_layout_env"]
+        #: ``file:line`` of the top-level sections (``unbuildable``, ``kv_layout_env``)
+        self.where = where
+
+    def points(self) -> Iterator[dict[str, str]]:
+        """Every input of the host space, in a fixed order (platform-scoped inputs per platform)."""
+        import itertools
+
+        names = list(self.space)
+        for platform in self.space["platform"]:
+            axes = []
+            for name in names:
+                v = self.space[name]
+                if name == "platform":
+                    axes.append([platform])
+                elif isinstance(v, dict):
+                    axes.append(v.get(platform, [None]))
+                else:
+                    axes.append(v)
+            for combo in itertools.product(*axes):
+                yield {k: val for k, val in zip(names, combo) if val is not None}
+
+    def _refusal(self, point: dict, text: str, fix: str, origin: str) -> SelectionError:
+        tag = f" [dsv4sel {self.host_label} fix {fix}]" if fix != "-" else ""
+        exc = SelectionError(f"DeepSeek-V4 attention in {self.host_label}: {text}{tag}")
+        exc.origin = origin  # type: ignore[attr-defined]
+        return exc
+
+    def query(self, point: dict, used: list[str] | None = None) -> dict[str, Any]:
+        """The keywords of :func:`dsv4sel.select` an unrefused input means (``used`` collects the
+        ``file:line`` of each row that gave a part of it). StopIteration: no ``backend`` or
+        ``kv_cache_dtype`` row holds; KeyError: the kv-cache map lacks the input's value."""
+        hits = [next(r for r in self.backend if holds(r.when, point)),
+                next(r for r in self.kv_cache_dtype if holds(r.when, point))]
+        q: dict[str, Any] = {k: point[k] for k in QUERY_KEYS}
+        q["backend"] = hits[0].value
+        q["kv_cache_dtype"] = hits[1].value[point["kv_cache_dtype"]]
+        extra = {}
+        for name, rows in self.extra.items():
+            hit = next((r for r in rows if holds(r.when, point)), None)
+            if hit is not None:
+                extra[name] = hit.value
+                hits.append(hit)
+        q["extra"] = extra
+        if used is not None:
+            used.extend(r.where for r in hits)
+        return q
+
+    def decide(self, point: dict, rules, used: list[str] | None = None) -> HostDecision:
+        """Decide one host input with ``rules`` (a RuleSet, or anything with its ``select``); raises
+        SelectionError (``origin``: the ``file:line`` of the row or rule that refused). ``used``:
+        see :meth:`query`."""
+        for row in self.refuse:
+            if holds(row.when, point):
+                raise self._refusal(point, row.value["reason"].format(**point), row.value["fix"], row.where)
+        try:
+            sel = rules.select(**self.query(point, used))
+        except SelectionError as exc:
+            # where the refusal was decided, as a translation row's refusal carries it (SelectionError has no such slot)
+            exc.origin = None if exc.rule is None else exc.rule.location  # type: ignore[attr-defined]
+            raise
+        return self.build(point, sel)
+
+    def build(self, point: dict, sel: Selection) -> HostDecision:
+        """What the host builds for ``sel``, or the translation's refusal of it."""
+        built, settings = sel.host_class(self.host), sel.settings_for(self.host)
+        fields = {**point, "backend": sel.backend, "layout": sel.layout, "location": sel.rule.location}
+        if built is None or not settings:
+            u = self.unbuildable
+            raise self._refusal(point, u["reason"].format(**fields), u["fix"], self.where["unbuildable"])
+        env, rule = self.kv_layout_env, point.get("kv_layout_env", "unset")
+        if rule not in env["accepts"] and rule != settings["kv_layout"]:
+            raise self._refusal(point, env["reason"].format(**{**fields, "layout": settings["kv_layout"]}),
+                                env["fix"], self.where["kv_layout_env"])
+        ordered = {**{k: settings[k] for k in _SETTINGS_ORDER if k in settings}, **settings}
+        return HostDecision(built[0], ordered, sel)
+
+
+def _names_problems(loaded, data: dict) -> list[Problem]:
+    """Every ``when`` input and value, and every kv-cache map key, must be in the space."""
+    space = data["space"]
+
+    def values_of(name):
+        v = space[name]
+        return set(v) if isinstance(v, list) else {x for vals in v.values() for x in vals}
+    problems = []
+
+    def check_when(path, when):
+        for name, want in when.items():
+            if name not in space:
+                problems.append(loaded.problem(path + ("when", name), "DSV601",
+                                               f"`when` names {name!r}, which the translation's space does not "
+                                               f"declare (it has {', '.join(space)})", key=True))
+                continue
+            for i, w in enumerate(want if isinstance(want, list) else [want]):
+                if w.lstrip("!") not in values_of(name):
+                    at = path + ("when", name) + ((i,) if isinstance(want, list) else ())
+                    problems.append(loaded.problem(at, "DSV601", f"{name} value {w.lstrip('!')!r} is not in the "
+                                                                 f"translation's space ({', '.join(sorted(values_of(name)))})"))
+    for section in ("refuse", "backend", "kv_cache_dtype"):
+        for i, row in enumerate(data[section]):
+            check_when((section, i), row["when"])
+    for name, rows in data["extra"].items():
+        for i, row in enumerate(rows):
+            check_when(("extra", name, i), row["when"])
+    for i, row in enumerate(data["kv_cache_dtype"]):
+        for key in row["map"]:
+            if key not in values_of("kv_cache_dtype"):
+                problems.append(loaded.problem(("kv_cache_dtype", i, "map", key), "DSV601",
+                                               f"kv_cache_dtype {key!r} is not in the translation's space", key=True))
+    return problems
+
+
+def load(path: str, display: str | None = None) -> Translation:
+    """Read, validate and check the translation file at ``path``; raises RuleError with every
+    problem at ``file:line:column``."""
+    from .engine.load import load_file
+    from .engine.validate import schema_errors
+
+    display = display or path
+    loaded, problems = load_file(path, display)
+    if loaded is None or problems:
+        raise RuleError(problems)
+    schema = [loaded.problem(p, code, message, key=at_key) for p, code, message, at_key in schema_errors(loaded, SCHEMA)]
+    if schema:
+        raise RuleError(sorted(schema, key=lambda p: (p.line, p.column or 0)))
+    data = loaded.data
+    names = _names_problems(loaded, data)
+    if names:
+        raise RuleError(names)
+
+    def at(path):
+        line, _ = loaded.where(path)
+        return f"{display}:{line}"
+    rows: dict[str, tuple[Row, ...]] = {}
+    for section, payload in (("refuse", None), ("backend", "backend"), ("kv_cache_dtype", "map")):
+        rows[section] = tuple(
+            Row(_norm(r["when"]), r if payload is None else r[payload], at((section, i)))
+            for i, r in enumerate(data[section]))
+    for name, extra_rows in data["extra"].items():
+        rows["extra." + name] = tuple(Row(_norm(r["when"]), r["value"], at(("extra", name, i)))
+                                      for i, r in enumerate(extra_rows))
+    where = {k: at((k,)) for k in ("unbuildable", "kv_layout_env")}
+    return Translation(display, data, rows, where)
+
+
+def _norm(when: dict) -> dict[str, tuple[str, ...]]:
+    return {k: tuple(v) if isinstance(v, list) else (v,) for k, v in when.items()}

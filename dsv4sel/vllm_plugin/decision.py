@@ -1,0 +1,114 @@
+"""One decision of the plugin: the vLLM class the deciding rule names, the config-time check, and the
+one log line with the rules' path and the ``dsv4sel explain`` command."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..engine.hosts import version_matches
+from ..errors import SelectionError
+from .reading import _rules, model_of, query_of
+from .state import _flush_startup, _say_once
+from .targets import HARDCODED, HOST, HOST_MODULES
+
+
+def _explain_hint(sel_or_query: dict) -> str:
+    q = sel_or_query
+    parts = [f"--platform {q['platform']}"]
+    if q["capability"]:
+        parts.append(f"--capability {q['capability']}")
+    if q["backend"]:
+        parts.append(f"--backend {q['backend']}")
+    parts.append(f"--kv-cache-dtype {q['kv_cache_dtype']}")
+    if q["model"] != "deepseek_v4":
+        parts.append(f"--model {q['model']}")
+    rules = _rules()
+    parts += [f"--input {k}={v}" for k, v in sorted(q["extra"].items()) if v != rules.default_of(k)]
+    return "dsv4sel explain " + " ".join(parts)
+
+
+def host_class(selection) -> type:
+    """Import the vLLM layer class the deciding rule names for this vLLM."""
+    import importlib
+
+    import vllm
+
+    named = selection.host_class(HOST)
+    if named is None:
+        raise SelectionError(
+            f"rule {selection.rule.id} ({selection.rule.location}) selects {selection.backend} but names "
+            "no vLLM layer class (hosts: vllm); vLLM cannot build it", rule=selection.rule,
+            query=selection.query, path=selection.path)
+    cls_path, versions = named
+    if not version_matches(vllm.__version__, versions):
+        raise SelectionError(
+            f"rule {selection.rule.id} ({selection.rule.location}) names {cls_path} for vllm {versions}, "
+            f"not for vllm {vllm.__version__}", rule=selection.rule, query=selection.query, path=selection.path)
+    module_name, _, attr = cls_path.partition(":")
+    if module_name not in HOST_MODULES:
+        raise SelectionError(
+            f"rule {selection.rule.id} ({selection.rule.location}) names the vLLM class {cls_path}, which is "
+            f"not in one of vLLM's DeepSeek-V4 attention modules ({', '.join(sorted(HOST_MODULES))}); "
+            "dsv4sel imports no other module", rule=selection.rule, query=selection.query, path=selection.path)
+    cls = getattr(importlib.import_module(module_name), attr, None)
+    if not isinstance(cls, type):
+        raise SelectionError(
+            f"rule {selection.rule.id} ({selection.rule.location}) names {cls_path}, which vllm "
+            f"{vllm.__version__} does not have as a class", rule=selection.rule, query=selection.query,
+            path=selection.path)
+    return cls
+
+
+def _path_text(selection) -> str:
+    """Every rule that decided, in order (a pack's default rule, then the table rule)."""
+    refs = tuple(selection.path) or (selection.rule,)
+    return ", then ".join(f"{r.id} ({r.location})" for r in refs)
+
+
+def decision_line(selection, cls: type, query: dict) -> str:
+    """The one log line of a decision: backend, vLLM class, cache dtype (with its rewrite), the
+    whole path of deciding rules with ``file:line`` and the ``dsv4sel explain`` command."""
+    kv = query["kv_cache_dtype"]
+    rewrites = ", ".join(f"{k} {kv if k == 'cache_dtype' else ''} -> {v}".replace("  ", " ")
+                         for k, v in sorted(selection.rewrites.items()))
+    return (f"dsv4sel: {query['model']} attention {selection.backend} -> {cls.__module__}.{cls.__qualname__}, "
+            f"kv cache {selection.cache_dtype} ({selection.layout}, {selection.bytes_per_token} B/token, "
+            f"block {selection.block_size})"
+            f"{'; rewrites ' + rewrites if rewrites else ''}; decided by {_path_text(selection)}; "
+            f"`{_explain_hint(query)}` shows why")
+
+
+def _log_decision(selection, cls: type, query: dict) -> None:
+    _flush_startup()
+    _say_once(logging.INFO, decision_line(selection, cls, query))
+    for message in selection.messages:
+        _say_once(logging.WARNING if message.level == "warning" else logging.INFO, f"dsv4sel: {message}")
+
+
+def decide_config(vllm_config: Any):
+    """The decision taken when vLLM validates its configuration (``VllmConfig.__post_init__``
+    calls the platform's ``check_and_update_config``): before the model, any layer or any weight.
+    Returns the Selection (None for a model that is not DeepSeek-V4); a rejection raises
+    :class:`SelectionError` with the config untouched. It changes nothing: the resolver applies
+    the rewrites when the layers are built, deciding the same input again (memoized)."""
+    _flush_startup()
+    model = model_of(vllm_config)
+    if model is None:
+        arch = getattr(getattr(vllm_config, "model_config", None), "architecture", None)
+        if arch is not None:
+            _say_once(logging.INFO, f"dsv4sel: {arch} is not a DeepSeek-V4 model; dsv4sel decides nothing for it")
+        return None
+    query = query_of(vllm_config, model)
+    selection = _rules().select(**query)
+    cls = host_class(selection)
+    fixed = HARDCODED.get((model, query["platform"]))
+    if fixed is not None and f"{cls.__module__}:{cls.__qualname__}" != fixed:
+        raise SelectionError(
+            f"vLLM 0.33 builds {fixed.replace(':', '.')} for {model} on {query['platform']} whatever is "
+            f"selected, but {selection.rule.id} ({selection.rule.location}) names {cls.__qualname__}; "
+            "the rules for this platform must name vLLM's class", rule=selection.rule, query=selection.query,
+            path=selection.path)
+    _log_decision(selection, cls, query)
+    return selection
+

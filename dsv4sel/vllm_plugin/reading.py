@@ -1,0 +1,137 @@
+"""Reading a vLLM 0.33 config as a dsv4sel query: the platform and its capability, the backend the
+user named, the cache dtype, the model family and the inputs the rules declare (mega-attention,
+prefill context parallelism, FlashInfer's SM120 specialization), each asked with vLLM's own code."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ..errors import SelectionError
+from .state import _state
+from .targets import MODEL_PACKAGES, REQUESTED
+
+
+def _platform() -> str:
+    from vllm.platforms import current_platform as p
+
+    if p.is_cuda():
+        return "cuda"
+    if p.is_rocm():
+        return "rocm"
+    if p.is_xpu():
+        return "xpu"
+    if p.is_cpu():
+        return "cpu"
+    return type(p).__name__  # UnspecifiedPlatform, or an out-of-tree platform
+
+
+def _capability(platform: str) -> str | None:
+    """CUDA ``major.minor`` or the ROCm gfx arch as vLLM read it; None when unknown."""
+    from vllm.platforms import current_platform as p
+
+    if platform == "cuda":
+        cap = p.get_device_capability()
+        return None if cap is None else f"{cap.major}.{cap.minor}"
+    if platform == "rocm":
+        rocm = sys.modules.get("vllm.platforms.rocm")
+        arch = getattr(rocm, "_GCN_ARCH", None) if rocm is not None else None
+        return arch.split(":")[0] if arch else None
+    return None
+
+
+def _mega_attn(vllm_config: Any, model: str, platform: str) -> str:
+    """Whether vLLM's mega-attention layer can serve this config: the kernel is
+    built and usable here and the topology gives it 8 heads per ``wo_a`` group
+    (vLLM's own ``is_available_for``)."""
+    if model != "deepseek_v4_1" or platform != "cuda":
+        return "unavailable"
+    from vllm.models.deepseek_v41.nvidia.flash_mla_mega_attn import (
+        DeepseekV4MegaAttnAttention,
+    )
+
+    return "available" if DeepseekV4MegaAttnAttention.is_available_for(vllm_config) else "unavailable"
+
+
+def _flashinfer_sm120(vllm_config: Any, model: str, platform: str, capability: str | None) -> str:
+    """Whether FlashInfer has the SM120 decode specialization the SM120 layer will ask for: the
+    same question, with vLLM's own functions, that the layer's ``__init__`` asks (and raises on)."""
+    if platform != "cuda" or not capability or not capability.startswith("12."):
+        return "available"
+    import importlib
+
+    package = "deepseek_v4" if model == "deepseek_v4" else "deepseek_v41"
+    layer_module = importlib.import_module(f"vllm.models.{package}.nvidia.flashinfer_sparse")
+    flashinfer = importlib.import_module("vllm.utils.flashinfer")
+    hf = vllm_config.model_config.hf_config
+    hf = getattr(hf, "text_config", hf)
+    tp = getattr(getattr(vllm_config, "parallel_config", None), "tensor_parallel_size", 1) or 1
+    padded = layer_module.DeepseekV4FlashInferSM120Attention.get_padded_num_q_heads(hf.num_attention_heads // tp)
+    top_k = layer_module._required_sm120_sparse_topk(vllm_config, hf.sliding_window)
+    return "available" if flashinfer.has_flashinfer_sparse_mla_sm120_config(padded, top_k) else "missing"
+
+
+def _rules():
+    rules = _state["rules"]
+    if rules is None:
+        import dsv4sel
+
+        rules = _state["rules"] = dsv4sel.default_rules()
+    return rules
+
+
+def query_of(vllm_config: Any, model: str, kv_cache_dtype: str | None = None) -> dict[str, Any]:
+    """The dsv4sel query for a vLLM config: keyword arguments of ``RuleSet.select``."""
+    platform = _platform()
+    attention = getattr(vllm_config, "attention_config", None)
+    # the name the user gave, before AttentionConfig erased a MiniMax alias (CUTLASS_MSA...)
+    backend = getattr(attention, REQUESTED, None) or getattr(attention, "backend", None)
+    if kv_cache_dtype is None:
+        kv_cache_dtype = getattr(getattr(vllm_config, "cache_config", None), "cache_dtype", None) or "auto"
+    extra: dict[str, str] = {}
+    rules = _rules()
+    if "mega_attn" in rules.extra_inputs:
+        extra["mega_attn"] = _mega_attn(vllm_config, model, platform)
+    capability = _capability(platform)
+    if "flashinfer_sm120" in rules.extra_inputs:
+        extra["flashinfer_sm120"] = _flashinfer_sm120(vllm_config, model, platform, capability)
+    pcp = getattr(getattr(vllm_config, "parallel_config", None), "prefill_context_parallel_size", 1)
+    if pcp is None:
+        pcp = 1
+    if type(pcp) is not int:  # a string "2" would compare as TypeError deep in the query
+        raise SelectionError(
+            f"dsv4sel: parallel_config.prefill_context_parallel_size is {pcp!r} ({type(pcp).__name__}); "
+            "it must be an int (vLLM's --prefill-context-parallel-size)")
+    if "prefill_context_parallel" in rules.extra_inputs:
+        # declared per model: vLLM 0.33 decides on it for V4.1 only (V4.0 has just "off")
+        on = pcp > 1 and "on" in rules.values("prefill_context_parallel", model)
+        extra["prefill_context_parallel"] = "on" if on else "off"
+    elif pcp > 1 and model == "deepseek_v4_1":
+        raise SelectionError(
+            "DeepSeek-V4.1 with prefill context parallelism: vLLM 0.33 decides on it, but these rules "
+            "declare no prefill_context_parallel input, so dsv4sel cannot decide it")
+    return {"platform": platform, "capability": capability,
+            "backend": getattr(backend, "name", backend), "kv_cache_dtype": str(kv_cache_dtype),
+            "model": model, "extra": extra}
+
+
+def decide(vllm_config: Any, model: str, kv_cache_dtype: str | None = None):
+    """The Selection for a vLLM config (raises SelectionError on a rejection)."""
+    return _rules().select(**query_of(vllm_config, model, kv_cache_dtype))
+
+
+def model_of(vllm_config: Any) -> str | None:
+    """The rules' model for the config's architecture (vLLM's own registry says which package
+    serves it), or None when it is not DeepSeek-V4 / V4.1."""
+    model_config = getattr(vllm_config, "model_config", None)
+    if model_config is None:
+        return None
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    for arch in getattr(model_config, "architectures", None) or ():
+        registered = ModelRegistry.models.get(arch)
+        family = MODEL_PACKAGES.get(str(getattr(registered, "module_name", "")))
+        if family is not None:
+            return family
+    return None
+
