@@ -78,30 +78,39 @@ def _device(cfg) -> tuple[str, str] | None:
 
 def _deployment(cfg) -> str:
     """The host space's deployment value of SGLang's raw arguments (one deviation at most)."""
-    found = []
-    if cfg.attention_backend not in (None, "dsv4"):
-        found.append("attention_backend_other")
-    for split in ("prefill_attention_backend", "decode_attention_backend"):
-        if getattr(cfg, split) not in (None, "dsv4"):
-            found.append("prefill_backend_other")
-    if cfg.speculative_algorithm == "EAGLE":
-        found.append("eagle")
-    elif cfg.speculative_algorithm == "DSPARK":
-        found.append("dspark")
-    elif cfg.speculative_algorithm is not None:
-        raise SelectionError(f"DeepSeek-V4 attention in SGLang: speculative algorithm "
-                             f"{cfg.speculative_algorithm} is not EAGLE or DSPARK (SGLang 0.5.23 refuses it too).")
-    if cfg.enable_prefill_cp:
-        found.append("prefill_cp")
-    elif cfg.disaggregation_mode not in (None, "null"):
-        found.append("pd")
-    elif (cfg.tp_size or 1) > 1 and (cfg.attn_dp_size or 1) < cfg.tp_size:
-        found.append("attention_tp")
-    # the refusals come first: a refused flag decides whatever else is set
-    for first in ("attention_backend_other", "prefill_backend_other"):
-        if first in found:
-            return first
+    # in this order: a refused flag (another attention backend) decides whatever else is set
+    found = [*_backend_deviations(cfg), *_speculative_deviations(cfg), *_parallel_deviations(cfg)]
     return found[0] if found else "single"
+
+
+def _backend_deviations(cfg) -> list[str]:
+    """An attention backend other than DeepSeek-V4's, for both phases or for one."""
+    found = ["attention_backend_other"] if cfg.attention_backend not in (None, "dsv4") else []
+    found += ["prefill_backend_other" for split in ("prefill_attention_backend", "decode_attention_backend")
+              if getattr(cfg, split) not in (None, "dsv4")]
+    return found
+
+
+def _speculative_deviations(cfg) -> list[str]:
+    """EAGLE or DSPARK speculative decoding; another algorithm is refused here, as SGLang refuses it."""
+    algorithm = cfg.speculative_algorithm
+    if algorithm is None:
+        return []
+    if algorithm not in ("EAGLE", "DSPARK"):
+        raise SelectionError(f"DeepSeek-V4 attention in SGLang: speculative algorithm "
+                             f"{algorithm} is not EAGLE or DSPARK (SGLang 0.5.23 refuses it too).")
+    return [algorithm.lower()]
+
+
+def _parallel_deviations(cfg) -> list[str]:
+    """Prefill context parallelism, PD disaggregation or attention tensor parallelism (the first that holds)."""
+    if cfg.enable_prefill_cp:
+        return ["prefill_cp"]
+    if cfg.disaggregation_mode not in (None, "null"):
+        return ["pd"]
+    if (cfg.tp_size or 1) > 1 and (cfg.attn_dp_size or 1) < cfg.tp_size:
+        return ["attention_tp"]
+    return []
 
 
 def host_point(server_args) -> dict | None:
