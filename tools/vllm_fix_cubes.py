@@ -2,7 +2,7 @@
 """Write docs/vllm-0.33-fixes.md: `dsv4sel diff rules/compat/vllm-0.33 rules` as cubes, per deliberate fix.
 
 Every input whose outcome differs between the compat set (vLLM 0.33's decisions) and the
-shipped rules is assigned the fix that the compat rule deciding it names (F1-F4 in its
+shipped rules is assigned the fix that the compat rule deciding it names (F1-F5 in its
 description, written by tools/gen_compat_vllm033.py), then each fix's inputs are merged into
 cubes as `dsv4sel diff` prints them. `--check FILE` exits 1 when FILE is stale.
 """
@@ -29,8 +29,10 @@ FIXES = {
     "F3": "no silent e4m3 for fp8_e5m2, fp8_inc, fp8_per_token_head (vLLM 0.33 stores them as e4m3 data)",
     "F4": "no kv-cache dtype the layer's kernels cannot read (vLLM 0.33 accepts it as bf16/e4m3 rows or keeps "
           "nvfp4_ds_mla off mega-attention)",
+    "F5": "a platform's default layer may also be named (`--attention-backend CPU_V4_MLA_SPARSE` / "
+          "`XPU_V4_MLA_SPARSE`; vLLM 0.33's AttentionConfig refuses these names, though it builds the class)",
 }
-TAG = re.compile(r"\bF([1-4])\b")
+TAG = re.compile(r"\bF([1-5])\b")
 
 
 def rule_tags() -> dict[str, tuple[str, ...]]:
@@ -40,7 +42,8 @@ def rule_tags() -> dict[str, tuple[str, ...]]:
             continue
         with open(os.path.join(COMPAT, name)) as fh:
             data = yaml.safe_load(fh)
-        for rule in data.get("rules", []):
+        # a backend file's requested_by_name: is a rule too (it decides the queries naming it)
+        for rule in [*data.get("rules", []), *filter(None, [data.get("requested_by_name")])]:
             found = TAG.findall(rule.get("description", "") or "")
             if found:
                 tags[rule["id"]] = tuple(f"F{n}" for n in found)
@@ -80,7 +83,9 @@ def categorize(compat, shipped, tags):
         if before == after:
             continue
         path = compat.row(key).path
-        if any("F1" in tags.get(compat.rule(i).id, ()) for i in path):
+        if any("F5" in tags.get(compat.rule(i).id, ()) for i in path):
+            fix = "F5"
+        elif any("F1" in tags.get(compat.rule(i).id, ()) for i in path):
             fix = "F1"
         elif not shipped_serves(key):
             fix = "F2"

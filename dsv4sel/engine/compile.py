@@ -28,7 +28,7 @@ from ..errors import RuleError
 from .clauses import rule_conditions, rule_outcome
 from .compilation import Compilation
 from .load import LoadedFile
-from .model import DEFAULT_TABLE, HitPolicy, Program, Rule, Table
+from .model import DEFAULT_TABLE, HitPolicy, Program, Rule, Table, request_table_name
 from .profile import Profile
 from .suggest import did_you_mean
 from .values import RuleRef
@@ -51,6 +51,8 @@ def declare_tables(ctx: Compilation) -> None:
         defaults = f.data.get("defaults") or {}
         for i, raw in enumerate(f.data["rules"]):
             _declare_rule(ctx, f, ("rules", i), raw, table, kind, pack, defaults)
+        if kind == "backend" and "requested_by_name" in f.data:
+            _declare_request_table(ctx, f, table, pack)
 
 
 def _default_table(ctx: Compilation, f: LoadedFile) -> Table:
@@ -108,6 +110,20 @@ def _declare_rule(ctx: Compilation, f: LoadedFile, path: tuple, raw: dict, table
     ctx.rules.append(rule)
 
 
+def _declare_request_table(ctx: Compilation, f: LoadedFile, table: Table, pack: str) -> None:
+    """The one-rule table a query naming one of ``table``'s backends meets first: it rejects with
+    the file's ``requested_by_name:`` reason. A default rule's ``use:`` still reaches ``table``,
+    so a backend the host builds by default but refuses by name is stated as such."""
+    gate = Table(request_table_name(table.backends), table.backends, HitPolicy.FIRST, f.file,
+                 f.where(("requested_by_name",), key=True)[0])
+    path = ("requested_by_name",)
+    raw = f.data["requested_by_name"]
+    _declare_rule(ctx, f, path, raw, gate, "backend", pack, {})
+    for name in table.backends:
+        if ctx.tables.get(name) is table:  # a backend already declared elsewhere has its DSV308
+            ctx.request_tables[name] = gate
+
+
 def order_defaults(ctx: Compilation) -> None:
     """The default decision's rules in the order they are tried: overrides first, the
     latest pack's first; then every other rule in load order."""
@@ -139,7 +155,7 @@ def assemble(ctx: Compilation) -> None:
     assert ctx.default_table is not None  # order_defaults always sets one
     ctx.program = Program(ctx.inputs, ctx.default_table, ctx.tables, tuple(ctx.backend_order), ctx.rules,
                           ctx.allowed, tuple(f.file for f in ctx.files), ctx.profile, ctx.descriptions,
-                          tuple(ctx.growth))
+                          tuple(ctx.growth), ctx.request_tables)
 
 
 def check_cycles(ctx: Compilation) -> None:
