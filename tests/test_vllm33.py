@@ -105,21 +105,14 @@ def test_plugin_replaces_the_functions_vllm_033_decides_in(reports, platform):
 
 def known_compat_difference(row) -> bool:
     """The inputs where the compat set does not yet equal vLLM 0.33 (docs/vllm.md, "Not done yet"):
-
-    * V4.0 FlashInfer's SM10x row layer given ``fp8_ds_mla`` or ``nvfp4_ds_mla`` (80): vLLM keeps
-      the rows' torch dtype (e4m3 or bf16) but sizes the KV-cache spec by the string, 584 bytes
-      per token, less than a bf16 row needs; stating that needs a selection ``dsv4sel check``
-      refuses (DSV408: bytes per token disagree with the layout), so the compat set keeps the
-      rows' sizes;
-    * ``CPU_V4_MLA_SPARSE`` / ``XPU_V4_MLA_SPARSE`` named explicitly (28), which vLLM's
-      AttentionConfig refuses: in the rules they are also the tables the platform default uses,
-      and a table cannot tell an explicit name from the default (DSV309).
+    V4.0 FlashInfer's SM10x row layer given ``fp8_ds_mla`` or ``nvfp4_ds_mla`` (80). vLLM keeps
+    the rows' torch dtype (e4m3 or bf16) but sizes the KV-cache spec by the string, 584 bytes per
+    token, less than a bf16 row needs; stating that needs a selection ``dsv4sel check`` refuses
+    (DSV408: bytes per token disagree with the layout), so the compat set keeps the rows' sizes.
     """
     i, v = row["input"], row["vllm"]
-    if (i["model"] == "deepseek_v4" and i["kv"] in ("fp8_ds_mla", "nvfp4_ds_mla") and v["kind"] == "select"
-            and v["class"].endswith("nvidia.flashinfer_sparse:DeepseekV4FlashInferMLAAttention")):
-        return True
-    return i["backend"] in ("CPU_V4_MLA_SPARSE", "XPU_V4_MLA_SPARSE") and v.get("at") == "config"
+    return (i["model"] == "deepseek_v4" and i["kv"] in ("fp8_ds_mla", "nvfp4_ds_mla") and v["kind"] == "select"
+            and v["class"].endswith("nvidia.flashinfer_sparse:DeepseekV4FlashInferMLAAttention"))
 
 
 @pytest.mark.skipif(not COMPAT.is_dir(), reason="rules/compat/vllm-0.33 is not in this checkout")
