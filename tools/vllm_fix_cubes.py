@@ -9,6 +9,7 @@ cubes as `dsv4sel diff` prints them. `--check FILE` exits 1 when FILE is stale.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import sys
@@ -54,10 +55,24 @@ E4M3_ALIASES = {"fp8_e5m2", "fp8_inc", "fp8_per_token_head"}
 PLAIN = {"auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_ds_mla"}
 
 
+def _fix(named: set[str], kv: str, before, shipped_serves) -> str:
+    """The fix one changed input belongs to: F5 or F1 when the compat path goes through a rule
+    naming it (a default layer named, a backend vLLM ignores); else F2 when the shipped rules
+    select nothing there for any kv dtype; else F3 for the e4m3 aliases; else F4."""
+    for tag in ("F5", "F1"):
+        if tag in named:
+            return tag
+    if not shipped_serves():
+        return "F2"
+    if kv in E4M3_ALIASES:
+        return "F3"
+    if kv not in PLAIN or (before.kind == "select" and before.layout.endswith("_row") and kv == "fp8_ds_mla"):
+        return "F4"  # fp8_ds_mla on a plain-row layer: vLLM's own validator rejects it
+    return "other"
+
+
 def categorize(compat, shipped, tags):
-    """Group the changed inputs by fix: F1 when the compat path goes through a rule for a backend
-    vLLM ignores; else F2 when the shipped rules select nothing there for any kv dtype (the
-    platform, capability, arch or topology); else F3 for the e4m3 aliases; else F4."""
+    """Group the changed inputs by fix (:func:`_fix`)."""
     names = compat.key_inputs
     kv_at = names.index("kv_cache_dtype")
     domains = [dict() for _ in names]
@@ -82,20 +97,8 @@ def categorize(compat, shipped, tags):
         (before, group_before), (after, group_after) = compat_at(key), shipped_at(key)
         if before == after:
             continue
-        path = compat.row(key).path
-        if any("F5" in tags.get(compat.rule(i).id, ()) for i in path):
-            fix = "F5"
-        elif any("F1" in tags.get(compat.rule(i).id, ()) for i in path):
-            fix = "F1"
-        elif not shipped_serves(key):
-            fix = "F2"
-        elif key[kv_at] in E4M3_ALIASES:
-            fix = "F3"
-        elif key[kv_at] not in PLAIN or (before.kind == "select" and before.layout.endswith("_row")
-                                           and key[kv_at] == "fp8_ds_mla"):
-            fix = "F4"  # fp8_ds_mla on a plain-row layer: vLLM's own validator rejects it
-        else:
-            fix = "other"
+        named = {tag for i in compat.row(key).path for tag in tags.get(compat.rule(i).id, ())}
+        fix = _fix(named, key[kv_at], before, functools.partial(shipped_serves, key))
         box = tuple(1 << d[v] for d, v in zip(domains, key))
         group = (fix, group_before, group_after)
         groups.setdefault(group, []).append(box)
