@@ -157,6 +157,22 @@ class Table:
         r["description"] = (r.get("description", "").rstrip() + " " + note).strip()
 
 
+def _spec_584(rule, kv, rows):
+    """vLLM 0.33's V4.0 FlashInfer layer given a packed kv string on SM10x (a vLLM bug, reproduced):
+    it keeps the plain rows (``rows``) but its KV-cache spec is sized by the string, 584 bytes per
+    token, so the selection disagrees with its layout; the rule acknowledges DSV408 with the reason."""
+    r = copy.deepcopy(rule)
+    r["id"] = f"vllm033-{rule['id']}-{kv.replace('_', '-')}-spec-584"
+    r["description"] = (f"F4: vLLM 0.33 accepts {kv} on FlashInfer's SM10x layer: it writes {rows} rows "
+                        "but sizes its KV-cache spec by the string, 584 B/token.")
+    r["when"] = {**r["when"], "kv_cache_dtype": kv}
+    row_bytes = r["select"]["bytes_per_token"]
+    r["select"] = {**r["select"], "bytes_per_token": 584}
+    r["acknowledge"] = {"DSV408": f"vLLM 0.33 sizes this cache at 584 B/token while the layer writes {rows} rows "
+                                  f"of {row_bytes:,} B: reproduced, not endorsed (the shipped rules reject it, F4)"}
+    return r
+
+
 def edit(name, t: Table):
     if name == "defaults.yaml":
         t.insert_before("default-cuda-unsupported", [use(
@@ -184,6 +200,9 @@ def edit(name, t: Table):
         t.when("flashinfer-sm10x-bf16", "F2/F4", capability={"not": "12.x"}, kv_cache_dtype={"not": FP8 + REFUSED_KV})
         t.when("flashinfer-sm10x-fp8", "F2/F3/F4", capability={"not": "12.x"}, kv_cache_dtype=FP8)
         # what is left for these three is int8, which vLLM's CacheConfig refuses: as shipped
+        t.insert_before("flashinfer-sm10x-bf16", [
+            _spec_584(t.rule("flashinfer-sm10x-fp8"), "fp8_ds_mla", "e4m3"),
+            _spec_584(t.rule("flashinfer-sm10x-bf16"), "nvfp4_ds_mla", "bf16")])
         t.insert_before("flashinfer-unsupported-platform", v4_ignored("vllm033-flashinfer", skip=("cuda",)))
     elif name == "flashinfer_dsv41.yaml":
         t.insert_before("flashinfer-dsv41-other-model", v4_ignored("vllm033-flashinfer-dsv41"))

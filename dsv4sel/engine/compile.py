@@ -23,9 +23,11 @@ of them. Lowering the program to the evaluator's array is the next stage
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from ..errors import RuleError
 from .clauses import rule_conditions, rule_outcome
+from .codes import CODES
 from .compilation import Compilation
 from .load import LoadedFile
 from .model import DEFAULT_TABLE, HitPolicy, Program, Rule, Table, request_table_name
@@ -100,7 +102,7 @@ def _declare_rule(ctx: Compilation, f: LoadedFile, path: tuple, raw: dict, table
     if raw.get("override") and kind != "default":
         ctx.error(f, path + ("override",), "DSV309", "`override` applies to default-backend rules only; "
                   "a backend's table is owned by the file that declares it", key=True)
-    rule = Rule(ref, table.name, len(table.rules), conditions, outcome)
+    rule = Rule(ref, table.name, len(table.rules), conditions, outcome, _acknowledged(ctx, f, path, raw))
     ctx.seen_ids.setdefault(raw["id"], rule)
     if kind == "default":
         ctx.default_entries.append((bool(raw.get("override")), ctx.pack_rank.setdefault(pack, len(ctx.pack_rank)),
@@ -124,6 +126,23 @@ def _declare_request_table(ctx: Compilation, f: LoadedFile, table: Table, pack: 
             ctx.request_tables[name] = gate
 
 
+#: The kinds of verifier findings a rule's ``acknowledge:`` may turn into warnings: those of its
+#: own selected fields (layout, consistency, rewrite fixpoint, host class), found per rule.
+ACKNOWLEDGEABLE = ("layout", "consistency", "fixpoint", "host")
+
+
+def _acknowledged(ctx: Compilation, f: LoadedFile, path: tuple, raw: dict) -> tuple[tuple[str, str], ...]:
+    """The rule's ``acknowledge:`` as ``(code, reason)`` pairs. Only the findings of a rule's
+    own selection may be acknowledged (:data:`ACKNOWLEDGEABLE`); any other code is a problem."""
+    written = raw.get("acknowledge") or {}
+    allowed = [code for code, (kind, _) in CODES.items() if kind in ACKNOWLEDGEABLE]
+    for code in written:
+        if code not in allowed:
+            ctx.error(f, path + ("acknowledge", code), "DSV309", f"{code} cannot be acknowledged: only the "
+                      "findings of a rule's own selection can (" + ", ".join(allowed) + ")", key=True)
+    return tuple(sorted(written.items()))
+
+
 def order_defaults(ctx: Compilation) -> None:
     """The default decision's rules in the order they are tried: overrides first, the
     latest pack's first; then every other rule in load order."""
@@ -134,7 +153,7 @@ def order_defaults(ctx: Compilation) -> None:
         ctx.default_table = Table(DEFAULT_TABLE, (), HitPolicy.FIRST, "<none>", 1)
         return
     table = ctx.default_table
-    table.rules = [Rule(r.ref, r.table, i, r.conditions, r.outcome) for i, (*_, r) in enumerate(entries)]
+    table.rules = [replace(r, index=i) for i, (*_, r) in enumerate(entries)]
     index_of = {id(r): i for i, (*_, r) in enumerate(entries)}
     ctx.rules = [table.rules[index_of[id(r)]] if id(r) in index_of else r for r in ctx.rules]
 

@@ -78,6 +78,9 @@ class Rule:
     index: int
     conditions: tuple[tuple[str, frozenset[str]], ...]
     outcome: Outcome
+    #: ``(code, reason)``: verifier findings of this rule reported as warnings naming the reason
+    #: (the rule's ``acknowledge:``)
+    acknowledged: tuple[tuple[str, str], ...] = ()
 
     def matches(self, point: dict[str, str]) -> bool:
         return all(point[name] in allowed for name, allowed in self.conditions)
