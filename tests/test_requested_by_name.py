@@ -97,6 +97,10 @@ def test_explain_shows_the_reason_where_it_is_written_and_suggests_no_backend(pa
     assert ex.rejection.rule.location == f"rules/c.yaml:{_line(C, 'id: c-named')}"
     assert ex.alternatives and ex.alternatives[0].backend is None
     assert ex.alternatives[0].selection.backend == "C"
+    # named, C serves nothing anywhere: the backend is what to change, and no alternative names it
+    assert ex.rejection.blocked_by == "backend"
+    assert rules.selectable_backends == ("G",)
+    assert all(a.backend != "C" for a in ex.alternatives)
 
 
 def test_check_proves_every_input_decided_and_the_array_equals_resolution(pack):
