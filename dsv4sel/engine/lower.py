@@ -65,8 +65,7 @@ def to_table(program: Program) -> dict[str, Any]:
     for backend_index, backend in enumerate(layout.backends):
         for event in flow.walk(backend):
             painter.paint_event(event, space, backend_index, backend)
-            if (backend is not None and event.kind == "decide" and event.rule.outcome.kind == "select"
-                    and _labels(backend, (*event.path, event.rule))[-1] == backend):
+            if backend is not None and _selects_named(event, backend):
                 selectable.add(backend)
     ids, outcomes = painter.ids, painter.outcomes
     table = {**layout.as_data(), "typecode": ids.typecode, "ids": ids.tobytes()}
@@ -160,6 +159,12 @@ def _text_bytes(item: tuple) -> int:
                 if part.__class__ is tuple:
                     total += sum(len(x) for x in part if x.__class__ is str)
     return total
+
+
+def _selects_named(event, backend: str) -> bool:
+    """Whether flow ``event`` of a query naming ``backend`` selects ``backend`` itself."""
+    return (event.kind == "decide" and event.rule.outcome.kind == "select"
+            and _labels(backend, (*event.path, event.rule))[-1] == backend)
 
 
 def _labels(backend: str | None, rules: tuple) -> tuple:
