@@ -103,31 +103,11 @@ def test_plugin_replaces_the_functions_vllm_033_decides_in(reports, platform):
         "vllm.models.deepseek_v41.attention._resolve_dsv4_kv_cache_dtype"])
 
 
-def known_compat_difference(row) -> bool:
-    """The inputs where the compat set does not yet equal vLLM 0.33 (docs/vllm.md, "Not done yet"):
-
-    * V4.0 FlashInfer's SM10x row layer given ``fp8_ds_mla`` or ``nvfp4_ds_mla`` (80): vLLM keeps
-      the rows' torch dtype (e4m3 or bf16) but sizes the KV-cache spec by the string, 584 bytes
-      per token, less than a bf16 row needs; stating that needs a selection ``dsv4sel check``
-      refuses (DSV408: bytes per token disagree with the layout), so the compat set keeps the
-      rows' sizes;
-    * ``CPU_V4_MLA_SPARSE`` / ``XPU_V4_MLA_SPARSE`` named explicitly (28), which vLLM's
-      AttentionConfig refuses: in the rules they are also the tables the platform default uses,
-      and a table cannot tell an explicit name from the default (DSV309).
-    """
-    i, v = row["input"], row["vllm"]
-    if (i["model"] == "deepseek_v4" and i["kv"] in ("fp8_ds_mla", "nvfp4_ds_mla") and v["kind"] == "select"
-            and v["class"].endswith("nvidia.flashinfer_sparse:DeepseekV4FlashInferMLAAttention")):
-        return True
-    return i["backend"] in ("CPU_V4_MLA_SPARSE", "XPU_V4_MLA_SPARSE") and v.get("at") == "config"
-
-
 @pytest.mark.skipif(not COMPAT.is_dir(), reason="rules/compat/vllm-0.33 is not in this checkout")
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_compat_rules_equal_vllm_where_it_decides(reports, platform):
     s = reports[platform]["sets"]["compat"]
-    other = [row for row in s["disagree"] if not known_compat_difference(row)]
-    assert other == [], f"{len(other)} inputs differ, e.g.:\n{_first(other)}"
+    assert s["disagree"] == [], f"{len(s['disagree'])} inputs differ, e.g.:\n{_first(s['disagree'])}"
     assert s["agree"] > 0
 
 
@@ -136,17 +116,11 @@ def test_compat_rules_equal_vllm_where_it_decides(reports, platform):
 def test_compat_and_shipped_differ_only_by_the_deliberate_fixes(reports, platform):
     """`dsv4sel diff rules/compat/vllm-0.33 rules`, input by input: every changed input is one
     where vLLM decides, the compat set agrees with it and the shipped rules do not (or both reject
-    by different rules), except the known compat differences."""
+    by different rules)."""
     r = reports[platform]
     d = r["diff"]
-    known = {(row["input"]["model"], row["input"]["capability"], row["input"]["backend"], row["input"]["kv"])
-             for row in r["sets"]["compat"]["disagree"] if known_compat_difference(row)}
-    other = [row for row in d["changed_not_a_fix"] if tuple(row[:4]) not in known]
-    assert other == [], other[:5]
-    shipped = [row for row in r["sets"]["shipped"]["disagree"]
-               if (row["input"]["model"], row["input"]["capability"], row["input"]["backend"],
-                   row["input"]["kv"]) not in known]
-    assert d["fixes"] == len(shipped)  # every shipped/vLLM difference is in the diff
+    assert d["changed_not_a_fix"] == [], d["changed_not_a_fix"][:5]
+    assert d["fixes"] == len(r["sets"]["shipped"]["disagree"])  # every shipped/vLLM difference is in the diff
 
 
 @pytest.fixture(scope="module")

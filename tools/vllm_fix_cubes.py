@@ -2,13 +2,14 @@
 """Write docs/vllm-0.33-fixes.md: `dsv4sel diff rules/compat/vllm-0.33 rules` as cubes, per deliberate fix.
 
 Every input whose outcome differs between the compat set (vLLM 0.33's decisions) and the
-shipped rules is assigned the fix that the compat rule deciding it names (F1-F4 in its
+shipped rules is assigned the fix that the compat rule deciding it names (F1-F5 in its
 description, written by tools/gen_compat_vllm033.py), then each fix's inputs are merged into
 cubes as `dsv4sel diff` prints them. `--check FILE` exits 1 when FILE is stale.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import sys
@@ -29,8 +30,10 @@ FIXES = {
     "F3": "no silent e4m3 for fp8_e5m2, fp8_inc, fp8_per_token_head (vLLM 0.33 stores them as e4m3 data)",
     "F4": "no kv-cache dtype the layer's kernels cannot read (vLLM 0.33 accepts it as bf16/e4m3 rows or keeps "
           "nvfp4_ds_mla off mega-attention)",
+    "F5": "a platform's default layer may also be named (`--attention-backend CPU_V4_MLA_SPARSE` / "
+          "`XPU_V4_MLA_SPARSE`; vLLM 0.33's AttentionConfig refuses these names, though it builds the class)",
 }
-TAG = re.compile(r"\bF([1-4])\b")
+TAG = re.compile(r"\bF([1-5])\b")
 
 
 def rule_tags() -> dict[str, tuple[str, ...]]:
@@ -40,7 +43,8 @@ def rule_tags() -> dict[str, tuple[str, ...]]:
             continue
         with open(os.path.join(COMPAT, name)) as fh:
             data = yaml.safe_load(fh)
-        for rule in data.get("rules", []):
+        # a backend file's requested_by_name: is a rule too (it decides the queries naming it)
+        for rule in [*data.get("rules", []), *filter(None, [data.get("requested_by_name")])]:
             found = TAG.findall(rule.get("description", "") or "")
             if found:
                 tags[rule["id"]] = tuple(f"F{n}" for n in found)
@@ -51,10 +55,24 @@ E4M3_ALIASES = {"fp8_e5m2", "fp8_inc", "fp8_per_token_head"}
 PLAIN = {"auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_ds_mla"}
 
 
+def _fix(named: set[str], kv: str, before, shipped_serves) -> str:
+    """The fix one changed input belongs to: F5 or F1 when the compat path goes through a rule
+    naming it (a default layer named, a backend vLLM ignores); else F2 when the shipped rules
+    select nothing there for any kv dtype; else F3 for the e4m3 aliases; else F4."""
+    for tag in ("F5", "F1"):
+        if tag in named:
+            return tag
+    if not shipped_serves():
+        return "F2"
+    if kv in E4M3_ALIASES:
+        return "F3"
+    if kv not in PLAIN or (before.kind == "select" and before.layout.endswith("_row") and kv == "fp8_ds_mla"):
+        return "F4"  # fp8_ds_mla on a plain-row layer: vLLM's own validator rejects it
+    return "other"
+
+
 def categorize(compat, shipped, tags):
-    """Group the changed inputs by fix: F1 when the compat path goes through a rule for a backend
-    vLLM ignores; else F2 when the shipped rules select nothing there for any kv dtype (the
-    platform, capability, arch or topology); else F3 for the e4m3 aliases; else F4."""
+    """Group the changed inputs by fix (:func:`_fix`)."""
     names = compat.key_inputs
     kv_at = names.index("kv_cache_dtype")
     domains = [dict() for _ in names]
@@ -79,18 +97,8 @@ def categorize(compat, shipped, tags):
         (before, group_before), (after, group_after) = compat_at(key), shipped_at(key)
         if before == after:
             continue
-        path = compat.row(key).path
-        if any("F1" in tags.get(compat.rule(i).id, ()) for i in path):
-            fix = "F1"
-        elif not shipped_serves(key):
-            fix = "F2"
-        elif key[kv_at] in E4M3_ALIASES:
-            fix = "F3"
-        elif key[kv_at] not in PLAIN or (before.kind == "select" and before.layout.endswith("_row")
-                                           and key[kv_at] == "fp8_ds_mla"):
-            fix = "F4"  # fp8_ds_mla on a plain-row layer: vLLM's own validator rejects it
-        else:
-            fix = "other"
+        named = {tag for i in compat.row(key).path for tag in tags.get(compat.rule(i).id, ())}
+        fix = _fix(named, key[kv_at], before, functools.partial(shipped_serves, key))
         box = tuple(1 << d[v] for d, v in zip(domains, key))
         group = (fix, group_before, group_after)
         groups.setdefault(group, []).append(box)

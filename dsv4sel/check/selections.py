@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from .context import CheckContext, table_label
-from .findings import ERROR, Finding
+from .findings import ERROR, WARNING, Finding
+from ..engine.codes import kind_code
 from ..engine.locations import location
 from .outcomes import SELECTION_FIELDS, placeholders, render_fields
 
@@ -78,7 +79,9 @@ def selection_findings(ctx: CheckContext, regions, examples) -> Iterator[Finding
         yield Finding(ERROR, kind, f"defaults: {message} (inherited by {_who(refs)})", file, line, column,
                       rules=tuple(refs), counterexample=ctx.input(box, start), table=rule.table)
     for (kind, ref, message), (count, rule, start, box, extra) in reported.items():
-        yield ctx.finding(ERROR, kind, message, ref, rules=(ref, *extra), count=count,
+        reason = dict(rule.acknowledged).get(kind_code(kind))
+        severity, text = (ERROR, message) if reason is None else (WARNING, f"{message} (acknowledged: {reason})")
+        yield ctx.finding(severity, kind, text, ref, rules=(ref, *extra), count=count,
                           counterexample=ctx.input(box, start), table=rule.table)
 
 def _who(refs) -> str:

@@ -34,6 +34,7 @@ class Compilation:
         self.growth: list[tuple[str, int, int]] = []
         self.inputs: dict[str, InputDecl] = {}
         self.tables: dict[str, Table] = {}
+        self.request_tables: dict[str, Table] = {}
         self.default_table: Table | None = None
         self.backend_order: list[str] = []
         self.declared_in: dict[str, LoadedFile] = {}

@@ -23,12 +23,14 @@ of them. Lowering the program to the evaluator's array is the next stage
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from ..errors import RuleError
 from .clauses import rule_conditions, rule_outcome
+from .codes import CODES
 from .compilation import Compilation
 from .load import LoadedFile
-from .model import DEFAULT_TABLE, HitPolicy, Program, Rule, Table
+from .model import DEFAULT_TABLE, HitPolicy, Program, Rule, Table, request_table_name
 from .profile import Profile
 from .suggest import did_you_mean
 from .values import RuleRef
@@ -51,6 +53,8 @@ def declare_tables(ctx: Compilation) -> None:
         defaults = f.data.get("defaults") or {}
         for i, raw in enumerate(f.data["rules"]):
             _declare_rule(ctx, f, ("rules", i), raw, table, kind, pack, defaults)
+        if kind == "backend" and "requested_by_name" in f.data:
+            _declare_request_table(ctx, f, table, pack)
 
 
 def _default_table(ctx: Compilation, f: LoadedFile) -> Table:
@@ -98,7 +102,7 @@ def _declare_rule(ctx: Compilation, f: LoadedFile, path: tuple, raw: dict, table
     if raw.get("override") and kind != "default":
         ctx.error(f, path + ("override",), "DSV309", "`override` applies to default-backend rules only; "
                   "a backend's table is owned by the file that declares it", key=True)
-    rule = Rule(ref, table.name, len(table.rules), conditions, outcome)
+    rule = Rule(ref, table.name, len(table.rules), conditions, outcome, _acknowledged(ctx, f, path, raw))
     ctx.seen_ids.setdefault(raw["id"], rule)
     if kind == "default":
         ctx.default_entries.append((bool(raw.get("override")), ctx.pack_rank.setdefault(pack, len(ctx.pack_rank)),
@@ -106,6 +110,37 @@ def _declare_rule(ctx: Compilation, f: LoadedFile, path: tuple, raw: dict, table
     else:
         table.rules.append(rule)
     ctx.rules.append(rule)
+
+
+def _declare_request_table(ctx: Compilation, f: LoadedFile, table: Table, pack: str) -> None:
+    """The one-rule table a query naming one of ``table``'s backends meets first: it rejects with
+    the file's ``requested_by_name:`` reason. A default rule's ``use:`` still reaches ``table``,
+    so a backend the host builds by default but refuses by name is stated as such."""
+    gate = Table(request_table_name(table.backends), table.backends, HitPolicy.FIRST, f.file,
+                 f.where(("requested_by_name",), key=True)[0])
+    path = ("requested_by_name",)
+    raw = f.data["requested_by_name"]
+    _declare_rule(ctx, f, path, raw, gate, "backend", pack, {})
+    for name in table.backends:
+        if ctx.tables.get(name) is table:  # a backend already declared elsewhere has its DSV308
+            ctx.request_tables[name] = gate
+
+
+#: The kinds of verifier findings a rule's ``acknowledge:`` may turn into warnings: those of its
+#: own selected fields (layout, consistency, rewrite fixpoint, host class), found per rule.
+ACKNOWLEDGEABLE = ("layout", "consistency", "fixpoint", "host")
+
+
+def _acknowledged(ctx: Compilation, f: LoadedFile, path: tuple, raw: dict) -> tuple[tuple[str, str], ...]:
+    """The rule's ``acknowledge:`` as ``(code, reason)`` pairs. Only the findings of a rule's
+    own selection may be acknowledged (:data:`ACKNOWLEDGEABLE`); any other code is a problem."""
+    written = raw.get("acknowledge") or {}
+    allowed = [code for code, (kind, _) in CODES.items() if kind in ACKNOWLEDGEABLE]
+    for code in written:
+        if code not in allowed:
+            ctx.error(f, path + ("acknowledge", code), "DSV309", f"{code} cannot be acknowledged: only the "
+                      "findings of a rule's own selection can (" + ", ".join(allowed) + ")", key=True)
+    return tuple(sorted(written.items()))
 
 
 def order_defaults(ctx: Compilation) -> None:
@@ -118,7 +153,7 @@ def order_defaults(ctx: Compilation) -> None:
         ctx.default_table = Table(DEFAULT_TABLE, (), HitPolicy.FIRST, "<none>", 1)
         return
     table = ctx.default_table
-    table.rules = [Rule(r.ref, r.table, i, r.conditions, r.outcome) for i, (*_, r) in enumerate(entries)]
+    table.rules = [replace(r, index=i) for i, (*_, r) in enumerate(entries)]
     index_of = {id(r): i for i, (*_, r) in enumerate(entries)}
     ctx.rules = [table.rules[index_of[id(r)]] if id(r) in index_of else r for r in ctx.rules]
 
@@ -139,7 +174,7 @@ def assemble(ctx: Compilation) -> None:
     assert ctx.default_table is not None  # order_defaults always sets one
     ctx.program = Program(ctx.inputs, ctx.default_table, ctx.tables, tuple(ctx.backend_order), ctx.rules,
                           ctx.allowed, tuple(f.file for f in ctx.files), ctx.profile, ctx.descriptions,
-                          tuple(ctx.growth))
+                          tuple(ctx.growth), ctx.request_tables)
 
 
 def check_cycles(ctx: Compilation) -> None:

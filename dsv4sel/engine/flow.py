@@ -53,7 +53,7 @@ class Flow:
         self.program = program
         self.space = space
         self.tables = {program.default_table.name: program.default_table}
-        for table in program.tables.values():
+        for table in (*program.tables.values(), *program.request_tables.values()):
             self.tables.setdefault(table.name, table)
         self.indexes: dict[str, TableIndex] = {
             name: TableIndex(space, [rule.conditions for rule in table.rules])
@@ -76,7 +76,7 @@ class Flow:
         return hit
 
     def start_table(self, backend: str | None):
-        return self.program.default_table if backend is None else self.program.tables[backend]
+        return self.program.table_for(backend)
 
     def walk(self, backend: str | None, box: Box | None = None, detail: bool = False) -> Iterator[Event]:
         """The events of deciding every input of ``box`` requested with ``backend``."""

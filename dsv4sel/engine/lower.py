@@ -59,9 +59,14 @@ def to_table(program: Program) -> dict[str, Any]:
     profile = program.profile
     painter = _Painter(program, layout)
     flow = Flow(program, space, needs=lambda rule: True)
+    # the backends a query may name and get: a backend whose table serves only the inputs a
+    # default rule routes there (`requested_by_name:`) is not one of them
+    selectable: set[str] = set()
     for backend_index, backend in enumerate(layout.backends):
         for event in flow.walk(backend):
             painter.paint_event(event, space, backend_index, backend)
+            if backend is not None and _selects_named(event, backend):
+                selectable.add(backend)
     ids, outcomes = painter.ids, painter.outcomes
     table = {**layout.as_data(), "typecode": ids.typecode, "ids": ids.tobytes()}
     return {
@@ -71,8 +76,7 @@ def to_table(program: Program) -> dict[str, Any]:
         "inputs": [(d.name, d.values, d.by, d.scoped, d.default, d.fallback, d.probe, d.aliases)
                    for d in program.inputs.values()],
         "backends": program.backends,
-        "selectable": tuple(b for b in program.backends
-                            if any(o.kind == "select" and o.backend == b for o in outcomes)),
+        "selectable": tuple(b for b in program.backends if b in selectable),
         "rules": [(r.ref.id, r.ref.file, r.ref.line, r.ref.pack, r.table) for r in program.rules],
         "outcomes": [artifact.stored(o) for o in outcomes],
         "table": table,
@@ -155,6 +159,12 @@ def _text_bytes(item: tuple) -> int:
                 if part.__class__ is tuple:
                     total += sum(len(x) for x in part if x.__class__ is str)
     return total
+
+
+def _selects_named(event, backend: str) -> bool:
+    """Whether flow ``event`` of a query naming ``backend`` selects ``backend`` itself."""
+    return (event.kind == "decide" and event.rule.outcome.kind == "select"
+            and _labels(backend, (*event.path, event.rule))[-1] == backend)
 
 
 def _labels(backend: str | None, rules: tuple) -> tuple:

@@ -21,6 +21,11 @@ from .values import RuleRef
 DEFAULT_TABLE = "<default>"
 
 
+def request_table_name(backends: tuple[str, ...]) -> str:
+    """The name of the table a query naming one of ``backends`` meets first (``requested_by_name:``)."""
+    return "|".join(backends) + " (named)"
+
+
 @dataclass(frozen=True)
 class InputDecl:
     """One declared input of the decision: its values and where they were declared.
@@ -73,6 +78,9 @@ class Rule:
     index: int
     conditions: tuple[tuple[str, frozenset[str]], ...]
     outcome: Outcome
+    #: ``(code, reason)``: verifier findings of this rule reported as warnings naming the reason
+    #: (the rule's ``acknowledge:``)
+    acknowledged: tuple[tuple[str, str], ...] = ()
 
     def matches(self, point: dict[str, str]) -> bool:
         return all(point[name] in allowed for name, allowed in self.conditions)
@@ -171,6 +179,10 @@ class Program:
     #: ``(file, line, column)`` of each pack declaration that grew the space (new
     #: values, new backends), in load order: where a too-large space is reported
     growth: tuple[tuple[str, int, int], ...] = ()
+    #: backend -> the table consulted when a query names it (a backend file's
+    #: ``requested_by_name:``, one reject rule); its own table then decides only
+    #: the inputs a ``use:`` routes there
+    request_tables: dict[str, Table] = field(default_factory=dict)
 
     def points(self) -> Iterator[dict[str, str]]:
         """Every point of the decision space except the backend, in vocabulary order."""
@@ -189,7 +201,10 @@ class Program:
         yield from walk(0, {})
 
     def table_for(self, backend: str | None) -> Table:
-        return self.default_table if backend is None else self.tables[backend]
+        """The table that decides a query requesting ``backend`` (None: the platform default)."""
+        if backend is None:
+            return self.default_table
+        return self.request_tables.get(backend) or self.tables[backend]
 
     def resolve(self, backend: str | None, point: dict[str, str]) -> Resolution:
         """Decide ``point`` with ``backend`` requested (None = platform default)."""
