@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Bottom first. A module may import its own layer and the layers below it.
 #: A name stands for the module or, for a package, every module in it.

@@ -10,8 +10,7 @@ import textwrap
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks"))
 
 from _verify_programs import DEFAULTS, HEAD, VOCAB, Reference  # noqa: E402
 from test_cases import case_report  # noqa: E402
