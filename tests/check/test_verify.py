@@ -136,7 +136,7 @@ def line_of(path: str, needle: str) -> int:
 
 
 # The findings of these cases (codes, locations, rules, cubes) are checked by
-# tests/test_cases.py; what a case file cannot say is checked here.
+# tests/check/test_cases.py; what a case file cannot say is checked here.
 
 def test_a_clean_case_covers_every_input(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

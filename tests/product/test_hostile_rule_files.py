@@ -1,6 +1,6 @@
 """Hostile rule files give one located error, fast and in bounded memory.
 
-The corpus lives in ``tests/hostile/``: each file states, on its second
+The corpus lives in ``tests/product/hostile/``: each file states, on its second
 line, the exact error it must give (``# error: LINE:COL: MESSAGE``). Files
 that cannot be committed (a FIFO, a link to /dev/zero, a 2 MiB file, an
 unreadable directory) are made by the tests below.
