@@ -1,6 +1,6 @@
 """The complexity gate (issue 19): no function of ``dsv4sel/`` or ``kernels/`` has a cyclomatic
-complexity above 15, as radon counts it (``radon cc -s -n C dsv4sel kernels`` lists the ones near
-the limit). A function over it fails ``make test`` with its name, file:line and figure, which is the
+complexity above 15, as radon counts it (``radon cc -s -n C --show-closures dsv4sel kernels`` lists
+the ones near the limit; without ``--show-closures`` it hides closures, which count here). A function over it fails ``make test`` with its name, file:line and figure, which is the
 moment to split it into named steps rather than to raise the limit.
 """
 
