@@ -1,4 +1,19 @@
+"""Shared fixtures, and the one place that makes tests/'s helpers importable.
+
+The tests live in folders that mirror the packages (tests/README.md). pytest (rootdir import
+mode "prepend") puts each test file's own folder on sys.path, not tests/, so the helpers kept
+here (``_cli``, ``_repo``, ``_rule_text``, ...) are added once, below: this file is loaded
+before any test module below it is imported.
+"""
+
+import sys
+from pathlib import Path
+
 import pytest
+
+_TESTS = str(Path(__file__).resolve().parent)
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)
 
 
 @pytest.fixture(autouse=True)

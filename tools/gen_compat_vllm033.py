@@ -4,7 +4,7 @@
 The compat set is the shipped rule set with each deliberate fix undone: every edit below
 states, as rules, what vLLM 0.33 does where dsv4sel decides differently on purpose. Nothing
 else changes (same vocabulary, same rule texts), so ``dsv4sel diff rules/compat/vllm-0.33 rules``
-lists exactly the deliberate fixes, and the differential suite (tests/test_vllm33.py) checks
+lists exactly the deliberate fixes, and the differential suite (tests/hosts/vllm/test_vllm33.py) checks
 the compat set against vLLM's own selection code on every input where vLLM decides.
 
     python3 tools/gen_compat_vllm033.py          # rewrite rules/compat/vllm-0.33/

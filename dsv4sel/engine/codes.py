@@ -11,7 +11,7 @@ not on message text. Families:
 
 Each stage sets the code where it finds the problem (``Problem.code``); the
 verifier's findings take theirs from their kind (:func:`kind_code`).
-``tests/test_codes.py`` holds each code to a real problem.
+``tests/engine/test_codes.py`` holds each code to a real problem.
 """
 
 from __future__ import annotations

@@ -186,7 +186,9 @@ def load_text(text: str, file: str) -> tuple[LoadedFile | None, list[Problem]]:
         line, column = _position(node)
         return Problem(file, line, column, message, code=code)
 
-    def build(node: yaml.Node, path: Path, depth: int, is_key: bool = False) -> Any:
+    def enter(node: yaml.Node, path: Path, depth: int) -> bool:
+        """Count ``node`` against the bounds (raising _TooLarge past one) and mark its place;
+        False, with the problem recorded, when its tag is not plain YAML data."""
         nonlocal produced
         produced += 1
         if produced > MAX_NODES:
@@ -199,49 +201,61 @@ def load_text(text: str, file: str) -> tuple[LoadedFile | None, list[Problem]]:
         loaded.marks.setdefault(path, _position(node))
         if node.tag not in _CORE_TAGS:
             problems.append(located(node, "DSV104", f"tag '{escape(node.tag)}' is not allowed: rule files are plain YAML data"))
+            return False
+        return True
+
+    def scalar(node: yaml.ScalarNode, is_key: bool) -> Any:
+        try:
+            value = _scalar(node)
+        except _BadScalar as exc:
+            problems.append(located(node, "DSV107", str(exc)))
+            return None
+        if isinstance(value, str):
+            bad = control_character(value, in_text=not is_key)
+            if bad:
+                problems.append(located(node, "DSV109", f"{'key' if is_key else 'string'} '{escape(value)}' holds "
+                                              f"the control character '{escape(bad)}'"
+                                              "; rule files hold printable text only"))
+                return None
+        return value
+
+    def mapping(node: yaml.Node, path: Path, depth: int) -> dict[Any, Any]:
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                problems.append(located(key_node, "DSV105", "merge keys (<<) are not supported; "
+                                                  "repeat the fields or use `defaults:`"))
+                continue
+            if not isinstance(key_node, yaml.ScalarNode):
+                problems.append(located(key_node, "DSV107", "mapping keys must be plain scalars"))
+                continue
+            key = build(key_node, path + ("<key>",), depth + 1, is_key=True)
+            if not isinstance(key, (str, int, bool)):
+                if key is not None or key_node.tag.endswith(":null"):
+                    problems.append(located(key_node, "DSV107", "mapping keys must be plain scalars"))
+                continue
+            key_line, key_col = _position(key_node)
+            if key in out:
+                first_line, _ = loaded.key_marks[path + (key,)]
+                problems.append(Problem(file, key_line, key_col,
+                                        f"duplicate key '{escape(str(key))}' (first defined on line {first_line})", code="DSV106"))
+                continue
+            loaded.key_marks[path + (key,)] = (key_line, key_col)
+            out[key] = build(value_node, path + (key,), depth + 1)
+        loaded.marks.pop(path + ("<key>",), None)
+        return out
+
+    # Three steps of one walk (bounds and tag, scalars, mappings), each under the complexity limit.
+    def build(node: yaml.Node, path: Path, depth: int, is_key: bool = False) -> Any:
+        if not enter(node, path, depth):
             return None
         if isinstance(node, yaml.ScalarNode):
-            try:
-                value = _scalar(node)
-            except _BadScalar as exc:
-                problems.append(located(node, "DSV107", str(exc)))
-                return None
-            if isinstance(value, str):
-                bad = control_character(value, in_text=not is_key)
-                if bad:
-                    problems.append(located(node, "DSV109", f"{'key' if is_key else 'string'} '{escape(value)}' holds "
-                                                  f"the control character '{escape(bad)}'"
-                                                  "; rule files hold printable text only"))
-                    return None
-            return value
+            return scalar(node, is_key)
         active.add(id(node))
         try:
             if isinstance(node, yaml.SequenceNode):
                 return [build(item, path + (i,), depth + 1) for i, item in enumerate(node.value)]
-            out: dict[Any, Any] = {}
-            for key_node, value_node in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    problems.append(located(key_node, "DSV105", "merge keys (<<) are not supported; "
-                                                      "repeat the fields or use `defaults:`"))
-                    continue
-                if not isinstance(key_node, yaml.ScalarNode):
-                    problems.append(located(key_node, "DSV107", "mapping keys must be plain scalars"))
-                    continue
-                key = build(key_node, path + ("<key>",), depth + 1, is_key=True)
-                if not isinstance(key, (str, int, bool)):
-                    if key is not None or key_node.tag.endswith(":null"):
-                        problems.append(located(key_node, "DSV107", "mapping keys must be plain scalars"))
-                    continue
-                key_line, key_col = _position(key_node)
-                if key in out:
-                    first_line, _ = loaded.key_marks[path + (key,)]
-                    problems.append(Problem(file, key_line, key_col,
-                                            f"duplicate key '{escape(str(key))}' (first defined on line {first_line})", code="DSV106"))
-                    continue
-                loaded.key_marks[path + (key,)] = (key_line, key_col)
-                out[key] = build(value_node, path + (key,), depth + 1)
-            loaded.marks.pop(path + ("<key>",), None)
-            return out
+            return mapping(node, path, depth)
         finally:
             active.discard(id(node))
 

@@ -4,7 +4,7 @@
 :mod:`dsv4sel.engine.lower` turns it into the compiled array the evaluator reads;
 :mod:`dsv4sel.check.verifier` checks it. ``Program.resolve`` decides one point by
 walking the tables rule by rule: the specification the compiled array is
-tested against (``tests/test_compiled_form.py``).
+tested against (``tests/engine/test_compiled_form.py``).
 """
 
 from __future__ import annotations

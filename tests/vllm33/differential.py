@@ -157,7 +157,7 @@ def vllm_pass(sets: dict, platform: str, inputs: list, report: dict) -> tuple[di
 def plugin_pass(shipped, platform: str, inputs: list) -> dict:
     """The same inputs through vLLM with the plugin installed (shipped rules)."""
     # The plugin raises the rules' SelectionError; its "Would work:" suggestions come from dsv4sel's
-    # nearest-alternative search (2-3 ms per rejection, tested on its own in tests/test_explain.py).
+    # nearest-alternative search (2-3 ms per rejection, tested on its own in tests/tools/test_explain.py).
     # Here only where and how the plugin rejects is compared, so the search is left out.
     import dsv4sel.vllm_plugin as plugin
     from dsv4sel.dsv4 import alternatives

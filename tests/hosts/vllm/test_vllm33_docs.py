@@ -10,7 +10,7 @@ from pathlib import Path
 
 import dsv4sel
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 
 COMPAT = REPO / "rules" / "compat" / "vllm-0.33"
 

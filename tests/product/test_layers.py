@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Bottom first. A module may import its own layer and the layers below it.
 #: A name stands for the module or, for a package, every module in it.
@@ -91,7 +91,7 @@ def layer_of(module: str) -> int | None:
                 best = (index, len(member))
     if best is not None:
         return best[0]
-    raise AssertionError(f"{module} has no layer: add it to LAYERS in tests/test_layers.py")
+    raise AssertionError(f"{module} has no layer: add it to LAYERS in tests/product/test_layers.py")
 
 
 GRAPH = {name: imports(name, path) & MODULES.keys() for name, path in MODULES.items()}

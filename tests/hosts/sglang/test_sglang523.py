@@ -24,10 +24,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _host_env import env_skip_reason  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 VENV = Path(os.environ.get("DSV4SEL_SGLANG_VENV", ROOT / ".venv-sglang"))
 PYTHON = VENV / "bin" / "python"
 STAMP = VENV / ".dsv4sel-sglang-env"

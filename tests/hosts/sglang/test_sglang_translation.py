@@ -1,5 +1,5 @@
 """The shipped rules as SGLang 0.5.23 sees them (dsv4sel.sglang_plugin.translation), against the compat
-set (SGLang itself, checked by tests/test_sglang523.py) over the whole host space: every input
+set (SGLang itself, checked by tests/hosts/sglang/test_sglang523.py) over the whole host space: every input
 where they differ is one of the listed fixes (docs/sglang.md), and none is SGLang refusing an input
 that dsv4sel serves. Needs no SGLang."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tests" / "sglang523"))
 
 import dsv4sel  # noqa: E402

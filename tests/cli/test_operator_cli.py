@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
 
 from _cli import REPO, run  # noqa: E402
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/, for _vllm33
 import _vllm33  # noqa: E402
 from _vllm33 import COMPAT, PLATFORMS, PYTHON, ROOT, RUNS  # noqa: E402,F401
 

@@ -1,19 +1,17 @@
 """The mistakes a new pack author makes most (examples/mistakes/), each pinned to the one finding
 `dsv4sel check` gives it: code, severity, file, line and column. docs/adding-a-backend.md shows
 their messages, generated from the same packs; the message text of each code is checked once,
-here or in tests/test_codes.py. Also issue 18's "one problem, one finding" cases (no `kind:`,
+here or in tests/engine/test_codes.py. Also issue 18's "one problem, one finding" cases (no `kind:`,
 a tab, a wrong field in `defaults:`), the hint that names the pack's file, and explain's warning
 for an impl that cannot be imported."""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
 
 from _cli import REPO, run  # noqa: E402
 

@@ -4,13 +4,10 @@ is a coded problem or finding at its file:line. Needs no SGLang."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
 
 import dsv4sel
 from dsv4sel.check.host_spaces import check_translation

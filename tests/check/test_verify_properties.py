@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import tempfile
 
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, os.path.dirname(__file__))
 
 from _verify_programs import BASE_FIELDS, Reference, Spec, build, specs, to_yaml_files  # noqa: E402
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/, for _vllm33
 import _vllm33  # noqa: E402
 from _vllm33 import ROOT  # noqa: E402
 
@@ -141,7 +141,7 @@ def rejection_sample(ran) -> list[str]:
 def test_vllm_serve_shows_the_start_up_and_decision_lines_as_the_doc_does(ran):
     """`vllm serve` with vLLM's own CLI and default logging: the start-up line, the decision line and
     the rules' message in the API server, the start-up line again in the engine core process; the
-    doc's block is exactly that (run `python tests/test_vllm33_plugin.py --write` to refresh it)."""
+    doc's block is exactly that (run `python tests/hosts/vllm/test_vllm33_plugin.py --write` to refresh it)."""
     got = serve_log(ran)
     assert [line.split("] ", 1)[1] for line in got if line.startswith("(APIServer")][:1] == [START], got
     assert any(line.startswith("(EngineCore") and line.endswith(START) for line in got), got

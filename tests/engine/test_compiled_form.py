@@ -9,13 +9,10 @@ the same outcome row.
 
 from __future__ import annotations
 
-import os
-import sys
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
-sys.path.insert(0, os.path.dirname(__file__))
 
 from _verify_programs import build, specs  # noqa: E402
 

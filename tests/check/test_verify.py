@@ -10,8 +10,7 @@ import textwrap
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks"))
 
 from _verify_programs import DEFAULTS, HEAD, VOCAB, Reference  # noqa: E402
 from test_cases import case_report  # noqa: E402
@@ -137,7 +136,7 @@ def line_of(path: str, needle: str) -> int:
 
 
 # The findings of these cases (codes, locations, rules, cubes) are checked by
-# tests/test_cases.py; what a case file cannot say is checked here.
+# tests/check/test_cases.py; what a case file cannot say is checked here.
 
 def test_a_clean_case_covers_every_input(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -1,5 +1,5 @@
 """Host classes (`hosts:`): version specs, compile-time checks, and the vLLM plugin's refusals
-(with a stand-in `vllm` module: the real-vLLM tests are tests/test_vllm33.py)."""
+(with a stand-in `vllm` module: the real-vLLM tests are tests/hosts/vllm/test_vllm33.py)."""
 from __future__ import annotations
 
 import sys
@@ -109,6 +109,6 @@ def test_plugin_entry_point_is_declared():
     import tomllib
     from pathlib import Path
 
-    meta = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    meta = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     assert meta["project"]["entry-points"]["vllm.general_plugins"] == {"dsv4sel": "dsv4sel.vllm_plugin:register"}
     assert any(r.startswith("vllm") for r in meta["project"]["optional-dependencies"]["vllm"])

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import sys
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(__file__))
 
 from _cli import REPO, rule_line, run  # noqa: E402
 

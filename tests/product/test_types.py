@@ -48,7 +48,7 @@ def test_mypy_checks_the_kernels_under_their_installed_name_from_the_checkout_it
     # there instead of the link would type-check stale kernels
     import os
 
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     link = os.path.join(repo, "typecheck", "dsv4sel", "kernels")
     assert os.path.islink(link)
     assert os.path.realpath(link) == os.path.realpath(os.path.join(repo, "kernels"))
@@ -58,7 +58,7 @@ def test_the_mypy_config_checks_the_whole_package_without_switching_checking_off
     tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11+")
     import os
 
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(os.path.join(repo, "pyproject.toml"), "rb") as f:
         mypy = tomllib.load(f)["tool"]["mypy"]
     assert mypy["packages"] == ["dsv4sel", "dsv4sel.kernels"] and mypy["mypy_path"] == "typecheck"

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
 
 from _verify_programs import DEFAULTS, HEAD, VOCAB  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(sys.executable).with_name("dsv4sel")
 COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [
     sys.executable, "-c", "import sys; from dsv4sel.cli import main; sys.exit(main())"]

@@ -4,11 +4,9 @@ here to a real rule file that produces it, through the real pipeline."""
 from __future__ import annotations
 
 import os
-import sys
 import textwrap
 
 
-sys.path.insert(0, os.path.dirname(__file__))
 
 from _verify_programs import DEFAULTS, HEAD, VOCAB  # noqa: E402
 
@@ -89,7 +87,7 @@ def test_compile_codes(tmp_path):
 
 def test_a_copied_pack_file_is_one_problem(tmp_path):
     pack = write(tmp_path / "copy", {"flashmla.yaml": (tmp_path / ".." / ".." ).joinpath(
-        os.path.join(os.path.dirname(__file__), "..", "rules", "flashmla.yaml")).read_text()})
+        os.path.join(os.path.dirname(__file__), "..", "..", "rules", "flashmla.yaml")).read_text()})
     report = dsv4sel.verify([*default_packs(), str(pack)])
     assert [f.code for f in report.findings] == ["DSV313"], [str(f) for f in report.findings]
     assert "is a copy of rules/flashmla.yaml" in report.findings[0].message
@@ -165,7 +163,7 @@ def test_every_code_is_documented_and_classified():
     assert all(code.startswith("DSV") and len(code) == 6 for code in CODES)
     assert kind_code("gap") == "DSV401" and kind_code("impl") == "DSV406"
     for code in CODES:
-        assert code in open(os.path.join(os.path.dirname(__file__), "..", "docs", "cli.md")).read(), code
+        assert code in open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "cli.md")).read(), code
 
 
 def test_codes_are_set_where_problems_are_found_not_read_from_their_text():

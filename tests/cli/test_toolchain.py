@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-sys.path.insert(0, os.path.dirname(__file__))
 
 from _cli import ANSI, REPO, run, run_tty  # noqa: E402
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "tools" / "doc_samples.py"
 _spec = importlib.util.spec_from_file_location("doc_samples", TOOL)
 doc_samples = importlib.util.module_from_spec(_spec)

@@ -1,8 +1,8 @@
-"""Rule-set test cases as data: one runner for ``tests/cases/*.yaml``.
+"""Rule-set test cases as data: one runner for ``tests/check/cases/*.yaml``.
 
 Each case is rule files, the findings ``dsv4sel check`` must report (by code
 and location), and optionally queries with their expected outcome. The
-format is in ``tests/cases/README.md``. Cases hold YAML as YAML, where
+format is in ``tests/check/cases/README.md``. Cases hold YAML as YAML, where
 Python strings would hide it, and assert on codes, not on message text.
 """
 
