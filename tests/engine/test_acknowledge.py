@@ -4,19 +4,15 @@ codes named, and only codes of a rule's own selection."""
 
 from __future__ import annotations
 
-import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
+from _rule_text import BACKEND_HEAD
+from test_requested_by_name import DEFAULT, VOCAB
 
-from _rule_text import BACKEND_HEAD  # noqa: E402
-from test_requested_by_name import DEFAULT, VOCAB  # noqa: E402
-
-import dsv4sel  # noqa: E402
-from dsv4sel.api import verify  # noqa: E402
-from dsv4sel.errors import RuleError  # noqa: E402
+import dsv4sel
+from dsv4sel.api import verify
+from dsv4sel.errors import RuleError
 
 REASON = "the host sizes this cache at 512 B: reproduced, not endorsed"
 

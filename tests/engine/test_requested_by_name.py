@@ -7,25 +7,21 @@ name (vLLM 0.33's ``CPU_V4_MLA_SPARSE``): ``rules/compat/vllm-0.33/cpu.yaml`` us
 
 from __future__ import annotations
 
-import os
-import sys
 import textwrap
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
+from _rule_text import BACKEND_HEAD
+from test_compiled_form import assert_table_equals_resolution
 
-from _rule_text import BACKEND_HEAD  # noqa: E402
-from test_compiled_form import assert_table_equals_resolution  # noqa: E402
-
-import dsv4sel  # noqa: E402
-from dsv4sel import SelectionError  # noqa: E402
-from dsv4sel.api import verify  # noqa: E402
-from dsv4sel.dsv4.profile import PROFILE  # noqa: E402
-from dsv4sel.engine.build import build_program  # noqa: E402
-from dsv4sel.engine.sources import expand  # noqa: E402
-from dsv4sel.errors import RuleError  # noqa: E402
-from dsv4sel.tools.explain import explain  # noqa: E402
+import dsv4sel
+from dsv4sel import SelectionError
+from dsv4sel.api import verify
+from dsv4sel.dsv4.profile import PROFILE
+from dsv4sel.engine.build import build_program
+from dsv4sel.engine.sources import expand
+from dsv4sel.errors import RuleError
+from dsv4sel.tools.explain import explain
 
 VOCAB = textwrap.dedent("""\
     kind: vocabulary
