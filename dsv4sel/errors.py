@@ -144,6 +144,7 @@ class SelectionError(ValueError):
         rule: RuleLike | None = None,
         query: object | None = None,
         path: tuple[RuleLike, ...] = (),
+        origin: str | None = None,
     ):
         # the message may echo a query value (or anything a caller passed): control characters
         # (colour codes, cursor moves, bidi overrides) are written as escapes, here, once, so
@@ -154,6 +155,9 @@ class SelectionError(ValueError):
         self.rule = rule
         self.query = query
         self.path = tuple(path)
+        #: ``file:line`` of what decided the refusal when that is not a rule of ``path`` (a host
+        #: translation's row), else the deciding rule's location; None when nothing decided it
+        self.origin = origin if origin is not None or rule is None else rule.location
         text = message
         if self.suggestions:
             text += "\nWould work: " + ", ".join(self.suggestions)

@@ -107,9 +107,7 @@ class Translation:
 
     def _refusal(self, point: dict, text: str, fix: str, origin: str) -> SelectionError:
         tag = f" [dsv4sel {self.host_label} fix {fix}]" if fix != "-" else ""
-        exc = SelectionError(f"DeepSeek-V4 attention in {self.host_label}: {text}{tag}")
-        exc.origin = origin  # type: ignore[attr-defined]
-        return exc
+        return SelectionError(f"DeepSeek-V4 attention in {self.host_label}: {text}{tag}", origin=origin)
 
     def query(self, point: dict, used: list[str] | None = None) -> dict[str, Any]:
         """The keywords of :func:`dsv4sel.select` an unrefused input means (``used`` collects the
@@ -138,12 +136,7 @@ class Translation:
         for row in self.refuse:
             if holds(row.when, point):
                 raise self._refusal(point, row.value["reason"].format(**point), row.value["fix"], row.where)
-        try:
-            sel = rules.select(**self.query(point, used))
-        except SelectionError as exc:
-            # where the refusal was decided, as a translation row's refusal carries it (SelectionError has no such slot)
-            exc.origin = None if exc.rule is None else exc.rule.location  # type: ignore[attr-defined]
-            raise
+        sel = rules.select(**self.query(point, used))  # its SelectionError's origin is the deciding rule
         return self.build(point, sel)
 
     def build(self, point: dict, sel: Selection) -> HostDecision:

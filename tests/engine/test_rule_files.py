@@ -163,3 +163,15 @@ def test_a_missing_compiler_dependency_is_named_with_its_fix(write_rules, monkey
             load(write_rules, use_cache=False)
     finally:
         validate.validator.cache_clear()
+
+
+# the compiled-rules cache follows the rule files' content (was in tests/dsv4/test_api.py, which
+# could import this module's rule texts only when pytest had collected tests/engine too)
+def test_the_cache_is_invalidated_when_a_rule_file_changes(write_rules, tmp_path):
+    directory = write_rules({"vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULT, "b.yaml": BACKEND})
+    first = dsv4sel.load_rules([directory])
+    assert dsv4sel.select(platform="cuda", capability="10.0", model="m", rules=first).block_size == 256
+    (tmp_path / "rules" / "b.yaml").write_text(BACKEND.replace("block_size: 256", "block_size: 64"))
+    second = dsv4sel.load_rules([directory])
+    assert first.digest != second.digest
+    assert dsv4sel.select(platform="cuda", capability="10.0", model="m", rules=second).block_size == 64
