@@ -118,8 +118,9 @@ def terminal_columns(fallback: int = 80) -> int:
     except (KeyError, ValueError):
         columns = 0
     if columns <= 0:
+        stdout = sys.__stdout__  # None in a process started without one: the fallback
         try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+            columns = os.get_terminal_size(stdout.fileno()).columns if stdout is not None else 0
         except (AttributeError, ValueError, OSError):
             columns = 0
     return columns or fallback
