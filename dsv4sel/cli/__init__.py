@@ -72,6 +72,13 @@ class Parser(argparse.ArgumentParser):
         sys.exit(EXIT_USAGE)
 
 
+def __getattr__(name: str):
+    """A subcommand's module as an attribute (``dsv4sel.cli.diff``), imported on first use."""
+    if name in COMMANDS:
+        return import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
     """``unrecognized arguments: ...``, with the nearest option of ``parser`` for each
     unknown one (difflib, through the one suggestion module)."""
