@@ -104,6 +104,8 @@ def test_a_damaged_packaged_artifact_is_never_served(tmp_path):
     assert cache.read_packaged(str(artifact)) is not None
     fingerprint = sources.fingerprint_bytes(srcs, allowed, api._domain_files())
     assert api._from_entry(cache.decode_packaged(raw), fingerprint, allowed, verified=True) is not None
+    entry = cache.decode_packaged(raw)  # the same value, types included, as the JSON form decodes to
+    assert repr(cache.decode(cache.encode(entry.data, bytes(entry.blob))).data) == repr(entry.data)
     rng = random.Random(20261205)
     missed = []
     for _ in range(FLIPS):
