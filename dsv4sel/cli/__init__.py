@@ -139,7 +139,7 @@ def _run(argv: list[str] | None) -> int:
 
     words = sys.argv[1:] if argv is None else list(argv)
     common.JSON_ERRORS = common.wants_json(words)
-    parser = build_parser(words[0] if words and words[0] in _ALONE else None)
+    parser = build_parser(_alone(words))
     try:
         args = parser.parse_args(argv)
         return _finish(args.run(args))
@@ -165,6 +165,11 @@ def _run(argv: list[str] | None) -> int:
         return 130
     except Exception as exc:  # noqa: BLE001 - a bug: one line for the user, the traceback on request
         return _internal(exc)
+
+
+def _alone(words: list[str]) -> str | None:
+    """The subcommand whose parser alone reads ``words`` (their first word), or None."""
+    return words[0] if words and words[0] in _ALONE else None
 
 
 def _command(argv: list[str] | None) -> str:
