@@ -188,7 +188,7 @@ def _from_entry(entry, fingerprint: bytes, allowed: tuple[str, ...], verified: b
         return None
     table["table"]["ids"] = blob[n:]
     try:
-        return RuleSet(table, digest, allowed, verified)
+        return RuleSet.from_verified(table, digest, allowed) if verified else RuleSet(table, digest, allowed)
     except CorruptTable:
         return None
 

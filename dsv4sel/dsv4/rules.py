@@ -92,9 +92,8 @@ class RuleSet(CompiledRules):
     to share between threads (the memo is a plain dict of immutable values).
     """
 
-    def __init__(self, data: dict[str, Any], digest: str, allowed_impl_modules: tuple[str, ...] | None = None,
-                 verified: bool = False):
-        super().__init__(data, digest, allowed_impl_modules, PROFILE, verified)
+    def __init__(self, data: dict[str, Any], digest: str, allowed_impl_modules: tuple[str, ...] | None = None):
+        super().__init__(data, digest, allowed_impl_modules, PROFILE)
 
     # --------------------------------------------------------- normalization
     def _invalid(self, what: str, value: Any, valid, hint: str = "", flag_of: str | None = None) -> InvalidQuery:

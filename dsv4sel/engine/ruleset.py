@@ -93,19 +93,18 @@ class CompiledRules:
     threads (the memo is a plain dict of immutable values).
     """
 
+    #: True only for an instance :meth:`from_verified` builds
+    _verified = False
+
     def __init__(self, data: dict[str, Any], digest: str, allowed_impl_modules: tuple[str, ...] | None,
-                 profile: Profile, verified: bool = False):
+                 profile: Profile):
         """``data`` is ``to_table``'s result, possibly read back from the cache:
         it is checked here against ``profile`` (the domain it was compiled
         for), and :class:`CorruptTable` raised when it is not what the
         compiler writes. ``allowed_impl_modules`` is the process's allow-list
         (default: the one the data was compiled with); every impl the data
-        names must lie inside it. ``verified``: these very bytes passed every
-        check when they were written (the packaged artifact: the installer's,
-        CRC-checked, fingerprinted), so the per-row and per-index checks,
-        which cost the cold start ~30M instructions, are not run again."""
+        names must lie inside it."""
         self.profile = profile
-        self._verified = verified
         try:
             self._load(data)
         except CorruptTable:
@@ -124,6 +123,17 @@ class CompiledRules:
                 raise CorruptTable(f"compiled rules name an impl outside the allowed modules: {exc}") from None
         #: raw query -> the domain's result; a domain's select() probes it first (its hot path)
         self.memo: dict[tuple, Any] = {}
+
+    @classmethod
+    def from_verified(cls, *args: Any, **kwargs: Any) -> Any:
+        """An instance built as ``cls(*args, **kwargs)`` builds it, without the per-row and
+        per-index checks: for data whose very bytes passed them when they were written (the
+        packaged artifact: the installer's, CRC-checked, fingerprinted), which would cost the
+        cold start ~30M instructions to run again."""
+        self = cls.__new__(cls)
+        self._verified = True
+        cls.__init__(self, *args, **kwargs)
+        return self
 
     def _load(self, data: dict[str, Any]) -> None:
         if data.get("format") != COMPILED_FORMAT:
