@@ -13,11 +13,23 @@ from dsv4sel.engine.sources import default_packs
 
 from _bounds import CpuTimer
 from _cli import run
-from _rule_text import BACKEND_HEAD
 
-# one backend whose rule repeats ``{messages}``; ``BACKEND_HEAD`` keeps its
-# ``backends:`` on line 2 and its first rule on line 12, where the errors are expected
-BACKEND = BACKEND_HEAD.format(name="AMP_DSV4") + """\
+# These packs are generated at test time, so they stay Python templates, not YAML files: a
+# message aliased 3,000 times and vocabularies of 40 or 246 values. One backend whose rule
+# repeats ``{messages}``, with ``backends:`` on line 2 and its first rule on line 12, where the
+# errors are expected.
+BACKEND = """\
+kind: backend
+backends: [AMP_DSV4]
+hit_policy: first
+defaults:
+  impl: dsv4sel.kernels.flashmla:DeepseekV4FlashMLASparseImpl
+  layout: fp8_ds_mla
+  cache_dtype: fp8_ds_mla
+  torch_dtype: uint8
+  bytes_per_token: 584
+  block_size: 256
+rules:
   - id: amplified
     when: {{platform: cuda}}
     select: {{}}

@@ -5,7 +5,6 @@ the JSON layout. Locations are derived from the rule files, never hard-coded."""
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
