@@ -311,10 +311,8 @@ def test_rule_errors_fit_the_terminal(tmp_path):
     assert len(piped.err.strip().splitlines()) == 5  # the head line and one per problem
 
 
-def test_test_failures_as_sarif(tmp_path):
-    f = tmp_path / "t.yaml"
-    f.write_text("kind: tests\ncases:\n  - name: wrong\n    query: {platform: cpu}\n    expect: {backend: XPU_V4_MLA_SPARSE}\n")
-    r = run("test", str(f), "--format", "sarif")
+def test_test_failures_as_sarif():
+    r = run("test", "tests/cli/cases/wrong_xpu.yaml", "--format", "sarif")
     assert r.rc == 1, r
     (result,) = json.loads(r.out)["runs"][0]["results"]
     assert result["ruleId"] == "DSV510" and result["message"]["text"].startswith("case wrong: expected backend")

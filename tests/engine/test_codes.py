@@ -149,26 +149,42 @@ WORDING = _wording()
 
 
 def test_the_wording_table_names_real_codes_only():
-    assert set(WORDING) <= set(CODES), sorted(set(WORDING) - set(CODES))
+    # a key is a code, or a code and the variant of its message (`DSV501 test file`)
+    codes = {key.split()[0] for key in WORDING}
+    assert codes <= set(CODES), sorted(codes - set(CODES))
 
 
-@pytest.mark.parametrize("code", sorted(WORDING))
-def test_each_code_s_wording(code, tmp_path, monkeypatch):
-    """The message of ``code`` as a user reads it, from the rule folders the table names
-    (copied, in order, into ``rules/`` of a fresh working directory), at the place it gives."""
-    entry = WORDING[code]
-    monkeypatch.chdir(tmp_path)
+def _items(entry: dict, tmp_path: Path):
+    """The problems or findings of one entry's input, in a fresh working directory ``tmp_path``."""
+    if "test_files" in entry:  # `dsv4sel test`'s problems with test files, named as given
+        from dsv4sel.tools.testcases import TestFileError, load_cases
+
+        for name in entry["test_files"]:
+            shutil.copy(TESTS / name, tmp_path / Path(name).name)
+        for name in entry.get("empty_dirs", ()):
+            (tmp_path / name).mkdir()
+        paths = [*(Path(n).name for n in entry["test_files"]), *entry.get("missing", ()), *entry.get("empty_dirs", ())]
+        with pytest.raises(TestFileError) as info:
+            load_cases(paths)
+        return info.value.problems
     rules = gather(tmp_path / "rules", *(TESTS / folder for folder in entry["rules"]))
     paths = [*(default_packs() if entry.get("shipped") else []),
              *([rules + "/" + name for name in entry["missing"]] if "missing" in entry else [rules])]
     try:  # a rule set that does not compile has problems; one that does, findings
         dsv4sel.load_rules(paths, use_cache=False)
     except dsv4sel.RuleError as error:
-        items = error.problems
-    else:
-        items = dsv4sel.verify(paths).findings
-    hits = [f for f in items if f.code == code and str(f.loc) == entry["at"]]
+        return error.problems
+    return dsv4sel.verify(paths).findings
+
+
+@pytest.mark.parametrize("key", sorted(WORDING))
+def test_each_code_s_wording(key, tmp_path, monkeypatch):
+    """The message of a code as a user reads it, from the input the table names: ``rules``,
+    folders under tests/ copied in order into ``rules/``, or ``test_files`` (under tests/) copied
+    beside it, in a fresh working directory; at the place the table gives."""
+    entry = WORDING[key]
+    monkeypatch.chdir(tmp_path)
+    items = _items(entry, tmp_path)
+    hits = [f for f in items if f.code == key.split()[0] and str(f.loc) == entry["at"]]
     assert hits, [str(f) for f in items]
-    says = entry["says"] if isinstance(entry["says"], list) else [entry["says"]]
-    for part in says:
-        assert part in hits[0].message, hits[0].message
+    assert entry["says"] in hits[0].message, hits[0].message
