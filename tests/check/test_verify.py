@@ -151,7 +151,8 @@ def test_a_gap_carries_a_counterexample_and_prints_its_code(tmp_path, monkeypatc
     (gap,) = case_report("gap_in_first_table", tmp_path).findings
     assert gap.counterexample.as_dict() == {"model": "m", "platform": "cuda", "capability": "12.0",
                                             "backend": None, "kv_cache_dtype": "float16"}
-    assert str(gap).startswith("rules/a.yaml:2: error DSV401 [gap] no rule of table A decides 4 inputs")
+    assert (gap.code, str(gap.loc), gap.count) == ("DSV401", "rules/a.yaml:2", 4)
+    assert str(gap).startswith("rules/a.yaml:2: error DSV401 [gap] ")  # printed: location, severity, code, kind
 
 
 def test_an_overlap_gives_an_input_both_rules_match(tmp_path, monkeypatch):
@@ -231,10 +232,10 @@ def test_layouts_can_be_given_and_a_broken_layout_module_is_a_finding(write_rule
     program = build_program(expand(directory), ("dsv4sel.kernels",), PROFILE)
     own = {"fp8_ds_mla": SimpleNamespace(bytes_per_token=600, torch_dtype_name="uint8")}
     (finding,) = verify_program(program, layouts=own).findings
-    assert finding.kind == "consistency" and "600" in finding.message
+    assert finding.code == "DSV408" and "600" in finding.message  # the size of the layouts given
     monkeypatch.setattr(outcomes, "LAYOUTS_MODULE", "dsv4sel.kernels.no_such_layouts")
     (finding,) = verify_program(program).findings
-    assert finding.kind == "layout" and "no_such_layouts" in finding.message
+    assert finding.code == "DSV407" and "no_such_layouts" in finding.message  # the module it could not read
 
 
 def test_verify_a_ruleset_loaded_from_a_directory(write_rules):
