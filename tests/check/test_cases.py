@@ -20,6 +20,7 @@ import yaml
 
 import dsv4sel
 from dsv4sel.api import verify
+from dsv4sel.engine.load import load_file
 from dsv4sel.tools import testcases
 
 CASES = Path(__file__).with_name("cases")
@@ -44,11 +45,9 @@ def case_schema(tmp_path_factory) -> str:
 def load_case(name: str, schema: str, monkeypatch) -> tuple[dict, list]:
     """``case.yaml`` of case ``name`` as data, and its cases as the product's loader reads them."""
     path = CASES / name / "case.yaml"
-    monkeypatch.setattr(testcases, "SCHEMA_PATH", schema)
-    cases, _ = testcases.load_cases([str(path)])  # raises TestFileError, located, on a bad case file
-    monkeypatch.undo()
-    from dsv4sel.engine.load import load_file
-
+    with monkeypatch.context() as patch:
+        patch.setattr(testcases, "SCHEMA_PATH", schema)
+        cases, _ = testcases.load_cases([str(path)])  # raises TestFileError, located, on a bad case file
     loaded, problems = load_file(str(path), str(path))
     assert loaded is not None and not problems
     return loaded.data, cases
