@@ -98,7 +98,7 @@ def test_a_bad_case_file_is_refused_at_its_line(tmp_path, monkeypatch, case_sche
     monkeypatch.setattr(testcases, "SCHEMA_PATH", case_schema)
     with pytest.raises(testcases.TestFileError) as info:
         testcases.load_cases([str(case)])
-    assert [(p.code, p.line) for p in info.value.problems] == [("DSV204", 6)], info.value
+    assert [(p.code, p.line) for p in info.value.problems] == [("DSV204", 5)], info.value
 
 
 def test_every_case_folder_is_collected():
