@@ -112,7 +112,8 @@ def test_codes_are_set_where_problems_are_found_not_read_from_their_text():
     # a message that reads like another kind of problem keeps its own code
     from dsv4sel.engine.load import load_text
 
-    _, problems = load_text('kind: "duplicate key"\nkind: x\n', "t.yaml")
+    text = (RULES / "reads_like_another_problem" / "t.yaml").read_text()  # kind: "duplicate key", twice
+    _, problems = load_text(text, "t.yaml")
     assert [(p.code, p.line) for p in problems] == [("DSV106", 2)]
 
 
