@@ -5,7 +5,7 @@ tens of microseconds of it, and everything ``run`` adds shows in the ratio to th
 :func:`fast_run` returns is ``run`` for the common case, with the plan's constants bound in a closure:
 
 * the arguments are checked against the plan in one tuple comparison (shapes, dtypes, device,
-  contiguity of ``q`` and ``indices``); anything else (a non-contiguous ``q``, int64 indices, a cache
+  contiguity of ``q`` and ``indices``), then the extra arguments and the sink's shape; anything else (a non-contiguous ``q``, int64 indices, a cache
   seen for the first time, an error) returns None and takes the general path, which converts,
   memoizes or raises;
 * the page views come from the impl's memo (made by the general path on a cache's first ``run``);
@@ -64,7 +64,7 @@ def fast_run(plan: DecodePlan, general_query: Callable[[dict, Any], Any]) -> Any
     want = (plan.q_shape, torch.bfloat16, device, True, plan.indices_shape, torch.int32, device, True)
     want_extra = None if plan.extra_topk is None else (plan.extra_indices_shape, torch.int32, device, True)
     padded, q_buf, q_live, copy = st["padded"], st.get("q_buf"), st.get("q_live"), st.get("fast_copy")
-    lse_view, out_view = st["lse_view"], st["out_view"]
+    lse_view, out_view, sink_shape = st["lse_view"], st["out_view"], plan.sink_shape
 
     def extra_args(views: dict, extra_kv_cache: Any, extra_indices: Any) -> Any:
         """(extra pages, extra indices) as the plan has them, (None, None) without, or None: mismatch."""
@@ -89,7 +89,7 @@ def fast_run(plan: DecodePlan, general_query: Callable[[dict, Any], Any]) -> Any
         views = impl._views
         pages = _pages(views, kv_cache, block_size)
         extra = extra_args(views, extra_kv_cache, extra_indices)
-        if pages is None or extra is None:
+        if pages is None or extra is None or attn_sink is not None and attn_sink.shape != sink_shape:
             return None
         sink = None if attn_sink is None else impl._sink(st, attn_sink, plan.device)
         got = op(query(q), pages, indices, topk_length, sink, tsm, splits, extra[0], extra[1], extra_topk_length,

@@ -299,7 +299,8 @@ def _write(launcher: Launcher, tokens: int, warps: int, c: _CacheArgs, kv: torch
         elect, dedup_n = 1, max(16, 1 << (n - 1).bit_length())
     else:
         elect, dedup_n = 2, 1
-    tail = c.tail((launcher, check, elect == 2, rest), *rest, check=check, scratch=elect == 2)
+    key = (launcher, check, elect == 2, rest)
+    tail = c.tails.get(key) or c.tail(key, *rest, check=check, scratch=elect == 2)
     claim_tail = c.claim_tail() if elect == 2 else None
     if claim_tail is not None:
         _claims(-(-n // _CLAIM_BLOCK), 4, (slots, n), claim_tail, (_CLAIM_BLOCK,))
@@ -370,6 +371,7 @@ def _read(launcher: Launcher, config: tuple[int, int], c: _CacheArgs, slots: tor
     out = _empty_rows(n, c)
     if n:
         tokens, warps = config
-        tail = c.tail((launcher, check, rest), *rest, check=check, scratch=None)
+        key = (launcher, check, rest)
+        tail = c.tails.get(key) or c.tail(key, *rest, check=check, scratch=None)
         launcher(-(-n // tokens), warps, (out, slots, n), tail, (*flags, check, tokens))
     return out

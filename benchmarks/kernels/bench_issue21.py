@@ -14,12 +14,14 @@
   last-row election), ``unchecked`` = ``check=False`` (and ``unique=True`` for writes).
 * A decode step's cache write: 64 tokens into a 1M-token cache, eager µs per call (default and
   unchecked writes, and the default read of those 64 slots, with the direct launcher and with Triton's
-  own launch path), and per call in a CUDA graph of 10 calls.
+  own launch path; the six variants in turn, median over ``--step-rounds`` rounds), and per call in a
+  CUDA graph of 10 calls.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import types
 
 import torch
@@ -98,12 +100,16 @@ def step_row(name, gen, args):
     calls = (("default", lambda: layout.write(cache, kv, slots)),
              ("unchecked", lambda: layout.write(cache, kv, slots, check=False, unique=True)),
              ("read default", lambda: layout.read(cache, slots)))
-    default = triton_launch.STATE[0]
-    for launcher in ("direct", "triton"):
-        triton_launch.STATE[0] = launcher == "direct"
-        for key, fn in calls:
-            row[f"{key} eager µs ({launcher} launcher)"] = timed(fn, 20, args.reps) * 1e6
+    # Host time moves by tens of percent over seconds on these machines: the variants are measured in
+    # turn, one block each per round, and each figure is the median over the rounds.
+    default, times = triton_launch.STATE[0], {}
+    for _ in range(args.step_rounds):
+        for launcher in ("direct", "triton"):
+            triton_launch.STATE[0] = launcher == "direct"
+            for key, fn in calls:
+                times.setdefault(f"{key} eager µs ({launcher} launcher)", []).append(timed(fn, 20, 1) * 1e6)
     triton_launch.STATE[0] = default
+    row.update({key: statistics.median(values) for key, values in times.items()})
     graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
     layout.write(cache, kv, slots)
     stream.wait_stream(torch.cuda.current_stream())
@@ -121,6 +127,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--codec-calls", type=int, default=10)
     parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--step-rounds", type=int, default=15, help="rounds of the 64-token figures")
     parser.add_argument("--skip-flashmla", action="store_true")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()

@@ -96,6 +96,7 @@ def basics():
     out = torch.empty(4, 1, 64, 512, dtype=bf, device=dev)
     record("basic", "lse.as_strided((4,1,16),(64,1,1))", wall(lambda: lse.as_strided((4, 1, 16), (64, 1, 1))))
     record("basic", "lse.transpose(1, 2)", wall(lambda: lse.transpose(1, 2)))
+    record("basic", "lse.mT", wall(lambda: lse.mT))
     record("basic", "out.narrow(2, 0, 16)", wall(lambda: out.narrow(2, 0, 16)))
     record("basic", "out.as_strided(4d)", wall(lambda: out.as_strided((4, 1, 16, 512), (32768, 32768, 512, 1))))
     record("basic", "out[:, :, :16]", wall(lambda: out[:, :, :16]))

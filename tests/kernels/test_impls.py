@@ -648,6 +648,8 @@ def test_flashmla_runs_bound_path_equals_the_general_path_and_declines_the_rest(
         impl.run(**{**layer, "extra_indices": None})
     with pytest.raises(ValueError, match="q must be"):
         impl.run(**{**layer, "q": layer["q"][:2]})
+    with pytest.raises(ValueError, match="attn_sink must be"):
+        impl.run(**{**layer, "attn_sink": layer["attn_sink"][:-1]})
     if plan.query_buffer is not None:  # q written into the plan's buffer: no copy, same outputs
         plan.query_buffer.copy_(layer["q"])
         taken.clear()
