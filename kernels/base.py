@@ -331,7 +331,7 @@ class SparseMLAImpl(ImplClass, abstract=True):
         """
         plan = plan if plan is not None else self._current_plan
         fast = None if plan is None else plan.fast_run
-        if fast is not None and plan.impl_name == self.impl_name:  # the plan's bound path (plan.fast_run)
+        if fast is not None and plan is not None and plan.impl_name == self.impl_name:  # the plan's bound path
             got = fast(self, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)
             if got is not None:
                 return got

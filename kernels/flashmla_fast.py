@@ -31,19 +31,6 @@ __all__ = ["fast_run"]
 _new_output = tuple.__new__
 
 
-def _pages(views: dict, cache: Any, block_size: int) -> Any:
-    """The memoized FlashMLA page view of ``cache`` (see ``DeepseekV4FlashMLASparseImpl._page_view``),
-    or None when there is none yet, it is stale, or its block size is not the plan's."""
-    hit = views.get(id(cache))
-    if hit is None or hit[1] != cache.data_ptr() or hit[2] != cache.shape or hit[3].shape[1] != block_size:
-        return None
-    return hit[3]
-
-
-def _indices_key(t: Any) -> tuple:
-    return (t.shape, t.dtype, t.get_device(), t.is_contiguous())
-
-
 def fast_run(plan: DecodePlan, general_query: Callable[[dict, Any], Any]) -> Any:
     """``fast(impl, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)`` for ``plan``
     (a :class:`DecodeOutput`, or None: take the general path), or None where the plan has no direct op.
@@ -61,40 +48,58 @@ def fast_run(plan: DecodePlan, general_query: Callable[[dict, Any], Any]) -> Any
     device = tsm.get_device()
     topk_length, extra_topk_length, scale = plan.topk_length, plan.extra_topk_length, plan.softmax_scale
     block_size, extra_block_size = plan.block_size, plan.extra_block_size
-    want = (plan.q_shape, torch.bfloat16, device, True, plan.indices_shape, torch.int32, device, True)
-    want_extra = None if plan.extra_topk is None else (plan.extra_indices_shape, torch.int32, device, True)
+    want: tuple = (plan.q_shape, torch.bfloat16, device, True, plan.indices_shape, torch.int32, device, True)
+    if plan.extra_topk is not None:
+        want += (plan.extra_indices_shape, torch.int32, device, True)
     padded, q_buf, q_live, copy = st["padded"], st.get("q_buf"), st.get("q_live"), st.get("fast_copy")
     lse_view, out_view, sink_shape = st["lse_view"], st["out_view"], plan.sink_shape
 
-    def extra_args(views: dict, extra_kv_cache: Any, extra_indices: Any) -> Any:
-        """(extra pages, extra indices) as the plan has them, (None, None) without, or None: mismatch."""
-        if want_extra is None:
-            return (None, None) if extra_kv_cache is None and extra_indices is None else None
-        if extra_indices is None or _indices_key(extra_indices) != want_extra:
+    def finish(impl: Any, q: Any, pages: Any, indices: Any, extra_pages: Any, extra_indices: Any,
+               attn_sink: Any) -> Any:
+        """The sink, ``q`` into the padded buffer, the op, the outputs' views (arguments checked)."""
+        if attn_sink is None:
+            sink = None
+        elif attn_sink.shape != sink_shape:
             return None
-        pages = _pages(views, extra_kv_cache, extra_block_size)
-        return None if pages is None else (pages, extra_indices)
-
-    def query(q: Any) -> Any:
-        if not padded:
-            return q
-        if q is not q_live and (copy is None or not copy(q.data_ptr())):
-            general_query(st, q)
-        return q_buf
-
-    def fast(impl: Any, q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any, extra_indices: Any,
-             attn_sink: Any) -> Any:
-        if (q.shape, q.dtype, q.get_device(), q.is_contiguous() or q is q_live, *_indices_key(indices)) != want:
-            return None
-        views = impl._views
-        pages = _pages(views, kv_cache, block_size)
-        extra = extra_args(views, extra_kv_cache, extra_indices)
-        if pages is None or extra is None or attn_sink is not None and attn_sink.shape != sink_shape:
-            return None
-        sink = None if attn_sink is None else impl._sink(st, attn_sink, plan.device)
-        got = op(query(q), pages, indices, topk_length, sink, tsm, splits, extra[0], extra[1], extra_topk_length,
+        else:
+            sink = impl._sink(st, attn_sink, plan.device)
+        if padded:
+            if q is not q_live and (copy is None or not copy(q.data_ptr())):
+                general_query(st, q)
+            q = q_buf
+        got = op(q, pages, indices, topk_length, sink, tsm, splits, extra_pages, extra_indices, extra_topk_length,
                  512, scale, None, False)
         out, lse = got[0], got[1]
         return _new_output(DecodeOutput, (out.as_strided(*out_view) if padded else out, lse.as_strided(*lse_view)))
 
-    return fast
+    def fast_extra(impl: Any, q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any, extra_indices: Any,
+                   attn_sink: Any) -> Any:
+        """A plan with an extra cache (DeepSeek-V4's window + compressed caches)."""
+        if extra_indices is None or (
+                q.shape, q.dtype, q.get_device(), q.is_contiguous() or q is q_live,
+                indices.shape, indices.dtype, indices.get_device(), indices.is_contiguous(),
+                extra_indices.shape, extra_indices.dtype, extra_indices.get_device(), extra_indices.is_contiguous(),
+        ) != want:
+            return None
+        views = impl._views  # entries (cache, data_ptr, shape, page view): see _page_view
+        hit, extra = views.get(id(kv_cache)), views.get(id(extra_kv_cache))
+        if hit is None or extra is None or (hit[1], hit[2], hit[3].shape[1], extra[1], extra[2], extra[3].shape[1]) \
+                != (kv_cache.data_ptr(), kv_cache.shape, block_size, extra_kv_cache.data_ptr(), extra_kv_cache.shape,
+                    extra_block_size):
+            return None
+        return finish(impl, q, hit[3], indices, extra[3], extra_indices, attn_sink)
+
+    def fast_plain(impl: Any, q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any, extra_indices: Any,
+                   attn_sink: Any) -> Any:
+        """A plan without an extra cache."""
+        if extra_kv_cache is not None or extra_indices is not None or (
+                q.shape, q.dtype, q.get_device(), q.is_contiguous() or q is q_live,
+                indices.shape, indices.dtype, indices.get_device(), indices.is_contiguous(),
+        ) != want:
+            return None
+        hit = impl._views.get(id(kv_cache))
+        if hit is None or (hit[1], hit[2], hit[3].shape[1]) != (kv_cache.data_ptr(), kv_cache.shape, block_size):
+            return None
+        return finish(impl, q, hit[3], indices, None, None, attn_sink)
+
+    return fast_plain if plan.extra_topk is None else fast_extra

@@ -657,6 +657,19 @@ def test_flashmla_runs_bound_path_equals_the_general_path_and_declines_the_rest(
         assert taken == [True] and torch.equal(got.out, impl.run(**layer).out)
     fwd = impl.forward_decode(softmax_scale=SCALE, topk_length=lengths[0], extra_topk_length=lengths[1], **layer)
     assert torch.equal(fwd.out, impl.run(**layer).out)
+    # a plan without an extra cache has its own bound path
+    plain = {k: v for k, v in layer.items() if not k.startswith("extra")}
+    plan = impl.plan(batch=b, heads=heads, topk=12, softmax_scale=SCALE, topk_length=lengths[0], device="cpu")
+    bound, taken = plan.fast_run, []
+    plan.fast_run = spy
+    first, again = impl.run(**plain), impl.run(**plain)
+    general = impl.run_library(plan, plain["q"], plain["kv_cache"], plain["indices"], None, None, plain["attn_sink"])
+    assert taken == [True, True]  # the window cache's page view is memoized already
+    assert torch.equal(first.out, general.out) and torch.equal(again.lse, general.lse)
+    taken.clear()
+    with pytest.raises(ValueError, match="extra_kv_cache and extra_indices"):
+        impl.run(**layer)
+    assert taken == [False]
 
 
 def test_flashmla_run_keeps_the_interface_when_the_op_differs(fake_flash_mla, gen) -> None:
