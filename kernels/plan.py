@@ -25,6 +25,7 @@ __all__ = [
     "check_run_args",
     "check_positive_int",
     "import_attr_module",
+    "lengths_key",
     "memo_view",
     "padded_heads",
 ]
@@ -173,6 +174,13 @@ def _extra_mismatch(plan: DecodePlan, extra_kv_cache: Any, extra_indices: Any) -
         raise ValueError("extra_kv_cache and extra_indices must be given exactly when the plan has extra_topk")
     raise ValueError(
         f"extra_indices must be {list(plan.extra_indices_shape or ())} as planned, got {tuple(extra_indices.shape)}")
+
+
+def lengths_key(softmax_scale: Any, topk_length: Any, extra_topk_length: Any, seq_lens: Any) -> tuple:
+    """forward_decode's scale and length tensors, by identity and torch version."""
+    return (softmax_scale, id(topk_length), None if topk_length is None else topk_length._version,
+            id(extra_topk_length), None if extra_topk_length is None else extra_topk_length._version,
+            id(seq_lens), None if seq_lens is None else seq_lens._version)
 
 
 def memo_view(memo: dict, cache: "torch.Tensor", make: Any) -> Any:

@@ -672,6 +672,29 @@ def test_flashmla_runs_bound_path_equals_the_general_path_and_declines_the_rest(
     assert taken == [False]
 
 
+def test_flashmla_forward_decode_again_takes_the_last_plans_bound_path(fake_flash_mla, gen) -> None:
+    """A repeated forward_decode with the same scale and length tensors runs the last plan's bound path
+    (no key of every argument); a length changed in place, or another shape, still gets its own plan."""
+    fake_flash_mla.flash_mla_cuda = SimpleNamespace(sparse_decode_fwd=_fake_sparse_decode_fwd)
+    _fake_sparse_decode_fwd.calls = []
+    layers = _layers(gen, 2, 3, 1, 20)
+    lengths = [torch.tensor([12, 5, 0]), torch.tensor([20, 7, 13])]
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 16, platform="cuda", capability=(9, 0))
+    for layer in layers + layers:
+        got = impl.forward_decode(softmax_scale=SCALE, topk_length=lengths[0], extra_topk_length=lengths[1], **layer)
+        out, lse = _reference(layer, *lengths)
+        torch.testing.assert_close(got.out.float(), out, atol=1e-2, rtol=1e-2)
+        torch.testing.assert_close(got.lse, lse)
+    assert len(impl._forward_plans) == 1 and impl._forward_last[1] is next(iter(impl._forward_plans.values()))
+    lengths[1][0] = 3  # in place: the version moves, the fake op fails on a stale schedule
+    got = impl.forward_decode(softmax_scale=SCALE, topk_length=lengths[0], extra_topk_length=lengths[1], **layers[0])
+    torch.testing.assert_close(got.out.float(), _reference(layers[0], *lengths)[0], atol=1e-2, rtol=1e-2)
+    assert len(impl._forward_plans) == 2
+    with pytest.raises(ValueError, match="indices"):  # another shape: validated in full
+        impl.forward_decode(softmax_scale=SCALE, topk_length=lengths[0], extra_topk_length=lengths[1],
+                            **{**layers[0], "indices": layers[0]["indices"][:2]})
+
+
 def test_flashmla_run_keeps_the_interface_when_the_op_differs(fake_flash_mla, gen) -> None:
     def other_op(q, kv, indices, topk_length, attn_sink, tile_scheduler_metadata, num_splits, extra_kv):
         raise AssertionError("must not be called with this arity")
