@@ -16,7 +16,7 @@ from ..engine.ruleset import CompiledRules
 from ..engine.values import Message
 from ..errors import InvalidQuery, SelectionError
 from .profile import PROFILE
-from .selection import Query, Selection
+from .selection import NAMED_INPUTS, Query, Selection
 
 #: The longest refused query value matched against the vocabulary and shown whole.
 _MAX_SHOWN = 64
@@ -119,6 +119,10 @@ class RuleSet(CompiledRules):
 
     def __init__(self, data: dict[str, Any], digest: str, allowed_impl_modules: tuple[str, ...] | None = None):
         super().__init__(data, digest, allowed_impl_modules, PROFILE)
+        #: the inputs a :class:`Query` carries in ``extra``, in key order: every input it does not
+        #: name (a built-in one of the profile's key, or one a pack declares), each read as given
+        #: or at its declared default, nothing else to normalize
+        self.plain_inputs: tuple[str, ...] = tuple(n for n in self.key_inputs if n not in NAMED_INPUTS)
 
     # --------------------------------------------------------- normalization
     def _invalid(self, what: str, value: Any, valid, hint: str = "", flag_of: str | None = None) -> InvalidQuery:
@@ -188,14 +192,14 @@ class RuleSet(CompiledRules):
                            + hint, suggestions=tuple(flag("backend", n) for n in near))
 
     def _extras(self, given: dict[str, Any], point: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-        """The pack-declared inputs as ``(name, value)`` pairs: ``given`` or their defaults,
+        """The :attr:`plain_inputs` as ``(name, value)`` pairs: ``given`` or their defaults,
         each checked against the values declared where ``point`` is (``point`` grows with them)."""
         for key in given:
-            if key not in self.extra_inputs:
+            if key not in self.plain_inputs:
                 raise InvalidQuery(f"unknown input {key!r}; the rules declare: "
                                    + ", ".join(PROFILE.builtin_inputs + self.extra_inputs))
         extras = []
-        for name_ in self.extra_inputs:
+        for name_ in self.plain_inputs:
             value = given.get(name_, self.default_of(name_))
             by, _ = self.scope(name_)
             # an input scoped by another (prefill_context_parallel by model) has the values of its parent's value

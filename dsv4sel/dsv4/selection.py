@@ -17,16 +17,23 @@ if TYPE_CHECKING:  # importing typing costs ~5 ms; with postponed annotations it
     from ..engine.artifact import SelectRow
 
 
+#: The inputs a :class:`Query` names, each normalized in its own way by
+#: :meth:`~dsv4sel.dsv4.rules.RuleSet.normalize` (spellings, enum backends, case).
+NAMED_INPUTS = ("model", "platform", "capability", "backend", "kv_cache_dtype")
+
+
 class Query(Frozen):
     """A normalized query: every input as a declared vocabulary value.
 
     ``backend`` is None when no backend was requested (the platform default).
-    ``extra`` holds inputs declared by rule packs beyond the five built in,
-    as sorted ``(name, value)`` pairs.
+    ``extra`` holds every other input, as ``(name, value)`` pairs in the rules'
+    key order: a built-in input of the profile's key that no code names, then
+    the inputs rule packs declare (:attr:`~dsv4sel.dsv4.rules.RuleSet.plain_inputs`).
+    So adding a built-in input to :data:`~dsv4sel.dsv4.profile.PROFILE` changes
+    nothing here.
     """
 
-    # the fields are the profile's key: the one place that says the inputs and their order
-    __slots__ = (*PROFILE.key, "extra")
+    __slots__ = (*NAMED_INPUTS, "extra")
     _defaults = {"extra": ()}
     model: str
     platform: str
@@ -36,8 +43,8 @@ class Query(Frozen):
     extra: tuple[tuple[str, str], ...]
 
     def point(self) -> dict[str, Any]:
-        """Every input by name: the profile's key in its order, then the pack-declared inputs."""
-        out = {name: getattr(self, name) for name in PROFILE.key}
+        """Every input by name: the named ones, then :attr:`extra`."""
+        out = {name: getattr(self, name) for name in NAMED_INPUTS}
         out.update(self.extra)
         return out
 
@@ -112,6 +119,16 @@ class Selection(SelectFields, Frozen):
 
     def __hash__(self) -> int:
         return hash((self.row, self.rule, self.query))
+
+    def replace(self, **changes: Any) -> Selection:
+        """A copy with ``changes``; a field the row holds (``impl=``, ``rewrites=``...) changes the row."""
+        row = self.row
+        if "torch_dtype_name" in changes:
+            changes["torch_dtype"] = changes.pop("torch_dtype_name")
+        if "rewrites" in changes:
+            changes["rewrites"] = tuple(dict(changes["rewrites"]).items())
+        in_row = {name: changes.pop(name) for name in list(changes) if name in row._fields}
+        return super().replace(row=row._replace(**in_row), **changes)
 
     @property  # type: ignore[override]  # the public API: torch's dtype here, the name is torch_dtype_name
     def torch_dtype(self):
