@@ -72,6 +72,7 @@ import threading
 from typing import Any, ClassVar, Mapping
 
 from .availability import library_label
+from .flashmla_fast import fast_run
 from .base import DecodeOutput, DecodePlan, SparseMLAImpl, padded_heads
 from .flashmla_build import (FLASHMLA_INSTALL_HINT, VLLM_FLASHMLA_DIR_ENV, FlashMLABuild, flashmla_build,
                              load_flashmla, load_vllm_flashmla)
@@ -135,6 +136,19 @@ def _dtypes() -> None:
     import torch
 
     _BF16, _I32, _F32 = torch.bfloat16, torch.int32, torch.float32
+
+
+def _bound_copier(copier: Any, q_buf: Any, heads: int) -> Any:
+    """The padded-head copy bound to the plan's buffer (:func:`~dsv4sel.kernels.triton_heads.bind_copy`),
+    for ``run``'s fast path; None where the Triton copy cannot run or the direct launch is off."""
+    if copier is None:
+        return None
+    import torch
+
+    from .triton_heads import bind_copy
+
+    b, s, _, cols = q_buf.shape
+    return bind_copy(torch.zeros((b, s, heads, cols), dtype=q_buf.dtype, device=q_buf.device), q_buf)
 
 
 def _head_copier(device: Any) -> Any:
@@ -266,6 +280,7 @@ class DeepseekV4FlashMLASparseImpl(UsesFlashMLABuild, SparseMLAImpl):
             st["q_buf"], st["q_live"] = q_buf, q_buf.narrow(2, 0, h)
             plan.query_buffer = st["q_live"]
             st["copy_heads"], st["device_index"] = _head_copier(plan.device), q_buf.get_device()
+            st["fast_copy"] = _bound_copier(st["copy_heads"], q_buf, h)
         # The outputs' views, as sizes and strides (the op returns contiguous out [b, s, h_pad, 512]
         # and lse [b, h_pad, s]): one as_strided each, lse's transpose and the head cut included.
         b, s_q = plan.batch, plan.seq_q
@@ -273,6 +288,7 @@ class DeepseekV4FlashMLASparseImpl(UsesFlashMLABuild, SparseMLAImpl):
         st["lse_view"] = ((b, s_q, h), (h_pad * s_q, 1, s_q))
         st["meta"] = self._schedule(plan)
         st["op"] = self._direct_op(plan)
+        plan.fast_run = fast_run(plan, _query)
 
     def _direct_op(self, plan: DecodePlan) -> Any:
         """The interface's own kernel op, when the build exposes it and it takes the planned schedule.
@@ -308,7 +324,9 @@ class DeepseekV4FlashMLASparseImpl(UsesFlashMLABuild, SparseMLAImpl):
                 out, lse = got[0], got[1]
                 b, s, h_pad = plan.batch, plan.seq_q, st["h_pad"]
                 same_schedule = isinstance(got[2], torch.Tensor) and got[2].data_ptr() == tsm.data_ptr()
-                if tuple(out.shape) == (b, s, h_pad, 512) and tuple(lse.shape) == (b, h_pad, s) and same_schedule:
+                # run() views the outputs by strides: they must come back contiguous
+                shapes = (tuple(out.shape), tuple(lse.shape), out.is_contiguous(), lse.is_contiguous())
+                if shapes == ((b, s, h_pad, 512), (b, h_pad, s), True, True) and same_schedule:
                     verdict = getattr(op, "default", op)
                     # A torch OpOverload's __call__ only forwards to its C++ callable: call that.
                     verdict = getattr(verdict, "_op", None) if callable(getattr(verdict, "_op", None)) else verdict

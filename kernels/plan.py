@@ -22,8 +22,10 @@ __all__ = [
     "DecodeOutput",
     "DecodePlan",
     "check_plan_args",
+    "check_run_args",
     "check_positive_int",
     "import_attr_module",
+    "lengths_key",
     "memo_view",
     "padded_heads",
 ]
@@ -104,6 +106,10 @@ class DecodePlan:
         self.extra_indices_shape = None if self.extra_topk is None else (self.batch, self.seq_q, self.extra_topk)
         self.sink_shape = (self.heads,)
         self.query_buffer: "torch.Tensor | None" = None
+        #: ``fast(impl, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)``: the impl's
+        #: run of this plan with its per-call work bound once (a DecodeOutput, or None: the general
+        #: path), or None; ``run`` and ``forward_decode`` try it first.
+        self.fast_run: Any = None
 
 
 def check_positive_int(name: str, value: Any) -> None:
@@ -140,6 +146,41 @@ def check_plan_args(*, batch: Any, heads: Any, topk: Any, seq_q: Any, extra_topk
             raise ValueError("plan() needs device= when no length tensor is given")
         device = given[0].device
     return torch.device(device)
+
+
+def check_run_args(plan: "DecodePlan | None", impl_name: str, q: Any, indices: Any, extra_kv_cache: Any,
+                   extra_indices: Any, attn_sink: Any) -> DecodePlan:
+    """``run``'s checks of its arguments against the plan (ValueError naming the argument); the plan."""
+    if plan is None:
+        raise ValueError(f"{impl_name}.run() needs a plan: call plan() first")
+    if plan.impl_name != impl_name:
+        raise ValueError(f"a plan of {plan.impl_name} cannot be run by {impl_name}")
+    # torch.Size compares with a tuple in C: these checks cost well under a microsecond.
+    if q.shape != plan.q_shape:
+        raise ValueError(f"q must be {list(plan.q_shape)} as planned, got {tuple(q.shape)}")
+    if indices.shape != plan.indices_shape:
+        raise ValueError(f"indices must be {list(plan.indices_shape)} as planned, got {tuple(indices.shape)}")
+    if extra_indices is not None and extra_indices.shape != plan.extra_indices_shape \
+            or (extra_kv_cache is None) != (extra_indices is None) or (extra_indices is None) != (plan.extra_topk is None):
+        _extra_mismatch(plan, extra_kv_cache, extra_indices)
+    if attn_sink is not None and attn_sink.shape != plan.sink_shape:
+        raise ValueError(f"attn_sink must be a [{plan.heads}] tensor, got {tuple(attn_sink.shape)}")
+    return plan
+
+
+def _extra_mismatch(plan: DecodePlan, extra_kv_cache: Any, extra_indices: Any) -> None:
+    """run()'s error for extra arguments that do not fit the plan."""
+    if plan.extra_topk is None or extra_kv_cache is None or extra_indices is None:
+        raise ValueError("extra_kv_cache and extra_indices must be given exactly when the plan has extra_topk")
+    raise ValueError(
+        f"extra_indices must be {list(plan.extra_indices_shape or ())} as planned, got {tuple(extra_indices.shape)}")
+
+
+def lengths_key(softmax_scale: Any, topk_length: Any, extra_topk_length: Any, seq_lens: Any) -> tuple:
+    """forward_decode's scale and length tensors, by identity and torch version."""
+    return (softmax_scale, id(topk_length), None if topk_length is None else topk_length._version,
+            id(extra_topk_length), None if extra_topk_length is None else extra_topk_length._version,
+            id(seq_lens), None if seq_lens is None else seq_lens._version)
 
 
 def memo_view(memo: dict, cache: "torch.Tensor", make: Any) -> Any:

@@ -237,7 +237,7 @@ class _CacheArgs:
     pointers as ints) per check / election / scale; the last-row scratch array when a large write
     needs one (4 bytes per token, all -1 between calls: the write's winners put -1 back)."""
 
-    __slots__ = ("cache", "ptr", "shape", "pages", "capacity", "index", "device", "tails", "scratch")
+    __slots__ = ("cache", "ptr", "shape", "pages", "capacity", "index", "device", "tails", "scratch", "bound")
 
     def __init__(self, cache: torch.Tensor, capacity: int) -> None:
         self.cache, self.ptr, self.shape = cache, cache.data_ptr(), cache.shape
@@ -247,6 +247,7 @@ class _CacheArgs:
         self.capacity, self.index, self.device = capacity, cache.get_device(), cache.device
         self.tails: dict[Any, Tail] = {}
         self.scratch: "torch.Tensor | None" = None
+        self.bound: dict[Any, Any] = {}  # _reader / _writer closures, per constants
 
     def tail(self, key: Any, *rest: Any, check: bool, scratch: "bool | None") -> Tail:
         """The Tail ``([scratch,] status, *pages, capacity, *rest)``: a write's (``scratch`` not None) has the
@@ -299,7 +300,8 @@ def _write(launcher: Launcher, tokens: int, warps: int, c: _CacheArgs, kv: torch
         elect, dedup_n = 1, max(16, 1 << (n - 1).bit_length())
     else:
         elect, dedup_n = 2, 1
-    tail = c.tail((launcher, check, elect == 2, rest), *rest, check=check, scratch=elect == 2)
+    key = (launcher, check, elect == 2, rest)
+    tail = c.tails.get(key) or c.tail(key, *rest, check=check, scratch=elect == 2)
     claim_tail = c.claim_tail() if elect == 2 else None
     if claim_tail is not None:
         _claims(-(-n // _CLAIM_BLOCK), 4, (slots, n), claim_tail, (_CLAIM_BLOCK,))
@@ -311,31 +313,46 @@ def _write(launcher: Launcher, tokens: int, warps: int, c: _CacheArgs, kv: torch
 def write_fp8_ds_mla(cache: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor, block_size: int,
                      unique: bool = False, check: bool = True) -> None:
     """Quantize ``kv`` ``[n, 512]`` into fp8_ds_mla pages ``cache`` (uint8 ``[num_blocks, page_bytes]``)."""
-    if kv.shape[0]:
-        c = _args(cache, cache.shape[0] * block_size)
+    c = _args(cache, cache.shape[0] * block_size)
+    key = ("w", check, unique, block_size, _DSMLA_WRITE)
+    write = c.bound.get(key)
+    if write is None:
         tokens, warps = _DSMLA_WRITE
-        _write(_write_ds, tokens, warps, c, kv, slots, unique, check, (block_size, cache.shape[1]), ())
+        write = c.bound[key] = _writer(_write_ds, tokens, warps, c, unique, check, (block_size, cache.shape[1]), ())
+    write(kv, slots)
 
 
 def read_fp8_ds_mla(cache: torch.Tensor, slots: torch.Tensor, block_size: int, check: bool = True) -> torch.Tensor:
     """Dequantize the fp8_ds_mla rows at ``slots`` to bf16 ``[n, 512]``."""
     c = _args(cache, cache.shape[0] * block_size)
-    return _read(_read_ds, _DSMLA_READ, c, slots, check, (block_size, cache.shape[1]), ())
+    key = ("r", check, block_size, _DSMLA_READ)
+    read = c.bound.get(key)
+    if read is None:
+        read = c.bound[key] = _reader(_read_ds, _DSMLA_READ, c, check, (block_size, cache.shape[1]), ())
+    return read(slots)
 
 
 def write_row(cache: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor, scale: float | None,
               unique: bool = False, check: bool = True) -> None:
     """Store ``kv`` into a row cache ``[num_blocks, block_size, 512]`` (bf16, or float8 when ``scale`` is given)."""
-    if kv.shape[0]:
-        c = _args(cache, cache.shape[0] * cache.shape[1])
-        _write(_write_rows, _WRITE_TOKENS, _WRITE_WARPS, c, kv, slots, unique, check, (float(scale or 1.0),),
-               _row_flags(scale))
+    c = _args(cache, cache.shape[0] * cache.shape[1])
+    key = ("w", check, unique, scale, _WRITE_TOKENS, _WRITE_WARPS)
+    write = c.bound.get(key)
+    if write is None:
+        write = c.bound[key] = _writer(_write_rows, _WRITE_TOKENS, _WRITE_WARPS, c, unique, check,
+                                       (float(scale or 1.0),), _row_flags(scale))
+    write(kv, slots)
 
 
 def read_row(cache: torch.Tensor, slots: torch.Tensor, scale: float | None, check: bool = True) -> torch.Tensor:
     """Rows at ``slots`` of a row cache as bf16 ``[n, 512]`` (dequantized with ``scale`` when float8)."""
     c = _args(cache, cache.shape[0] * cache.shape[1])
-    return _read(_read_rows, (_READ_TOKENS, _READ_WARPS), c, slots, check, (float(scale or 1.0),), _row_flags(scale))
+    key = ("r", check, scale, _READ_TOKENS, _READ_WARPS)
+    read = c.bound.get(key)
+    if read is None:
+        read = c.bound[key] = _reader(_read_rows, (_READ_TOKENS, _READ_WARPS), c, check, (float(scale or 1.0),),
+                                      _row_flags(scale))
+    return read(slots)
 
 
 def _row_flags(scale: "float | None") -> tuple[bool, bool]:
@@ -343,13 +360,60 @@ def _row_flags(scale: "float | None") -> tuple[bool, bool]:
     return (scale is not None, scale is not None and float(scale) != 1.0)
 
 
-def _read(launcher: Launcher, config: tuple[int, int], c: _CacheArgs, slots: torch.Tensor, check: bool,
-          rest: tuple, flags: tuple) -> torch.Tensor:
-    """One read of ``slots`` into a new bf16 ``[n, 512]``."""
-    n = slots.shape[0]
-    out = torch.empty((n, 512), dtype=torch.bfloat16, device=c.device)
-    if n:
-        tokens, warps = config
-        tail = c.tail((launcher, check, rest), *rest, check=check, scratch=None)
-        launcher(-(-n // tokens), warps, (out, slots, n), tail, (*flags, check, tokens))
-    return out
+#: Reads of at most this many rows allocate their output as ``torch.empty_like`` of a kept tensor of
+#: that shape (1 KiB per row, at most :data:`_PROTOS_KEPT` per device): about half the host time
+#: of ``torch.empty``, which parses a size, a dtype and a device on every call.
+_PROTO_ROWS = 512
+_PROTOS_KEPT = 16
+_protos: dict[int, dict[int, torch.Tensor]] = {}  # device index -> rows -> kept tensor
+
+
+def _new_rows(protos: dict, n: int, device: Any) -> torch.Tensor:
+    """A new bf16 ``[n, 512]`` on ``device``; keeps a tensor of that shape in ``protos`` for the next."""
+    if n > _PROTO_ROWS:
+        return torch.empty((n, 512), dtype=torch.bfloat16, device=device)
+    if len(protos) >= _PROTOS_KEPT:
+        protos.clear()
+    proto = protos[n] = torch.empty((n, 512), dtype=torch.bfloat16, device=device)
+    return torch.empty_like(proto)
+
+
+# A decode step reads and writes a few dozen rows per layer, so host time is the whole cost: the
+# per-cache constants (tail, constexprs, launch configuration) are bound once into a closure.
+def _reader(launcher: Launcher, config: tuple[int, int], c: _CacheArgs, check: bool, rest: tuple,
+            flags: tuple) -> Any:
+    """``read(slots)``: the rows at ``slots`` into a new bf16 ``[n, 512]``."""
+    tokens, warps = config
+    tail = c.tail((launcher, check, rest), *rest, check=check, scratch=None)
+    consts = (*flags, check, tokens)
+    protos, device, empty_like = _protos.setdefault(c.index, {}), c.device, torch.empty_like
+
+    def read(slots: torch.Tensor) -> torch.Tensor:
+        n = slots.shape[0]
+        proto = protos.get(n)
+        out = empty_like(proto) if proto is not None else _new_rows(protos, n, device)
+        if n:
+            launcher(-(-n // tokens), warps, (out, slots, n), tail, consts)
+        return out
+
+    return read
+
+
+def _writer(launcher: Launcher, tokens: int, warps: int, c: _CacheArgs, unique: bool, check: bool, rest: tuple,
+            flags: tuple) -> Any:
+    """``write(kv, slots)``: one launch for unique slots or up to :data:`DEDUP_MAX` rows (the last row per
+    slot elected in the kernel); larger elections and non-unit column strides go through :func:`_write`."""
+    tail = c.tail((launcher, check, False, rest), *rest, check=check, scratch=False)
+    elect = 0 if unique else 1
+
+    def write(kv: torch.Tensor, slots: torch.Tensor) -> None:
+        n = kv.shape[0]
+        if not n:
+            return
+        if n > DEDUP_MAX and not unique or kv.stride(1) != 1:
+            _write(launcher, tokens, warps, c, kv, slots, unique, check, rest, flags)
+            return
+        dedup_n = 1 if unique else max(16, 1 << (n - 1).bit_length())
+        launcher(-(-n // tokens), warps, (kv, kv.stride(0), slots, n), tail, (*flags, check, elect, dedup_n, tokens))
+
+    return write

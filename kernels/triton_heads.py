@@ -13,7 +13,7 @@ Importing this module imports triton and torch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import triton
@@ -21,7 +21,7 @@ import triton.language as tl
 
 from .triton_launch import Launcher, Tail
 
-__all__ = ["copy_heads"]
+__all__ = ["bind_copy", "copy_heads"]
 
 
 @triton.jit
@@ -40,6 +40,25 @@ _copy = Launcher(_copy_heads_kernel, head=4)
 _tails: dict[int, tuple[Any, Tail]] = {}
 
 
+def _tail(buf: torch.Tensor) -> Tail:
+    """The copy's tail for ``buf`` (its pointer and head count), made once per buffer."""
+    hit = _tails.get(id(buf))
+    if hit is None or hit[0] is not buf:
+        if len(_tails) >= 64:
+            _tails.clear()
+        hit = _tails[id(buf)] = (buf, Tail(buf, buf.shape[2]))
+    return hit[1]
+
+
+def bind_copy(q: torch.Tensor, buf: torch.Tensor) -> "Callable[[int], bool] | None":
+    """The copy of a contiguous bf16 tensor shaped like ``q`` into ``buf``'s live heads, bound once:
+    ``launch(q.data_ptr())`` (see :meth:`~dsv4sel.kernels.triton_launch.Launcher.bind`; False: nothing
+    launched, copy with :func:`copy_heads`). ``q`` (contiguous bf16, on ``buf``'s device) is copied twice
+    now, so it must hold what ``buf``'s live heads may hold (zeros, for a plan's fresh buffer)."""
+    b, s, h, cols = q.shape
+    return _copy.bind(b * s * h, 2, (q, q.stride(1), q.stride(2), h), _tail(buf), (cols,), 0)
+
+
 def copy_heads(q: torch.Tensor, buf: torch.Tensor) -> bool:
     """Copy bf16 ``q`` ``[b, s, h, 512]`` into the first ``h`` heads of ``buf`` ``[b, s, h_pad, 512]``
     (contiguous, bf16); False (nothing done) when ``q``'s strides do not let its token rows be
@@ -48,10 +67,5 @@ def copy_heads(q: torch.Tensor, buf: torch.Tensor) -> bool:
     sb, ss, sh, sc = q.stride()
     if sc != 1 or (b > 1 and sb != s * ss):
         return False
-    hit = _tails.get(id(buf))
-    if hit is None or hit[0] is not buf:
-        if len(_tails) >= 64:
-            _tails.clear()
-        hit = _tails[id(buf)] = (buf, Tail(buf, buf.shape[2]))
-    _copy(b * s * h, 2, (q, ss, sh, h), hit[1], (cols,))  # 2 warps: 64 threads x 16 bytes = one row
+    _copy(b * s * h, 2, (q, ss, sh, h), _tail(buf), (cols,))  # 2 warps: 64 threads x 16 bytes = one row
     return True

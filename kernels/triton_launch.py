@@ -45,16 +45,22 @@ def spec(v: Any) -> Any:
     return (v.dtype, v.data_ptr() % 16 == 0)
 
 
+#: Each distinct tail specialization, numbered: a launch key holds the number (one int to hash).
+_tail_tokens: dict[tuple, int] = {}
+
+
 class Tail:
     """The arguments of one cache (after the head): tensors and ints, with the values the direct
-    launch passes (pointers as ints) and their specialization, computed once."""
+    launch passes (pointers as ints) and their specialization, computed once (``token`` numbers
+    the specialization, shared by every tail that has it)."""
 
-    __slots__ = ("objects", "values", "key")
+    __slots__ = ("objects", "values", "key", "token")
 
     def __init__(self, *objects: Any) -> None:
         self.objects = objects
         self.values = tuple(o.data_ptr() if isinstance(o, _Tensor) else o for o in objects)
         self.key = tuple(map(spec, objects))
+        self.token = _tail_tokens.setdefault(self.key, len(_tail_tokens))
 
 
 def _setup() -> list:
@@ -66,6 +72,8 @@ def _setup() -> list:
 
         active = driver.active
         _current_device, _stream, _runtime = active.get_current_device, active.get_current_stream, knobs.runtime
+        # torch's own getter of the current device (what Triton's calls, without its lazy-init check)
+        _current_device = getattr(torch._C, "_cuda_getDevice", _current_device)
         enabled = os.environ.get(LAUNCHER_ENV, "").strip().lower() != "triton"
         return [enabled] if enabled else [False, f"${LAUNCHER_ENV}=triton"]
     # An older Triton lacks knobs / driver.active (ImportError, AttributeError); driver.active also
@@ -128,19 +136,10 @@ class Launcher:
             return
         self.calls += 1
         if not self.calls & 255:
-            self.hooked = _hooked(_runtime.launch_enter_hook) or _hooked(_runtime.launch_exit_hook)
+            self._look()
         device = _current_device()
-        values: list = []
-        key: list = [device, num_warps, tail.key, *consts]
-        for v in head:  # one pass: a tensor's pointer is asked for once
-            if v.__class__ is _Tensor:
-                ptr = v.data_ptr()
-                values.append(ptr)
-                key.append((v.dtype, ptr % 16 == 0))
-            else:
-                values.append(v)
-                key.append(spec(v))
-        call = self.variants.get(tuple(key))
+        key, values = _key(device, num_warps, head, tail, consts)
+        call = self.variants.get(key)
         if call is not None and not self.hooked:
             try:
                 call(grid0, _stream(device), (*values, *tail.values, *consts))
@@ -153,4 +152,64 @@ class Launcher:
         if call is None and kernel is not None:
             made = _direct_call(kernel)
             if made is not None:
-                self.variants[tuple(key)] = made
+                self.variants[key] = made
+
+    def _look(self) -> None:
+        """Whether Triton's launch hooks are set (a profiler): then launches take Triton's path."""
+        self.hooked = _hooked(_runtime.launch_enter_hook) or _hooked(_runtime.launch_exit_hook)
+
+    def bind(self, grid0: int, num_warps: int, head: tuple, tail: Tail, consts: tuple,
+             at: int) -> "Callable[[int], bool] | None":
+        """This launch with one head tensor, ``head[at]``, given per call as its pointer.
+
+        ``launch(ptr)`` launches on the current stream and returns True, or launches nothing and
+        returns False where the direct path does not apply (off, hooked, ``ptr`` not 16-byte aligned
+        as the example's is, another current device); the caller then launches through ``__call__``.
+        The caller guarantees that the tensor has the example's dtype. ``bind`` itself launches twice
+        with ``head`` (Triton compiles, then the direct path is tried), so those arguments must be
+        harmless to run. None where the direct path is off or the example is not aligned."""
+        for _ in range(2):
+            self(grid0, num_warps, head, tail, consts)
+        if not STATE[0]:
+            return None
+        device = _current_device()
+        key, values = _key(device, num_warps, head, tail, consts)
+        call = self.variants.get(key)
+        if call is None or values[at] & 15:
+            return None
+        before, after = tuple(values[:at]), (*values[at + 1:], *tail.values, *consts)
+
+        def launch(ptr: int) -> bool:
+            self.calls += 1
+            if not self.calls & 255:
+                self._look()
+            if ptr & 15 or self.hooked or not STATE[0] or _current_device() != device:
+                return False
+            call(grid0, _stream(device), (*before, ptr, *after))
+            self.fast += 1
+            return True
+
+        return launch
+
+
+def _key(device: int, num_warps: int, head: tuple, tail: Tail, consts: tuple) -> tuple[tuple, list]:
+    """A launch's specialization key and the head's values (pointers as ints). Flat, with the tail's
+    specialization as its number: building and hashing the key is most of a direct launch's Python."""
+    values: list = []
+    key: list = [device, num_warps, tail.token, consts]
+    for v in head:  # one pass: a tensor's pointer is asked for once
+        cls = v.__class__
+        if cls is _Tensor:
+            ptr = v.data_ptr()
+            values.append(ptr)
+            key.append(v.dtype)
+            key.append(not ptr & 15)
+        elif cls is int:
+            values.append(v)
+            key.append(v == 1)
+            key.append(not v & 15)
+            key.append(-0x80000000 <= v < 0x80000000)
+        else:
+            values.append(v)
+            key.append(spec(v))
+    return tuple(key), values

@@ -115,46 +115,6 @@ def _all(spec: Spec, name: str) -> tuple:
     return next(v for n, v, _, _ in spec.inputs if n == name)
 
 
-# ----------------------------------------------------- hand-written files
-
-#: A small vocabulary, a default table routing everything to backend A, and
-#: the head of A's table (``{policy}`` to fill): the base of the example tests.
-VOCAB = """\
-kind: vocabulary
-inputs:
-  model: {values: [m], default: m}
-  platform: {values: [cuda, rocm]}
-  capability:
-    by: platform
-    default: unknown
-    values:
-      cuda: ["9.0", "10.0", "12.0", "12.1", unknown]
-      rocm: [gfx942, unknown]
-  kv_cache_dtype:
-    default: auto
-    values: [auto, float16, fp8, fp8_ds_mla]
-"""
-DEFAULTS = """\
-kind: default
-hit_policy: first
-rules:
-  - id: d-all
-    use: A
-"""
-HEAD = """\
-kind: backend
-backends: [A]
-hit_policy: {policy}
-defaults:
-  impl: dsv4sel.kernels.flashmla:DeepseekV4FlashMLASparseImpl
-  layout: fp8_ds_mla
-  cache_dtype: fp8_ds_mla
-  torch_dtype: uint8
-  bytes_per_token: 584
-  block_size: 64
-rules:
-"""
-
 # -------------------------------------------------------------- reference
 
 class Reference:

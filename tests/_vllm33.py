@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import textwrap
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -25,6 +24,9 @@ PYTHON = VENV / "bin" / "python"
 STAMP = VENV / ".dsv4sel-vllm-env"
 COMPAT = ROOT / "rules" / "compat" / "vllm-0.33"
 SCRIPTS = ROOT / "tests" / "vllm33"
+#: the packs the host suite loads, as YAML files: nosuch/ (a vLLM class vLLM does not have), demo/
+#: (a backend whose impl lives in the pack's own module, and its default rule)
+RULES = ROOT / "tests" / "hosts" / "vllm" / "rules"
 PLATFORMS = ("cuda", "rocm", "cpu", "xpu")
 #: The differential's processes: (platform, model or None for every model), longest first. CUDA's
 #: space is split by model so that the longest run is not one process.
@@ -78,14 +80,7 @@ def _warm_cache(cache: Path) -> None:
 def _hostcheck(out: Path) -> dict:
     """``dsv4sel check``'s host check on a ROCm platform object, for the shipped rules and for the
     shipped rules plus a pack naming a class vLLM does not have."""
-    pack = out / "nosuch"
-    pack.mkdir()
-    (pack / "x.yaml").write_text(
-        "kind: backend\nbackends: [X_DSV4]\nhit_policy: first\nrules:\n  - id: x-any\n    select:\n"
-        "      impl: dsv4sel.kernels.reference:DeepseekV4ReferenceSparseImpl\n      layout: fp8_ds_mla\n"
-        "      cache_dtype: fp8_ds_mla\n      torch_dtype: uint8\n      bytes_per_token: 584\n      block_size: 256\n"
-        "      hosts:\n        vllm: {class: \"vllm.models.deepseek_v4.nvidia.flashmla:NoSuchAttention\", "
-        "versions: \">=0.33.0,<0.34\"}\n")
+    pack = RULES / "nosuch"  # X_DSV4 names vllm.models.deepseek_v4.nvidia.flashmla:NoSuchAttention
     proc = run([SCRIPTS / "hostcheck.py", "rocm", "--rules", pack], clean_env(out / "cache"))
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -108,38 +103,7 @@ def pack(directory: Path) -> tuple[Path, Path]:
     module = directory / "src" / "demo_dsv4_kernels"
     module.mkdir(parents=True)
     (module / "__init__.py").write_text("class DemoSparseImpl:\n    '''A pack's own kernel.'''\n")
-    rules = directory / "pack"
-    rules.mkdir()
-    (rules / "demo.yaml").write_text(textwrap.dedent("""\
-        kind: backend
-        backends: [DEMO_MLA_SPARSE_DSV4]
-        hit_policy: first
-        defaults:
-          impl: demo_dsv4_kernels:DemoSparseImpl
-          layout: fp8_ds_mla
-          cache_dtype: fp8_ds_mla
-          torch_dtype: uint8
-          bytes_per_token: 584
-          block_size: 256
-          hosts:
-            vllm: {class: "vllm.models.deepseek_v4.nvidia.flashmla:DeepseekV4FlashMLAAttention", versions: ">=0.33.0,<0.34"}
-        rules:
-          - id: demo-sm90
-            when: {model: deepseek_v4, platform: cuda, capability: 9.x, kv_cache_dtype: [auto, fp8]}
-            select: {rewrites: {cache_dtype: fp8_ds_mla}}
-          - id: demo-other
-            reject: {reason: DEMO_MLA_SPARSE_DSV4 serves deepseek_v4 on SM90 with auto or fp8 only.}
-        """))
-    (rules / "defaults.yaml").write_text(textwrap.dedent("""\
-        kind: default
-        hit_policy: first
-        rules:
-          - id: demo-default-sm90
-            override: true
-            when: {model: deepseek_v4, platform: cuda, capability: "9.0"}
-            use: DEMO_MLA_SPARSE_DSV4
-        """))
-    return rules, directory / "src"
+    return RULES / "demo", directory / "src"
 
 
 def scenario(directory: Path, args: list, platform: str | None = "cuda", capability: str = "9.0", script="plugin",

@@ -24,16 +24,21 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
 
 @pytest.fixture
 def write_rules(tmp_path, monkeypatch):
-    """Write ``{name: text}`` rule files into ``rules/`` of a fresh working
-    directory (so messages name them ``rules/NAME``) and return its path."""
+    """Gather rule files into ``rules/`` of a fresh working directory (so messages name them
+    ``rules/NAME``) and return its path. Each source is a folder of rule files (a test's data,
+    ``tests/<package>/rules/...``; a later folder's file replaces an earlier one of the same
+    name) or a ``{name: text}`` dict, for text a test generates."""
     monkeypatch.chdir(tmp_path)
 
-    def write(files: dict[str, str]) -> str:
+    def write(*sources) -> str:
         directory = tmp_path / "rules"
         directory.mkdir(exist_ok=True)
-        for name, text in files.items():
-            (directory / name).write_text(text)
+        for source in sources:
+            files = source if isinstance(source, dict) else {
+                path.name: path.read_text() for path in sorted(Path(source).glob("*.yaml"))}
+            assert files, f"no rule files in {source}"
+            for name, text in files.items():
+                (directory / name).write_text(text)
         return str(directory)
 
     return write
-

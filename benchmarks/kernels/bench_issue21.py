@@ -14,12 +14,14 @@
   last-row election), ``unchecked`` = ``check=False`` (and ``unique=True`` for writes).
 * A decode step's cache write: 64 tokens into a 1M-token cache, eager µs per call (default and
   unchecked writes, and the default read of those 64 slots, with the direct launcher and with Triton's
-  own launch path), and per call in a CUDA graph of 10 calls.
+  own launch path; all eighteen in turn, median over ``--step-rounds`` rounds), and per call in a CUDA
+  graph of 10 calls.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import types
 
 import torch
@@ -83,36 +85,51 @@ def codec_row(name, kv, slots, num_blocks, args, copy_gbps):
 
 
 def step_rows(args):
-    """64 tokens into a 1M-token cache, as one layer of one decode step writes them."""
+    """64 tokens into a 1M-token cache per codec, as one layer of one decode step writes them.
+
+    Host time moves by tens of percent over seconds on these machines: every variant of every codec
+    is measured in turn, one block each per round, and each figure is the median over the rounds."""
     gen = torch.Generator().manual_seed(2)
-    return [step_row(name, gen, args) for name in CODECS]
+    setups = {name: step_setup(name, gen) for name in CODECS}
+    default, times = triton_launch.STATE[0], {}
+    for _ in range(args.step_rounds):
+        for launcher in ("direct", "triton"):
+            triton_launch.STATE[0] = launcher == "direct"
+            for name, calls in setups.items():
+                for key, fn in calls:
+                    times.setdefault((name, f"{key} eager µs ({launcher} launcher)"), []).append(
+                        timed(fn, 20, 1) * 1e6)
+    triton_launch.STATE[0] = default
+    rows = []
+    for name, calls in setups.items():
+        row = {"codec": name}
+        row.update({key: statistics.median(values) for (codec, key), values in times.items() if codec == name})
+        row["default graph µs"] = graph_write_us(calls[0][1], args)
+        rows.append(row)
+    return rows
 
 
-def step_row(name, gen, args):
-    """One codec's decode-step write (and read) times, eager with each launcher and in a CUDA graph."""
+def step_setup(name, gen):
+    """One codec's cache, rows and slots, as (variant, call) pairs: default write, unchecked write, read."""
     layout = LAYOUTS[name]
     cache = layout.allocate(1 << 14, 64, device="cuda")
     kv = torch.randn(64, 512, generator=gen).to(torch.bfloat16).cuda()
     slots = torch.randperm(1 << 20, generator=gen)[:64].cuda()
-    row = {"codec": name}
-    calls = (("default", lambda: layout.write(cache, kv, slots)),
-             ("unchecked", lambda: layout.write(cache, kv, slots, check=False, unique=True)),
-             ("read default", lambda: layout.read(cache, slots)))
-    default = triton_launch.STATE[0]
-    for launcher in ("direct", "triton"):
-        triton_launch.STATE[0] = launcher == "direct"
-        for key, fn in calls:
-            row[f"{key} eager µs ({launcher} launcher)"] = timed(fn, 20, args.reps) * 1e6
-    triton_launch.STATE[0] = default
+    return (("default", lambda: layout.write(cache, kv, slots)),
+            ("unchecked", lambda: layout.write(cache, kv, slots, check=False, unique=True)),
+            ("read default", lambda: layout.read(cache, slots)))
+
+
+def graph_write_us(write, args):
+    """µs per call of ``write`` in a CUDA graph of 10 calls."""
     graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    layout.write(cache, kv, slots)
+    write()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
         for _ in range(10):
-            layout.write(cache, kv, slots)
+            write()
     torch.cuda.current_stream().wait_stream(stream)
-    row["default graph µs"] = timed(graph.replay, 5, args.reps) * 1e6 / 10
-    return row
+    return timed(graph.replay, 5, args.reps) * 1e6 / 10
 
 
 def main() -> None:
@@ -121,6 +138,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--codec-calls", type=int, default=10)
     parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--step-rounds", type=int, default=15, help="rounds of the 64-token figures")
     parser.add_argument("--skip-flashmla", action="store_true")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()

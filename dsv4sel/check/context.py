@@ -20,6 +20,7 @@ from .outcomes import FieldChecker, needs_regions
 from ..engine.space import Box, Space
 
 if TYPE_CHECKING:
+    from ..engine.codes import Kind
     from ..engine.model import Table
     from ..engine.values import RuleRef
 
@@ -54,7 +55,7 @@ class CheckContext:
         """The first input of ``box`` requested with ``backend``: a counterexample."""
         return self.writer.input(self.space.first_point(box), backend)
 
-    def finding(self, severity: str, kind: str, message: str, ref: RuleRef, **extra: Any) -> Finding:
+    def finding(self, severity: str, kind: Kind, message: str, ref: RuleRef, **extra: Any) -> Finding:
         """A finding located at rule (or table) reference ``ref``."""
         return Finding(severity, kind, message, ref.file, ref.line, None, **extra)
 

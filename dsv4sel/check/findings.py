@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ..engine.sources import openable
 from ..engine.values import RuleRef
 from ..errors import Loc
+
+if TYPE_CHECKING:
+    from ..engine.codes import Kind
 
 ERROR, WARNING = "error", "warning"
 
@@ -91,7 +94,7 @@ class Finding:
     """
 
     severity: str
-    kind: str
+    kind: Kind
     message: str
     file: str
     line: int
@@ -255,7 +258,7 @@ class Report:
     def warnings(self) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.severity == WARNING)
 
-    def of_kind(self, kind: str) -> tuple[Finding, ...]:
+    def of_kind(self, kind: Kind) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.kind == kind)
 
     def to_dict(self) -> dict[str, Any]:

@@ -5,7 +5,7 @@ model. Exact over cubes: rule boxes and their pairwise intersections
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Literal
 
 from .context import CheckContext, table_label
 from .findings import ERROR, WARNING, Finding
@@ -67,7 +67,7 @@ def _why_empty(ctx: CheckContext, box) -> str:
     return "empty"  # pragma: no cover - only called for empty boxes
 
 
-def _pair_findings(ctx: CheckContext, table, r, partners: int, kind: str, requests,
+def _pair_findings(ctx: CheckContext, table, r, partners: int, kind: Literal["overlap", "redundant"], requests,
                    budget: list) -> Iterator[Finding]:
     """One finding per pair, with the cube both rules match, for the first
     :data:`PAIRS_PER_RULE` later rules ``r`` overlaps; then one finding

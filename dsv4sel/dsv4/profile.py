@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from ..engine.profile import Profile
+from ..engine.profile import Profile, declared_fields
 
 #: Impl classes are imported only from these module prefixes (and their submodules).
 DEFAULT_ALLOWED_IMPL_MODULES: tuple[str, ...] = ("dsv4sel.kernels",)
@@ -24,11 +24,26 @@ def _capability_spelling(text: str) -> str | None:
     return canonical(text)
 
 
+class SelectFields:
+    """The fields a DeepSeek-V4 selection carries, in the order a compiled row stores them:
+    the one list of them. :data:`PROFILE` reads it (:func:`~dsv4sel.engine.profile.declared_fields`);
+    :class:`~dsv4sel.dsv4.selection.Selection` inherits it, so the type checker knows each
+    field's type, and reads each from its compiled row. Adding a field here (and to the
+    schema's ``select`` outcome) is the whole change to the Python side."""
+
+    __slots__ = ()
+    impl: str  # the impl class, "module:Class"
+    layout: str  # the KV-cache layout id
+    cache_dtype: str  # the --kv-cache-dtype the engine carries from now on
+    torch_dtype: str  # the cache tensor's torch dtype, by name
+    bytes_per_token: int
+    block_size: int
+
+
 PROFILE = Profile(
     subject="DeepSeek-V4 attention",
     key=("model", "platform", "capability", "backend", "kv_cache_dtype"),
-    select_fields=(("impl", str), ("layout", str), ("cache_dtype", str), ("torch_dtype", str),
-                   ("bytes_per_token", int), ("block_size", int)),
+    select_fields=declared_fields(SelectFields),
     # the cache dtype string is left out: `auto` and `bfloat16` on a bf16-row
     # backend keep different strings for the same bytes
     same_result=("backend", "impl", "layout", "torch_dtype", "bytes_per_token", "block_size"),

@@ -11,13 +11,12 @@ yaml, jsonschema nor torch.
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
+from ..engine.artifact import RejectRow
 from ..engine.ruleset import CompiledRules
 from ..engine.values import Message
 from ..errors import InvalidQuery, SelectionError
 from .profile import PROFILE
-from .selection import Query, Selection
+from .selection import NAMED_INPUTS, Query, Selection
 
 #: The longest refused query value matched against the vocabulary and shown whole.
 _MAX_SHOWN = 64
@@ -27,6 +26,12 @@ _MEMO_LIMIT = 65536
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # importing typing costs ~5 ms; with postponed annotations it is not needed
     from typing import Any, Mapping
+
+    from ..engine.artifact import GapRow, Row
+    from ..engine.values import RuleRef
+
+#: the row of a query outside the decision space (normalize() admits only declared points)
+OUTSIDE = RejectRow(("reject", None, "the query is outside the decision space", (), ()))
 
 
 def _memo_key(platform, kv_cache_dtype, backend, capability, model, extra) -> tuple | None:
@@ -60,14 +65,34 @@ def _memo_key(platform, kv_cache_dtype, backend, capability, model, extra) -> tu
 
 
 class Rejection:
-    """A rejected point; :meth:`error` builds a fresh SelectionError to raise."""
+    """A rejected point: a view of its compiled reject or gap row (``reason``, ``backend``
+    and ``gap`` are read from ``row``); :meth:`error` builds a fresh SelectionError to raise."""
 
-    __slots__ = ("ruleset", "query", "reason", "rule", "path", "messages", "gap", "backend", "suggestions")
+    __slots__ = ("ruleset", "query", "row", "rule", "path", "messages", "suggestions")
 
-    def __init__(self, ruleset, query, reason, rule, path, messages=(), gap=False, backend=None):
-        self.ruleset, self.query, self.reason, self.backend = ruleset, query, reason, backend
+    def __init__(self, ruleset: RuleSet, query: Query, row: RejectRow | GapRow, path: tuple[RuleRef, ...],
+                 messages: tuple[Message, ...] = ()):
+        self.ruleset, self.query, self.row, self.path, self.messages = ruleset, query, row, path, messages
+        self.rule: RuleRef | None = path[-1] if path else None
         self.suggestions: tuple[str, ...] | None = None
-        self.rule, self.path, self.messages, self.gap = rule, path, messages, gap
+
+    @property
+    def backend(self) -> str | None:
+        """The backend whose table rejected (None: the default-backend decision)."""
+        return self.row.backend
+
+    @property
+    def gap(self) -> bool:
+        """True when no rule decides the point (a gap in the rules), not a rule's rejection."""
+        return self.row.kind == "gap"
+
+    @property
+    def reason(self) -> str:
+        row = self.row
+        if row.kind == "reject":
+            return row.reason
+        where = "the default-backend decision" if row.table == "<default>" else f"the table of {row.table}"
+        return f"no rule in {where} decides this input (a gap in the rules; `dsv4sel check` lists all gaps)"
 
     def error(self) -> SelectionError:
         """A fresh exception to raise; the suggestions are computed once per memoized rejection."""
@@ -94,6 +119,10 @@ class RuleSet(CompiledRules):
 
     def __init__(self, data: dict[str, Any], digest: str, allowed_impl_modules: tuple[str, ...] | None = None):
         super().__init__(data, digest, allowed_impl_modules, PROFILE)
+        #: the inputs a :class:`Query` carries in ``extra``, in key order: every input it does not
+        #: name (a built-in one of the profile's key, or one a pack declares), each read as given
+        #: or at its declared default, nothing else to normalize
+        self.plain_inputs: tuple[str, ...] = tuple(n for n in self.key_inputs if n not in NAMED_INPUTS)
 
     # --------------------------------------------------------- normalization
     def _invalid(self, what: str, value: Any, valid, hint: str = "", flag_of: str | None = None) -> InvalidQuery:
@@ -163,14 +192,14 @@ class RuleSet(CompiledRules):
                            + hint, suggestions=tuple(flag("backend", n) for n in near))
 
     def _extras(self, given: dict[str, Any], point: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-        """The pack-declared inputs as ``(name, value)`` pairs: ``given`` or their defaults,
+        """The :attr:`plain_inputs` as ``(name, value)`` pairs: ``given`` or their defaults,
         each checked against the values declared where ``point`` is (``point`` grows with them)."""
         for key in given:
-            if key not in self.extra_inputs:
+            if key not in self.plain_inputs:
                 raise InvalidQuery(f"unknown input {key!r}; the rules declare: "
                                    + ", ".join(PROFILE.builtin_inputs + self.extra_inputs))
         extras = []
-        for name_ in self.extra_inputs:
+        for name_ in self.plain_inputs:
             value = given.get(name_, self.default_of(name_))
             by, _ = self.scope(name_)
             # an input scoped by another (prefill_context_parallel by model) has the values of its parent's value
@@ -281,27 +310,15 @@ class RuleSet(CompiledRules):
         return tuple(point[name] for name in self.key_inputs)
 
     def outcome(self, query: Query, notes: tuple[Message, ...] = ()) -> Selection | Rejection:
-        """The decision for a normalized query (a Selection, or a Rejection to raise)."""
+        """The decision for a normalized query (a Selection, or a Rejection to raise): the one
+        place a compiled row becomes a result, which reads every field from the row."""
         index = self.index(self.key(query))
-        if index is None:  # pragma: no cover - normalize() admits only declared points
-            return Rejection(self, query, "the query is outside the decision space", None, ())
-        row = self.rows[index]
-        refs = tuple(self.rule(i) for i in row.path)
+        row: Row = self.rows[index] if index is not None else OUTSIDE  # normalize() admits declared points only
+        path = tuple(self.rule(i) for i in row.path)
         messages = notes + tuple(Message(text, level) for level, text in row.messages)
         if row.kind == "select":
-            return Selection(
-                backend=row.backend, impl=row.impl, layout=row.layout, cache_dtype=row.cache_dtype,
-                torch_dtype_name=row.torch_dtype, bytes_per_token=row.bytes_per_token,
-                block_size=row.block_size, rewrites=MappingProxyType(dict(row.rewrites)),
-                messages=messages, rule=refs[-1], path=refs, query=query,
-                allowed_impl_modules=self.allowed_impl_modules, hosts=row.hosts,
-                host_settings=row.host_settings)
-        if row.kind == "reject":
-            return Rejection(self, query, row.reason, refs[-1], refs, messages, backend=row.backend)
-        where = "the default-backend decision" if row.table == "<default>" else f"the table of {row.table}"
-        return Rejection(self, query, f"no rule in {where} decides this input (a gap in the rules; "
-                         "`dsv4sel check` lists all gaps)", refs[-1] if refs else None, refs, messages,
-                         gap=True, backend=row.backend)
+            return Selection(row, query, path[-1], path, messages, self.allowed_impl_modules)
+        return Rejection(self, query, row, path, messages)
 
     def select(self, platform, kv_cache_dtype="auto", backend=None, capability=None,
                model="deepseek_v4", extra=None) -> Selection:

@@ -8,23 +8,32 @@ from types import MappingProxyType
 from ..engine.values import Message, RuleRef, load_impl_class
 from ..errors import ImplLoadError
 from ..record import Frozen
-from .profile import DEFAULT_ALLOWED_IMPL_MODULES, PROFILE
+from .profile import DEFAULT_ALLOWED_IMPL_MODULES, PROFILE, SelectFields
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # importing typing costs ~5 ms; with postponed annotations it is not needed
     from typing import Any, Mapping
+
+    from ..engine.artifact import SelectRow
+
+
+#: The inputs a :class:`Query` names, each normalized in its own way by
+#: :meth:`~dsv4sel.dsv4.rules.RuleSet.normalize` (spellings, enum backends, case).
+NAMED_INPUTS = ("model", "platform", "capability", "backend", "kv_cache_dtype")
 
 
 class Query(Frozen):
     """A normalized query: every input as a declared vocabulary value.
 
     ``backend`` is None when no backend was requested (the platform default).
-    ``extra`` holds inputs declared by rule packs beyond the five built in,
-    as sorted ``(name, value)`` pairs.
+    ``extra`` holds every other input, as ``(name, value)`` pairs in the rules'
+    key order: a built-in input of the profile's key that no code names, then
+    the inputs rule packs declare (:attr:`~dsv4sel.dsv4.rules.RuleSet.plain_inputs`).
+    So adding a built-in input to :data:`~dsv4sel.dsv4.profile.PROFILE` changes
+    nothing here.
     """
 
-    # the fields are the profile's key: the one place that says the inputs and their order
-    __slots__ = (*PROFILE.key, "extra")
+    __slots__ = (*NAMED_INPUTS, "extra")
     _defaults = {"extra": ()}
     model: str
     platform: str
@@ -34,8 +43,8 @@ class Query(Frozen):
     extra: tuple[tuple[str, str], ...]
 
     def point(self) -> dict[str, Any]:
-        """Every input by name: the profile's key in its order, then the pack-declared inputs."""
-        out = {name: getattr(self, name) for name in PROFILE.key}
+        """Every input by name: the named ones, then :attr:`extra`."""
+        out = {name: getattr(self, name) for name in NAMED_INPUTS}
         out.update(self.extra)
         return out
 
@@ -55,51 +64,73 @@ def _differs(old: Any, new: Any) -> bool:
         return True
 
 
-class Selection(Frozen):
-    """The decision for one query.
+class Selection(SelectFields, Frozen):
+    """The decision for one query: a view of its compiled select row.
 
-    Attributes mirror what a serving engine needs at start-up: the backend
-    name, the impl class as ``"module:Class"``, the KV-cache layout id, the
-    cache dtype string the engine should carry from now on, the torch dtype
-    of the cache tensor (by name; :attr:`torch_dtype` imports torch lazily),
-    bytes per token, block size, the cache-config ``rewrites`` as data, and
-    rule ``messages``. ``rule`` is the rule that decided; ``path`` lists every
-    rule consulted, the default-backend rule first when one was used.
-    ``hosts`` holds ``(host, "module:Class", versions)`` for each serving
-    engine whose own class the rule names (see :mod:`dsv4sel.engine.hosts`);
+    The profile's select fields (:class:`~dsv4sel.dsv4.profile.SelectFields`:
+    the impl class as ``"module:Class"``, the KV-cache layout id, the cache
+    dtype string the engine should carry from now on, ... bytes per token,
+    block size) and ``backend``, ``hosts`` and ``host_settings`` are read from
+    ``row``, the compiled outcome (:mod:`dsv4sel.engine.artifact`); the torch
+    dtype's name is :attr:`torch_dtype_name`, and :attr:`torch_dtype` imports
+    torch lazily. ``rewrites`` are the cache-config rewrites as data, ``messages``
+    the rule messages (normalization's first). ``rule`` is the rule that decided;
+    ``path`` lists every rule consulted, the default-backend rule first when one
+    was used. ``hosts`` holds ``(host, "module:Class", versions)`` for each
+    serving engine whose own class the rule names (see :mod:`dsv4sel.engine.hosts`);
     ``host_settings`` ``(host, ((name, value), ...))`` for each host that must
     also be told settings to build it (:meth:`settings_for`).
     """
 
-    __slots__ = ("backend", "impl", "layout", "cache_dtype", "torch_dtype_name", "bytes_per_token",
-                 "block_size", "rewrites", "messages", "rule", "path", "query", "allowed_impl_modules",
-                 "hosts", "host_settings")
-    _defaults = {"allowed_impl_modules": DEFAULT_ALLOWED_IMPL_MODULES, "hosts": (), "host_settings": ()}
-    backend: str
-    impl: str
-    layout: str
-    cache_dtype: str
-    torch_dtype_name: str
-    bytes_per_token: int
-    block_size: int
-    rewrites: Mapping[str, Any]
-    messages: tuple[Message, ...]
+    __slots__ = ("row", "query", "rule", "path", "messages", "allowed_impl_modules", "rewrites")
+    _defaults = {"allowed_impl_modules": DEFAULT_ALLOWED_IMPL_MODULES, "rewrites": None}
+    row: SelectRow
+    query: Query
     rule: RuleRef
     path: tuple[RuleRef, ...]
-    query: Query
+    messages: tuple[Message, ...]
     allowed_impl_modules: tuple[str, ...]
-    hosts: tuple[tuple[str, str, str], ...]
-    host_settings: tuple[tuple[str, tuple[tuple[str, str | int], ...]], ...]
+    #: the row's rewrites as a read-only mapping (made from ``row``, never given)
+    rewrites: Mapping[str, Any]
 
     def __post_init__(self):
-        if not isinstance(self.rewrites, MappingProxyType):
-            object.__setattr__(self, "rewrites", MappingProxyType(dict(self.rewrites)))
-
-    def __hash__(self) -> int:
-        return hash((self.backend, self.impl, self.layout, self.cache_dtype,
-                     tuple(sorted(self.rewrites.items())), self.rule, self.query))
+        object.__setattr__(self, "rewrites", MappingProxyType(dict(self.row.rewrites)))
 
     @property
+    def backend(self) -> str:
+        return self.row.backend
+
+    @property
+    def hosts(self) -> tuple[tuple[str, str, str], ...]:
+        return self.row.hosts
+
+    @property
+    def host_settings(self) -> tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]:
+        return self.row.host_settings
+
+    @property
+    def torch_dtype_name(self) -> str:
+        return self.row.torch_dtype
+
+    def fields(self) -> dict[str, Any]:
+        """``backend`` and the profile's select fields by name, as the compiled row holds them."""
+        row = self.row
+        return {"backend": row.backend, **{name: getattr(row, name) for name in PROFILE.field_names}}
+
+    def __hash__(self) -> int:
+        return hash((self.row, self.rule, self.query))
+
+    def replace(self, **changes: Any) -> Selection:
+        """A copy with ``changes``; a field the row holds (``impl=``, ``rewrites=``...) changes the row."""
+        row = self.row
+        if "torch_dtype_name" in changes:
+            changes["torch_dtype"] = changes.pop("torch_dtype_name")
+        if "rewrites" in changes:
+            changes["rewrites"] = tuple(dict(changes["rewrites"]).items())
+        in_row = {name: changes.pop(name) for name in list(changes) if name in row._fields}
+        return super().replace(row=row._replace(**in_row), **changes)
+
+    @property  # type: ignore[override]  # the public API: torch's dtype here, the name is torch_dtype_name
     def torch_dtype(self):
         """The cache tensor's ``torch.dtype``; imports torch on first use."""
         import torch
@@ -177,10 +208,10 @@ class Selection(Frozen):
         return {k: v for k, v in previous.items() if _differs(v, self.rewrites[k])}
 
     def __reduce__(self):
-        # rewrites is a read-only mappingproxy, which does not pickle; __post_init__ wraps the dict again
-        values = self._astuple()
-        i = self._fields.index("rewrites")
-        return (_rebuild_selection, (values[:i] + (dict(self.rewrites),) + values[i + 1:],))
+        # the row's type is built at run time (not importable by name) and rewrites is a
+        # read-only mappingproxy: neither pickles, so the row goes as a plain tuple
+        return (_rebuild_selection, (tuple(self.row), self.query, self.rule, self.path, self.messages,
+                                     self.allowed_impl_modules))
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data (JSON-ready): the selection's fields, ``rule`` and ``path`` as
@@ -189,9 +220,7 @@ class Selection(Frozen):
             return {"id": r.id, "file": r.file, "line": r.line, "location": r.location, "pack": r.pack}
 
         return {
-            "backend": self.backend, "impl": self.impl, "layout": self.layout,
-            "cache_dtype": self.cache_dtype, "torch_dtype": self.torch_dtype_name,
-            "bytes_per_token": self.bytes_per_token, "block_size": self.block_size,
+            **self.fields(),
             "rewrites": dict(self.rewrites), "messages": [{"level": m.level, "text": str(m)} for m in self.messages],
             "rule": ref(self.rule), "path": [ref(r) for r in self.path], "query": self.query.as_dict(),
             "is_default": self.is_default,
@@ -203,5 +232,17 @@ class Selection(Frozen):
                 f"cache_dtype={self.cache_dtype} rule={self.rule.id}@{self.rule.location}")
 
 
-def _rebuild_selection(values: tuple) -> Selection:
-    return Selection(*values)
+def _rebuild_selection(row: tuple, *rest: Any) -> Selection:
+    from ..engine.artifact import select_row_type
+
+    return Selection(select_row_type(PROFILE.field_names)(row), *rest)
+
+
+def _read_from_row(name: str) -> property:
+    return property(lambda self: getattr(self.row, name), doc=f"``{name}``, read from the compiled row.")
+
+
+# the profile's select fields, read from the row (``torch_dtype``: the class keeps its own)
+for _name in PROFILE.field_names:
+    if _name not in Selection.__dict__:
+        setattr(Selection, _name, _read_from_row(_name))

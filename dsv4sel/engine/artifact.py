@@ -36,7 +36,12 @@ def _row_type(name: str, fields: str, doc: str) -> type:
     by hand because ``typing`` and ``collections.namedtuple`` would cost the
     cold start a few milliseconds; the rows stay plain tuples for marshal."""
     names = tuple(fields.split())
-    namespace = {"__slots__": (), "__doc__": doc, "_fields": names,
+
+    def _replace(self, **changes):
+        """A copy with ``changes`` (fields by name), like a namedtuple's."""
+        return type(self)(changes.pop(n, v) for n, v in zip(names, self))
+
+    namespace = {"__slots__": (), "__doc__": doc, "_fields": names, "_replace": _replace,
                  "__repr__": lambda self: f"{name}({', '.join(f'{n}={v!r}' for n, v in zip(names, self))})"}
     namespace.update({field: property(itemgetter(i)) for i, field in enumerate(names)})
     return type(name, (tuple,), namespace)
@@ -79,6 +84,7 @@ if TYPE_CHECKING:
         host_settings: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
         _fields: tuple[str, ...]
 
+        def _replace(self, **changes: Any) -> SelectRow: ...
         def __getattr__(self, name: str) -> Any: ...  # the profile's select fields, by name
 
     class RejectRow(tuple):
@@ -89,6 +95,8 @@ if TYPE_CHECKING:
         messages: tuple[tuple[str, str], ...]
         _fields: tuple[str, ...]
 
+        def _replace(self, **changes: Any) -> RejectRow: ...
+
     class GapRow(tuple):
         kind: Literal["gap"]
         backend: str | None
@@ -96,6 +104,8 @@ if TYPE_CHECKING:
         path: tuple[int, ...]
         messages: tuple[()]
         _fields: tuple[str, ...]
+
+        def _replace(self, **changes: Any) -> GapRow: ...
 
     #: Any compiled outcome.
     Row = SelectRow | RejectRow | GapRow

@@ -16,8 +16,18 @@ verifier's findings take theirs from their kind (:func:`kind_code`).
 
 from __future__ import annotations
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the serving path never imports this module; the checker reads the Literal
+    from typing import Literal
+
+    #: Every kind of problem and finding: the type checker holds :data:`CODES`, ``Finding.kind``
+    #: and every comparison of a kind (mypy's ``strict_equality``) to these.
+    Kind = Literal["load", "schema", "vocabulary", "compile", "impl", "dangling", "cycle", "gap", "overlap",
+                   "redundant", "shadowed", "dead", "layout", "consistency", "fixpoint", "model", "host",
+                   "hostless", "hijack", "translation", "host-gap", "host-dead", "tests"]
+
 #: code -> (kind, title). Kinds are the verifier's finding kinds.
-CODES: dict[str, tuple[str, str]] = {
+CODES: dict[str, tuple[Kind, str]] = {
     "DSV101": ("load", "a rule file cannot be read"),
     "DSV102": ("load", "YAML syntax error"),
     "DSV103": ("load", "empty file"),
@@ -77,7 +87,7 @@ _STAGE_KINDS = ("load", "schema", "vocabulary", "compile", "tests")
 _KIND_CODES = {kind: code for code, (kind, _) in CODES.items() if kind not in _STAGE_KINDS}
 
 
-def kind_code(kind: str) -> str:
+def kind_code(kind: Kind) -> str:
     """The code of a verifier finding of ``kind`` (one kind, one code)."""
     return _KIND_CODES.get(kind, "DSV399")
 

@@ -13,7 +13,7 @@ import string
 from dataclasses import dataclass, field
 from dataclasses import field as dataclass_field  # Outcome has a method named field
 from enum import Enum
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
 
 from .profile import Profile
 from .values import RuleRef
@@ -54,7 +54,7 @@ class InputDecl:
 class Outcome:
     """What a rule decides: ``select`` (fields), ``use`` (target backend) or ``reject`` (reason)."""
 
-    kind: str
+    kind: Literal["select", "use", "reject"]
     fields: tuple[tuple[str, Any], ...] = ()
     target: str | None = None
     reason: str | None = None

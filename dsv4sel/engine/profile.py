@@ -56,3 +56,22 @@ class Profile(Frozen):
     @property
     def field_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.select_fields)
+
+
+#: the types a select field may have, by the name an annotation spells them with
+_FIELD_TYPES: dict[str, type] = {"str": str, "int": int}
+
+
+def declared_fields(cls: type) -> tuple[tuple[str, type], ...]:
+    """``(name, type)`` of each field ``cls`` annotates, in order: a domain declares its
+    select fields once, as a class body (``impl: str``), which the type checker reads as
+    the selection's attributes and :attr:`Profile.select_fields` takes from here. The
+    annotations are read as text (postponed), so no ``typing`` is imported."""
+    notes = cls.__dict__.get("__annotations__", {})
+    out = []
+    for name, note in notes.items():
+        kind = _FIELD_TYPES.get(note if type(note) is str else getattr(note, "__name__", ""))
+        if kind is None:
+            raise TypeError(f"{cls.__name__}.{name}: a select field is a str or an int, not {note!r}")
+        out.append((name, kind))
+    return tuple(out)

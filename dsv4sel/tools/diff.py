@@ -1,9 +1,9 @@
 """``dsv4sel diff``: every input whose outcome changes between two rule sets.
 
 Both rule sets are compiled to their outcome tables; every key of either
-space is compared by what a serving engine sees (backend, impl, layout, cache
-dtype, torch dtype, bytes per token, block size, rewrites, messages, or the
-rejection reason): an :class:`Outcome`, not rule ids or line numbers, so
+space is compared by what a serving engine sees (the compiled row: backend, the
+select fields, rewrites, messages, host classes, or the rejection reason): an
+:class:`Outcome`, not rule ids or line numbers, so
 moving or renaming a rule is not a change. Changed inputs with the same
 (old, new) pair are grouped into compact cubes, e.g. ``platform=cuda
 capability=12.x``.
@@ -21,40 +21,45 @@ from ..dsv4.rules import RuleSet
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Iterable
+    from typing import Any, Callable, Iterable, Literal
+
+    from ..engine.artifact import Row, RowKind
 
 
 class Outcome(Frozen):
-    """What a serving engine sees at one input of a rule set, as diff compares it.
-
-    ``kind`` is ``select``, ``reject``, ``gap`` (no rule decides: ``table``
-    names the decision table) or ``absent`` (the input is outside this rule
-    set's space). A selection carries its fields (``rewrites``, ``messages``
-    and ``hosts`` as the compiled row has them); a rejection its ``backend``
-    (None: the default-backend decision rejected) and ``reason``.
+    """What a serving engine sees at one input of a rule set, as diff compares it: the
+    compiled row there (:mod:`dsv4sel.engine.artifact`), its fields read by name
+    (``outcome.layout``), without the rule path (moving or renaming a rule is not a change)
+    and without what diff has never compared: a rejection's rule messages, a selection's
+    host settings. ``kind`` is the row's (``select``, ``reject``, ``gap``: no rule
+    decides, ``table`` names the decision table) or ``absent`` (``row`` None: the input is
+    outside this rule set's space).
     """
 
-    __slots__ = ("kind", "backend", "impl", "layout", "cache_dtype", "torch_dtype", "bytes_per_token",
-                 "block_size", "rewrites", "messages", "hosts", "reason", "table")
-    _defaults = {"backend": None, "impl": None, "layout": None, "cache_dtype": None, "torch_dtype": None,
-                 "bytes_per_token": None, "block_size": None, "rewrites": (), "messages": (), "hosts": (),
-                 "reason": None, "table": None}
-    kind: str
-    backend: str | None
-    impl: str | None
-    layout: str | None
-    cache_dtype: str | None
-    torch_dtype: str | None
-    bytes_per_token: int | None
-    block_size: int | None
-    rewrites: tuple[tuple[str, object], ...]
-    messages: tuple[tuple[str, str], ...]
-    hosts: tuple[tuple[str, str, str], ...]
-    reason: str | None
-    table: str | None
+    __slots__ = ("row",)
+    row: Row | None
+
+    @property
+    def kind(self) -> RowKind | Literal["absent"]:
+        return "absent" if self.row is None else self.row.kind
+
+    def __getattr__(self, name: str) -> Any:
+        """The row's fields by name (a selection's profile fields among them)."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.row, name)
 
 
-ABSENT = Outcome("absent")
+ABSENT = Outcome(None)
+
+
+def _compared(row: Row) -> Row:
+    """``row`` as diff compares it (see :class:`Outcome`)."""
+    if row.kind == "select":
+        return row._replace(path=(), host_settings=())
+    if row.kind == "reject":
+        return row._replace(path=(), messages=())
+    return row._replace(path=())
 
 
 def _summary(rules: RuleSet, index: int | None) -> tuple[Outcome, tuple]:
@@ -64,16 +69,10 @@ def _summary(rules: RuleSet, index: int | None) -> tuple[Outcome, tuple]:
     if index is None:
         return ABSENT, ("absent",)
     row = rules.rows[index]
+    outcome = Outcome(_compared(row))
     if row.kind == "select":
-        outcome = Outcome("select", row.backend, row.impl, row.layout, row.cache_dtype, row.torch_dtype,
-                          row.bytes_per_token, row.block_size, tuple(row.rewrites),
-                          tuple(tuple(m) for m in row.messages), tuple(row.hosts))
         return outcome, (outcome,)
     rule = rules.rule(row.path[-1]).id if row.path else ""
-    if row.kind == "reject":
-        outcome = Outcome("reject", row.backend, reason=row.reason)
-    else:
-        outcome = Outcome(row.kind, row.backend, table=row.table)
     return outcome, (row.kind, row.backend, rule)
 
 

@@ -221,13 +221,7 @@ def _selection_dict(sel: Selection | None) -> dict[str, Any] | None:
     if sel is None:
         return None
     return {
-        "backend": sel.backend,
-        "impl": sel.impl,
-        "layout": sel.layout,
-        "cache_dtype": sel.cache_dtype,
-        "torch_dtype": sel.torch_dtype_name,
-        "bytes_per_token": sel.bytes_per_token,
-        "block_size": sel.block_size,
+        **sel.fields(),
         "is_default": sel.is_default,
         "hosts": {host: {"class": cls, "versions": versions,
                          **({"settings": sel.settings_for(host)} if sel.settings_for(host) else {})}

@@ -106,20 +106,21 @@ def serves(row: Row, backend: str | None) -> TypeGuard[SelectRow]:
 
 
 def extra_combos(rules: RuleSet) -> list[tuple[tuple[str, str], ...]]:
-    """Every combination of the values of the pack-declared inputs (such as
-    ``mega_attn``), as ``Query.extra`` tuples; ``[()]`` when there are none."""
+    """Every combination of the values of the inputs a query carries in ``extra``
+    (:attr:`~dsv4sel.dsv4.rules.RuleSet.plain_inputs`, such as ``mega_attn``), as
+    ``Query.extra`` tuples; ``[()]`` when there are none."""
     combos: list[tuple[tuple[str, str], ...]] = [()]
-    for name in rules.extra_inputs:
+    for name in rules.plain_inputs:
         combos = [c + ((name, v),) for c in combos for v in rules.values(name)]
     return combos
 
 
 def default_extra(rules: RuleSet) -> tuple[tuple[str, str], ...]:
-    """The pack-declared inputs at their declared defaults."""
+    """The inputs a query carries in ``extra`` at their declared defaults."""
     out = []
-    for name in rules.extra_inputs:
+    for name in rules.plain_inputs:
         default = rules.default_of(name)
-        assert default is not None, "the compiler requires a default of every pack-declared input (DSV305)"
+        assert default is not None, "the compiler requires a default of every pack-declared input (DSV305); a built-in one needs a `default:` too"
         out.append((name, default))
     return tuple(out)
 
@@ -141,7 +142,7 @@ def serves_somewhere(rules: RuleSet, query: Query, backend: str | None, *, anywh
     (:meth:`~dsv4sel.engine.ruleset.CompiledRules.around`), not one per neighbour."""
     vary: dict[str, None] = {"kv_cache_dtype": None}
     if anywhere:
-        vary.update(dict.fromkeys(("capability", *rules.extra_inputs)))
+        vary.update(dict.fromkeys(("capability", *rules.plain_inputs)))
     found = rules.around(rules.key(query, backend=backend, **changes), **vary)
     return not _serving(rules, backend).isdisjoint(found)
 

@@ -28,14 +28,15 @@ import os
 from dataclasses import dataclass
 from typing import Any, cast
 
+from ..dsv4.profile import PROFILE
 from ..errors import InvalidQuery, Problem, SelectionError
 from ..engine.locations import location
 from ..engine.values import RuleRef
 
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "schema", "tests.schema.json")
 TEST_SUFFIXES = (".yaml", ".yml")
-SELECTION_KEYS = ("backend", "impl", "layout", "cache_dtype", "torch_dtype", "bytes_per_token",
-                  "block_size", "rewrites", "rule")
+#: what a case may expect of a selection: the backend, the profile's select fields, rewrites and rule
+SELECTION_KEYS = ("backend", *PROFILE.field_names, "rewrites", "rule")
 
 
 class TestFileError(ValueError):
@@ -265,13 +266,11 @@ def load_cases(paths) -> tuple[list[Case], tuple[str, ...]]:
 # ------------------------------------------------------------------ running
 
 def _selection_value(selection, key: str) -> Any:
-    if key == "torch_dtype":
-        return selection.torch_dtype_name
     if key == "rule":
         return selection.rule.id
     if key == "rewrites":
         return dict(selection.rewrites)
-    return getattr(selection, key)
+    return selection.fields()[key]
 
 
 def _show(value: Any) -> str:

@@ -1,13 +1,17 @@
-"""Rule-set test cases as data: one runner for ``tests/check/cases/*.yaml``.
+"""Rule-set test cases as data: one runner for ``tests/check/cases/<case>/``.
 
-Each case is rule files, the findings ``dsv4sel check`` must report (by code
-and location), and optionally queries with their expected outcome. The
-format is in ``tests/check/cases/README.md``. Cases hold YAML as YAML, where
-Python strings would hide it, and assert on codes, not on message text.
+A case is a folder: its rule files (``rules/``) and ``case.yaml``, a ``kind: tests``
+file (the format ``dsv4sel test`` reads, docs/cli.md) with two more keys, ``base``
+and ``findings``: the findings ``dsv4sel check`` must report, by code and location.
+``case.yaml`` is read by the product's own loader (``load_cases``) under the product's
+schema plus ``cases/case.schema.json``, and its ``cases`` run through the product's
+runner (``run_tests``), exactly as ``dsv4sel test`` runs them. The format is in
+``tests/README.md``.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -16,27 +20,44 @@ import yaml
 
 import dsv4sel
 from dsv4sel.api import verify
+from dsv4sel.engine.load import load_file
+from dsv4sel.tools import testcases
 
 CASES = Path(__file__).with_name("cases")
-FILES = sorted(p for p in CASES.glob("*.yaml"))
-FINDING_FIELDS = {"code", "file", "line", "column", "severity", "rules", "count", "cubes", "message_contains"}
+TESTS = Path(__file__).resolve().parent.parent
+NAMES = sorted(p.name for p in CASES.iterdir() if (p / "case.yaml").is_file())
 
 
-def _load(path: Path) -> dict:
-    case = yaml.safe_load(path.read_text())
-    unknown = set(case) - {"note", "base", "files", "want_findings", "want_queries"}
-    assert not unknown, f"{path.name}: unknown keys {sorted(unknown)}"
-    assert "note" in case and "want_findings" in case, f"{path.name}: a case needs note and want_findings"
-    return case
+@pytest.fixture(scope="session")
+def case_schema(tmp_path_factory) -> str:
+    """The product's test-file schema with what a check case adds (``cases/case.schema.json``)."""
+    schema = json.loads(Path(testcases.SCHEMA_PATH).read_text())
+    extra = json.loads((CASES / "case.schema.json").read_text())
+    schema["properties"].update(extra["properties"])
+    schema["$defs"].update(extra["$defs"])
+    schema["required"] = [*schema["required"], *extra["required"]]
+    schema["properties"]["cases"] = {**schema["properties"]["cases"], "minItems": 0}
+    path = tmp_path_factory.mktemp("schema") / "case.schema.json"
+    path.write_text(json.dumps(schema))
+    return str(path)
 
 
-def _materialize(case: dict, into: Path) -> Path:
-    if case.get("base"):
-        shutil.copytree(CASES / case["base"], into, dirs_exist_ok=True)
-    for name, text in (case.get("files") or {}).items():
-        target = into / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+def load_case(name: str, schema: str, monkeypatch) -> tuple[dict, list]:
+    """``case.yaml`` of case ``name`` as data, and its cases as the product's loader reads them."""
+    path = CASES / name / "case.yaml"
+    with monkeypatch.context() as patch:
+        patch.setattr(testcases, "SCHEMA_PATH", schema)
+        cases, _ = testcases.load_cases([str(path)])  # raises TestFileError, located, on a bad case file
+    loaded, problems = load_file(str(path), str(path))
+    assert loaded is not None and not problems
+    return loaded.data, cases
+
+
+def materialize(name: str, data: dict, into: Path) -> Path:
+    """The case's rule files in ``into``/rules: ``base`` first, then its own."""
+    if data.get("base"):
+        shutil.copytree(TESTS / data["base"], into / "rules", dirs_exist_ok=True)
+    shutil.copytree(CASES / name / "rules", into / "rules", dirs_exist_ok=True)
     return into / "rules"
 
 
@@ -44,61 +65,45 @@ def _matches(finding, want: dict) -> bool:
     got = {"code": finding.code, "file": finding.file, "line": finding.line, "column": finding.column,
            "severity": finding.severity, "rules": [r.id for r in finding.rules], "count": finding.count,
            "cubes": [c.text for c in finding.cubes]}
-    for key, value in want.items():
-        if key == "message_contains":
-            if not all(part in finding.message for part in value):
-                return False
-        elif got[key] != value:
-            return False
-    return True
+    return all(got[key] == value for key, value in want.items())
 
 
 def case_report(name: str, directory: Path):
     """Materialize case ``name`` into ``directory`` (the working directory) and verify it."""
-    rules = _materialize(_load(CASES / f"{name}.yaml"), directory)
-    return verify([str(rules)])
+    data = yaml.safe_load((CASES / name / "case.yaml").read_text())
+    return verify([str(materialize(name, data, directory))])
 
 
-@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
-def test_case(path, tmp_path, monkeypatch):
-    case = _load(path)
+@pytest.mark.parametrize("name", NAMES)
+def test_case(name, tmp_path, monkeypatch, case_schema):
+    data, cases = load_case(name, case_schema, monkeypatch)
     monkeypatch.chdir(tmp_path)
-    rules = _materialize(case, tmp_path)
+    rules = materialize(name, data, tmp_path)
     report = verify([str(rules)])
-    wants = case["want_findings"] or []
-    for want in wants:
-        assert set(want) <= FINDING_FIELDS and {"code", "file"} <= set(want), f"{path.name}: bad want {want}"
     unmatched = list(report.findings)
-    for want in wants:
+    for want in data["findings"]:
         hit = next((f for f in unmatched if _matches(f, want)), None)
-        assert hit is not None, f"{path.name}: no finding {want} among:\n" + "\n".join(map(str, unmatched))
+        assert hit is not None, f"{name}: no finding {want} among:\n" + "\n".join(map(str, unmatched))
         unmatched.remove(hit)
-    assert not unmatched, f"{path.name}: findings the case does not expect:\n" + "\n".join(map(str, unmatched))
-    for item in case.get("want_queries") or ():
-        _check_query(path, rules, item)
+    assert not unmatched, f"{name}: findings the case does not expect:\n" + "\n".join(map(str, unmatched))
+    if cases:
+        result = testcases.run_tests(dsv4sel.load_rules(paths=[str(rules)], use_cache=False), cases)
+        assert result.ok, [f.message for r in result.failed for f in r.failures]
 
 
-def _check_query(path: Path, rules: Path, item: dict) -> None:
-    loaded = dsv4sel.load_rules(paths=[str(rules)], use_cache=False)
-    want = dict(item["want"])
-    rule = want.pop("rule", None)
-    if want.pop("reject", False):
-        with pytest.raises(dsv4sel.SelectionError) as info:
-            dsv4sel.select(rules=loaded, **item["query"])
-        assert rule is None or info.value.rule.id == rule, f"{path.name}: {item}"
-        return
-    selection = dsv4sel.select(rules=loaded, **item["query"])
-    got = {name: getattr(selection, name) for name in want}
-    if "rewrites" in got:
-        got["rewrites"] = dict(got["rewrites"])
-    assert got == want, f"{path.name}: {item}"
-    assert rule is None or selection.rule.id == rule, f"{path.name}: {item}"
+def test_a_bad_case_file_is_refused_at_its_line(tmp_path, monkeypatch, case_schema):
+    # the superset is checked as strictly as the product's format: a finding without a line is refused
+    case = tmp_path / "case.yaml"
+    case.write_text((CASES / "gap_in_first_table" / "case.yaml").read_text().replace("    line: 2\n", ""))
+    monkeypatch.setattr(testcases, "SCHEMA_PATH", case_schema)
+    with pytest.raises(testcases.TestFileError) as info:
+        testcases.load_cases([str(case)])
+    assert [(p.code, p.line) for p in info.value.problems] == [("DSV204", 5)], info.value
 
 
-def test_every_case_file_is_collected():
-    # a case in a subfolder, or with another suffix, would silently not run
-    strays = [p for p in CASES.rglob("*") if p.is_file() and p.suffix in (".yml", ".yaml")
-              and not p.parent.name.startswith("_") and p.parent != CASES
-              and not any(part.startswith("_") for part in p.relative_to(CASES).parts)]
-    assert strays == []
-    assert FILES, "no case files"
+def test_every_case_folder_is_collected():
+    # a case folder without case.yaml, or a case file with another name, would silently not run
+    strays = [p for p in CASES.rglob("*.y*ml") if p.name != "case.yaml" and p.parent.name != "rules"]
+    folders = [p.name for p in CASES.iterdir() if p.is_dir()]
+    assert strays == [] and sorted(folders) == NAMES
+    assert NAMES, "no case folders"

@@ -7,12 +7,13 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks"))
 
-from _verify_programs import DEFAULTS, HEAD, VOCAB, Reference  # noqa: E402
+from _verify_programs import Reference  # noqa: E402
 from test_cases import case_report  # noqa: E402
 from test_verify_properties import gap_inputs  # noqa: E402
 
@@ -124,10 +125,10 @@ def test_unusable_input_raises_verify_error(tmp_path):
 
 # ------------------------------------------------------------ rule files
 
-CATCH_ALL = """\
-  - id: a-rest
-    reject: {reason: nothing else}
-"""
+#: rule sets as files: tests/rules/small/ (a vocabulary, everything to backend A) and A's table,
+#: one folder per variant
+SMALL = Path(__file__).resolve().parent.parent / "rules" / "small"
+RULES = Path(__file__).with_name("rules") / "verify"
 
 
 def line_of(path: str, needle: str) -> int:
@@ -150,7 +151,8 @@ def test_a_gap_carries_a_counterexample_and_prints_its_code(tmp_path, monkeypatc
     (gap,) = case_report("gap_in_first_table", tmp_path).findings
     assert gap.counterexample.as_dict() == {"model": "m", "platform": "cuda", "capability": "12.0",
                                             "backend": None, "kv_cache_dtype": "float16"}
-    assert str(gap).startswith("rules/a.yaml:2: error DSV401 [gap] no rule of table A decides 4 inputs")
+    assert (gap.code, str(gap.loc), gap.count) == ("DSV401", "rules/a.yaml:2", 4)
+    assert str(gap).startswith("rules/a.yaml:2: error DSV401 [gap] ")  # printed: location, severity, code, kind
 
 
 def test_an_overlap_gives_an_input_both_rules_match(tmp_path, monkeypatch):
@@ -223,26 +225,23 @@ def test_layouts_can_be_given_and_a_broken_layout_module_is_a_finding(write_rule
     from dsv4sel.engine.build import build_program
     from dsv4sel.engine.sources import expand
 
-    directory = write_rules({"vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULTS,
-                             "a.yaml": HEAD.format(policy="first") + CATCH_ALL})
+    directory = write_rules(SMALL, RULES / "catch_all")
     program = build_program(expand(directory), ("dsv4sel.kernels",), PROFILE)
     assert verify_program(program).ok  # reject-only: nothing selected, nothing to check
-    directory = write_rules({"a.yaml": HEAD.format(policy="first") + "  - id: a-sel\n    select: {}\n"})
+    directory = write_rules(RULES / "select_all")
     program = build_program(expand(directory), ("dsv4sel.kernels",), PROFILE)
     own = {"fp8_ds_mla": SimpleNamespace(bytes_per_token=600, torch_dtype_name="uint8")}
     (finding,) = verify_program(program, layouts=own).findings
-    assert finding.kind == "consistency" and "600" in finding.message
+    assert finding.code == "DSV408" and "600" in finding.message  # the size of the layouts given
     monkeypatch.setattr(outcomes, "LAYOUTS_MODULE", "dsv4sel.kernels.no_such_layouts")
     (finding,) = verify_program(program).findings
-    assert finding.kind == "layout" and "no_such_layouts" in finding.message
+    assert finding.code == "DSV407" and "no_such_layouts" in finding.message  # the module it could not read
 
 
 def test_verify_a_ruleset_loaded_from_a_directory(write_rules):
-    directory = write_rules({"vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULTS,
-                             "a.yaml": HEAD.format(policy="first") + CATCH_ALL})
+    directory = write_rules(SMALL, RULES / "catch_all")
     ruleset = dsv4sel.load_rules([directory])
     assert verify(ruleset) == verify([directory])
-    with open(os.path.join(directory, "a.yaml"), "a") as fh:  # the files changed since loading
-        fh.write("  - id: a-later\n    reject: {reason: late}\n")
+    write_rules(RULES / "catch_all_and_later")  # the files changed since loading
     with pytest.raises(VerifyError, match="cannot find the rule files"):
         verify(ruleset)

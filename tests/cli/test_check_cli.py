@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,6 @@ from pathlib import Path
 import pytest
 
 
-from _verify_programs import DEFAULTS, HEAD, VOCAB  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(sys.executable).with_name("dsv4sel")
@@ -29,10 +29,16 @@ def check(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     return proc
 
 
-def write(directory: Path, files: dict[str, str]) -> Path:
+#: the small rule set (tests/rules/small/: a vocabulary, everything to backend A) and A's tables
+SMALL = REPO / "tests" / "rules" / "small"
+RULES = Path(__file__).with_name("rules") / "check_cli"
+
+
+def write(directory: Path, *folders: Path) -> Path:
+    """``directory`` holding the rule files of ``folders`` (none: an empty directory)."""
     directory.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (directory / name).write_text(text)
+    for folder in folders:
+        shutil.copytree(folder, directory, dirs_exist_ok=True)
     return directory
 
 
@@ -58,30 +64,23 @@ def test_shipped_rules_report_coverage(shipped):
 
 def test_bad_rule_dir_gives_locations_and_exit_2(tmp_path):
     # rule files that do not load are unusable input: exit 2, as from every command
-    rules = write(tmp_path / "bad", {
-        "vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULTS,
-        "a.yaml": HEAD.format(policy="first") + "  - id: a-typo\n    when: {kv_cache_dtype: fp8_ds_mal}\n"
-                                                "    reject: {reason: typo}\n"})
+    rules = write(tmp_path / "bad", SMALL, RULES / "typo")
     proc = check("--only-rules", "--rules", str(rules), cwd=tmp_path)
     assert proc.returncode == 2
-    assert "bad/a.yaml:13:28: error DSV301 [vocabulary] 'fp8_ds_mal' is not a declared value of 'kv_cache_dtype'; " \
-           "did you mean 'fp8_ds_mla'?" in proc.stdout
+    assert re.findall(r"^(\S+): error (DSV\d+) ", proc.stdout, re.M) == [("bad/a.yaml:13:28", "DSV301")], proc.stdout
     assert proc.stdout.rstrip().endswith("the decision space was not analysed: fix the problems above first")
 
 
 def test_gap_and_overlap_with_counterexamples(tmp_path):
-    rules = write(tmp_path / "gappy", {
-        "vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULTS,
-        "a.yaml": HEAD.format(policy="unique") + (
-            "  - id: a-cuda\n    when: {platform: cuda, kv_cache_dtype: [auto, fp8]}\n    reject: {reason: x}\n"
-            "  - id: a-fp8\n    when: {kv_cache_dtype: fp8}\n    reject: {reason: y}\n")})
+    rules = write(tmp_path / "gappy", SMALL, RULES / "gappy")
     proc = check("--only-rules", "--rules", str(rules), cwd=tmp_path)
     assert proc.returncode == 1
     out = proc.stdout
-    assert ("gappy/a.yaml:2: error DSV401 [gap] no rule of table A decides 28 inputs (routed there by d-all "
-            "(gappy/defaults.yaml:4)): kv_cache_dtype=float16,fp8_ds_mla\n" in out)
-    assert re.search(r"^gappy/a.yaml:12: error DSV402 \[overlap\] rules a-cuda and a-fp8 \(gappy/a.yaml:15\) both match "
-                     r"5 inputs of table A, whose hit policy is unique: platform=cuda backend=A kv_cache_dtype=fp8$", out, re.M)
+    # each finding one line: location, severity, code, [kind], the message (its wording: tests/engine/wording.yaml)
+    assert re.findall(r"^(\S+): error (DSV\d+) \[(\w+)\] ", out, re.M) == [
+        ("gappy/a.yaml:2", "DSV401", "gap"), ("gappy/a.yaml:2", "DSV401", "gap"), ("gappy/a.yaml:12", "DSV402", "overlap")]
+    # the paths in a message are as given too, and a cube ends the line
+    assert re.search(r"^gappy/a.yaml:12: .* \(gappy/a.yaml:15\) .*: platform=cuda backend=A kv_cache_dtype=fp8$", out, re.M)
     # a cube names only the inputs that narrow it, as diff's do: no `name=*`
     assert "platform=rocm kv_cache_dtype=auto" in out and "=*" not in out
     assert "    e.g.:    model=m platform=cuda capability=9.0 backend=A kv_cache_dtype=fp8" in out
@@ -89,9 +88,7 @@ def test_gap_and_overlap_with_counterexamples(tmp_path):
 
 
 def test_json_output(tmp_path):
-    rules = write(tmp_path / "ok", {
-        "vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULTS,
-        "a.yaml": HEAD.format(policy="first") + "  - id: a-all\n    reject: {reason: never}\n"})
+    rules = write(tmp_path / "ok", SMALL, RULES / "reject_all")
     proc = check("--only-rules", "--rules", str(rules), "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout
     data = json.loads(proc.stdout)
@@ -103,7 +100,7 @@ def test_json_output(tmp_path):
 def test_unusable_input_exits_2(tmp_path):
     missing = check("--rules", str(tmp_path / "missing"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr and missing.stdout == ""
-    empty = check("--only-rules", "--rules", str(write(tmp_path / "empty", {})))
+    empty = check("--only-rules", "--rules", str(write(tmp_path / "empty")))
     assert empty.returncode == 2 and "no rule files" in empty.stderr
     bare = check("--only-rules")
     assert bare.returncode == 2 and "--only-rules needs" in bare.stderr

@@ -35,10 +35,7 @@ def test_rule_text_with_newlines_forges_no_workflow_command(tmp_path):
     assert explained.rc == 1 and "forged" in explained.out, explained  # the reason is shown...
     _no_workflow_command(explained.out)                              # ...its colon escaped
     assert "\\x3a:error file=rules/flashmla.yaml,line=1::forged" in explained.out
-    cases = tmp_path / "cases.yaml"
-    cases.write_text("kind: tests\ncases:\n  - name: bf16\n    query: {platform: cuda, capability: '12.0', "
-                     "backend: MY_MLA_SPARSE, kv_cache_dtype: bfloat16}\n    expect: {backend: MY_MLA_SPARSE}\n")
-    tested = run("test", str(cases), "--rules", str(pack))
+    tested = run("test", "tests/cli/cases/forged_bf16.yaml", "--rules", str(pack))
     assert tested.rc == 1 and "forged" in tested.out, tested
     _no_workflow_command(tested.out)
 
@@ -47,8 +44,7 @@ def test_a_test_file_name_with_a_newline_is_escaped_in_github_annotations(tmp_pa
     directory = tmp_path / "cases"
     directory.mkdir()
     name = "a\n::error file=x,line=1::forged.yaml"
-    (directory / name).write_text("kind: tests\ncases:\n  - name: wrong\n    query: {platform: cpu}\n"
-                                  "    expect: {backend: FLASHMLA_SPARSE_DSV4}\n")
+    (directory / name).write_text((REPO / "tests" / "cli" / "cases" / "wrong_cpu.yaml").read_text())  # a hostile name
     result = run("test", str(directory), "--format", "github")
     assert result.rc == 1, result
     (line,) = result.out.splitlines()  # one annotation, on one line

@@ -5,19 +5,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 from _cli import COMMAND, environ, run
 
-ACCENT_PACK = """\
-kind: backend
-backends: [ACCENT_DSV4]
-hit_policy: first
-rules:
-  - id: accent-never
-    when: {}
-    reject:
-      reason: réservé aux tests — never selects
-"""
+#: a pack whose one rule's reason is not ASCII
+ACCENT_PACK = Path(__file__).with_name("rules") / "streams" / "accent"
 
 
 def test_a_closed_stdout_is_a_clean_exit():
@@ -36,10 +29,7 @@ def test_a_full_disk_is_one_message_and_exit_2():
 
 
 def test_an_ascii_only_terminal_gets_escapes_not_a_crash(tmp_path):
-    pack = tmp_path / "pack"
-    pack.mkdir()
-    (pack / "accent.yaml").write_text(ACCENT_PACK, encoding="utf-8")
-    r = run("explain", "--rules", str(pack), "--platform", "cuda", "--capability", "9.0",
+    r = run("explain", "--rules", str(ACCENT_PACK), "--platform", "cuda", "--capability", "9.0",
             "--attention-backend", "ACCENT_DSV4", env=environ(PYTHONIOENCODING="ascii"))
     assert r.rc == 1, r
     text = r.out + r.err

@@ -13,15 +13,21 @@ EXAMPLE = REPO / "examples" / "b12x-pack"
 PACK = ["--rules", "examples/b12x-pack/dsv4sel_b12x/rules", "--allow-impl-module", "dsv4sel_b12x"]
 
 
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
+#: the test files of these tests, as YAML, named relative to the repository (where `run` runs,
+#: so messages name them so too); their rule files are in rules/test_cli/
+CASES = Path("tests/cli/cases")
+RULES = Path("tests/cli/rules/test_cli")
+
+
+def problems(err: str) -> list[tuple[str, str]]:
+    """``(file:line:column, code)`` of each problem ``dsv4sel test`` reports on stderr (the wording
+    of each code is pinned once, in tests/engine/wording.yaml)."""
+    return re.findall(r"(\S+:\d+:\d+): .* \[(DSV\d{3})\]$", err, re.M)
 
 
 def line_of(path: Path, needle: str) -> tuple[int, int]:
     """1-based line and column of the first occurrence of ``needle``."""
-    for number, text in enumerate(path.read_text().splitlines(), 1):
+    for number, text in enumerate((REPO / path).read_text().splitlines(), 1):
         if needle in text:
             return number, text.index(needle) + 1
     raise AssertionError(f"{needle!r} not in {path}")
@@ -44,37 +50,8 @@ def test_the_example_pack_tests_pass_with_coverage_of_the_pack_alone():
     assert "rule coverage: 6 of 6 rules reached (100%) (the rules of dsv4sel_b12x)" in r.out
 
 
-FAILING = """\
-kind: tests
-cases:
-  - name: hopper-passes
-    query: {platform: cuda, capability: "9.0"}
-    expect: {backend: FLASHMLA_SPARSE_DSV4, rule: flashmla-fp8}
-  - name: wrong-backend
-    query: {platform: cuda, capability: "9.0"}
-    expect: {backend: FLASHINFER_MLA_SPARSE_DSV4, bytes_per_token: 584}
-  - name: wrong-size
-    query: {platform: cuda, capability: "9.0"}
-    expect: {bytes_per_token: 512}
-  - name: expected-rejection
-    query: {platform: cuda, capability: "9.0", kv_cache_dtype: fp8}
-    expect: {reject: true}
-  - name: expected-selection
-    query: {platform: cuda, capability: "9.0", kv_cache_dtype: bfloat16}
-    expect: {layout: fp8_ds_mla}
-  - name: wrong-reason
-    query: {platform: cuda, capability: "9.0", kv_cache_dtype: bfloat16}
-    expect: {reject: true, reason_contains: no such words}
-  - name: wrong-rewrites
-    query: {platform: cuda, capability: "9.0", kv_cache_dtype: fp8_ds_mla}
-    expect: {rewrites: {cache_dtype: fp8_ds_mla}}
-  - query: {platform: cuda, capability: "9.0", kv_cache_dtype: bfloat16}
-    expect: {reject: true, rule: flashinfer-sm9x}
-"""
-
-
-def test_failures_are_located_and_say_expected_and_got(tmp_path):
-    f = write(tmp_path / "t" / "cases.yaml", FAILING)
+def test_failures_are_located_and_say_expected_and_got():
+    f = CASES / "failing.yaml"  # one case passes, seven fail
     r = run("test", str(f))
     assert r.rc == 1, r
     name = str(f)
@@ -100,8 +77,8 @@ def test_failures_are_located_and_say_expected_and_got(tmp_path):
     assert r.out.count("case wrong-backend:") == 1
 
 
-def test_coverage_lists_the_rules_no_case_reached_with_file_and_line(tmp_path):
-    f = write(tmp_path / "one.yaml", "kind: tests\ncases:\n  - query: {platform: cpu}\n    expect: {backend: CPU_V4_MLA_SPARSE}\n")
+def test_coverage_lists_the_rules_no_case_reached_with_file_and_line():
+    f = CASES / "cpu_only.yaml"
     r = run("test", str(f))
     assert r.rc == 0, r
     cov = re.search(r"^rule coverage: (\d+) of (\d+) rules reached", r.out, re.M)
@@ -113,8 +90,8 @@ def test_coverage_lists_the_rules_no_case_reached_with_file_and_line(tmp_path):
     assert len(unreached.strip().splitlines()) == int(cov[2]) - 2
 
 
-def test_json_report(tmp_path):
-    f = write(tmp_path / "cases.yaml", FAILING)
+def test_json_report():
+    f = CASES / "failing.yaml"
     r = run("test", str(f), "--json")
     assert r.rc == 1, r
     data = json.loads(r.out)
@@ -130,8 +107,8 @@ def test_json_report(tmp_path):
     assert {"id", "file", "line", "location", "pack"} <= set(cov["unreached"][0])
 
 
-def test_github_format_annotates_each_failure(tmp_path):
-    f = write(tmp_path / "cases.yaml", FAILING)
+def test_github_format_annotates_each_failure():
+    f = CASES / "failing.yaml"
     r = run("test", str(f), "--format", "github")
     assert r.rc == 1, r
     lines = r.out.splitlines()
@@ -139,61 +116,52 @@ def test_github_format_annotates_each_failure(tmp_path):
     assert "::DSV510: case wrong-size: expected bytes_per_token 512" in r.out
 
 
-def test_directories_are_searched_for_test_files_only(tmp_path):
-    write(tmp_path / "suite" / "nested" / "a.yaml", "kind: tests\ncases:\n  - query: {platform: xpu}\n"
-                                                     "    expect: {backend: XPU_V4_MLA_SPARSE}\n")
-    write(tmp_path / "suite" / "rules.yaml", "kind: default\nhit_policy: first\nrules: []\n")
-    r = run("test", str(tmp_path / "suite"))
+def test_directories_are_searched_for_test_files_only():
+    r = run("test", str(CASES / "suite"))  # nested/a.yaml, a test file, beside rules.yaml, a rule file
     assert r.rc == 0, r
     assert "1 case in 1 file: 1 passed, 0 failed" in r.out
 
 
-def test_unquoted_capability_says_to_quote_it(tmp_path):
-    f = write(tmp_path / "bad.yaml", "kind: tests\ncases:\n  - query: {platform: cuda, capability: 9.0}\n"
-                                     "    expect: {backend: FLASHMLA_SPARSE_DSV4}\n")
+def test_unquoted_capability_says_to_quote_it():
+    f = CASES / "unquoted_capability.yaml"
     r = run("test", str(f))
     assert r.rc == 2, r
     assert r.out == ""
     line, col = line_of(f, "9.0")
-    assert f"{f}:{line}:{col}: $.cases[0].query.capability: 9.0 is not of type" in r.err
-    assert 'YAML reads the unquoted 9.0 as a number: quote it, "9.0" [DSV202]' in r.err
+    assert problems(r.err) == [(f"{f}:{line}:{col}", "DSV202")]  # quote it: DSV202's wording
     assert len(r.err.strip().splitlines()) == 1
 
 
 def test_bad_test_files_exit_2_with_codes(tmp_path):
-    rules_file = write(tmp_path / "r.yaml", "kind: default\nhit_policy: first\nrules: []\n")
-    r = run("test", str(rules_file))
-    assert r.rc == 2 and "not a test file: kind is 'default'" in r.err and "[DSV501]" in r.err, r
+    r = run("test", str(RULES / "a_default" / "r.yaml"))  # a rule file
+    assert r.rc == 2 and problems(r.err) == [(f"{RULES}/a_default/r.yaml:1:7", "DSV501")], r
     r = run("test", str(tmp_path / "missing.yaml"))
-    assert r.rc == 2 and "no such file or directory [DSV101]" in r.err, r
+    assert r.rc == 2 and problems(r.err) == [(f"{tmp_path}/missing.yaml:1:1", "DSV101")], r
     empty = tmp_path / "empty"
     empty.mkdir()
     r = run("test", str(empty))
-    assert r.rc == 2 and "no test files" in r.err and "[DSV502]" in r.err, r
-    both = write(tmp_path / "both.yaml", "kind: tests\ncases:\n  - query: {platform: cpu}\n"
-                                         "    expect: {reject: true, backend: CPU_V4_MLA_SPARSE}\n")
+    assert r.rc == 2 and problems(r.err) == [(f"{empty}:1:1", "DSV502")], r
+    both = CASES / "reject_and_select.yaml"
     r = run("test", str(both))
-    assert r.rc == 2 and f"{both}:4:13: $.cases[0].expect: `reject: true` cannot be combined with selection fields (backend)" in r.err, r
+    assert r.rc == 2 and problems(r.err) == [(f"{both}:4:13", "DSV201")], r  # at `expect`, once
     assert len(r.err.strip().splitlines()) == 1, r
-    typo = write(tmp_path / "typo.yaml", "kind: tests\ncases:\n  - query: {platform: cpu}\n"
-                                         "    expect: {backend: CPU_V4_MLA_SPARSE, layuot: fp8_ds_mla}\n")
+    typo = CASES / "field_typo.yaml"
     r = run("test", str(typo))
     line, col = line_of(typo, "layuot")
-    assert r.rc == 2 and f"typo.yaml:{line}:{col}: $.cases[0].expect: unknown field 'layuot'; did you mean 'layout'?" in r.err, r
+    assert r.rc == 2 and problems(r.err) == [(f"{typo}:{line}:{col}", "DSV203")], r
+    assert "did you mean 'layout'?" in r.err  # the nearest field of a test file's expect
 
 
-def test_an_invalid_query_value_fails_the_case_naming_the_nearest_value(tmp_path):
-    f = write(tmp_path / "t.yaml", "kind: tests\ncases:\n  - name: typo\n    query: {platform: cuda, kv_cache_dtype: fp8_e4m4}\n"
-                                   "    expect: {backend: FLASHMLA_SPARSE_DSV4}\n")
+def test_an_invalid_query_value_fails_the_case_naming_the_nearest_value():
+    f = CASES / "invalid_query.yaml"
     r = run("test", str(f))
     assert r.rc == 1, r
     assert "case typo: expected a selection (backend FLASHMLA_SPARSE_DSV4), got a rejection (an invalid query): " \
            "unknown kv-cache dtype 'fp8_e4m4'; did you mean 'fp8_e4m3'?" in r.out
 
 
-def test_broken_rules_exit_2(tmp_path):
-    write(tmp_path / "pack" / "x.yaml", "kind: backend\nbackends: [X]\n")
-    r = run("test", "tests/decisions", "--rules", str(tmp_path / "pack"))
+def test_broken_rules_exit_2():
+    r = run("test", "tests/decisions", "--rules", str(RULES / "broken"))  # x.yaml: no rules
     assert r.rc == 2 and "x.yaml" in r.err, r
 
 

@@ -122,10 +122,7 @@ def test_a_gap_under_test_is_not_called_an_invalid_query(tmp_path):
     rules = tmp_path / "gap"
     rules.mkdir()
     (rules / "my.yaml").write_text((REPO / "examples/mistakes/gap/my.yaml").read_text())
-    case = tmp_path / "t.yaml"
-    case.write_text("kind: tests\ncases:\n  - query: {platform: rocm, capability: gfx942, backend: MY_MLA_SPARSE}\n"
-                    "    expect: {backend: MY_MLA_SPARSE}\n")
-    r = run("test", str(case), "--rules", str(rules))
+    r = run("test", "tests/cli/cases/gap_under_test.yaml", "--rules", str(rules))
     assert r.rc == 1
     assert "an invalid query" not in r.out and "no rule" in r.out
 

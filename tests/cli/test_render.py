@@ -138,8 +138,7 @@ def test_check_and_test_render_their_reports(tmp_path, monkeypatch):
     assert run("check").out == render_check.text(report)
     assert run("check", "--format", "github").out == github(render_check.diagnostics(report)) == ""
     cases = tmp_path / "t.yaml"
-    cases.write_text("kind: tests\ncases:\n  - name: wrong\n    query: {platform: cpu}\n"
-                     "    expect: {backend: FLASHMLA_SPARSE_DSV4}\n")
+    cases.write_text((REPO / "tests" / "cli" / "cases" / "wrong_cpu.yaml").read_text())  # named from its copy
     monkeypatch.chdir(tmp_path)  # test files are named relative to the working directory
     found, files = load_cases([str(cases)])
     result = run_tests(dsv4sel.default_rules(), found, files=files)

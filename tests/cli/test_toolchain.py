@@ -8,6 +8,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -18,26 +19,17 @@ import yaml
 from _cli import ANSI, REPO, run, run_tty  # noqa: E402
 
 import dsv4sel  # noqa: E402
-from _rule_text import BACKEND_HEAD  # noqa: E402
 from dsv4sel import RuleError  # noqa: E402
 
-UNQUOTED = BACKEND_HEAD.format(name="XX_DSV4") + """\
-  - id: xx-other-model
-    when: {model: {not: deepseek_v4}}
-    reject: {reason: deepseek_v4 only}
-  - id: xx-ampere
-    when: {platform: cuda, capability: [8.0, 8.6, 8.9]}
-    select: {}
-  - id: xx-rest
-    reject: {reason: nowhere else}
-"""
+#: rule packs as files: unquoted/ (capabilities 8.0, 8.6, 8.9 unquoted), long/ (four misspelt values)
+RULES = Path(__file__).with_name("rules") / "toolchain"
 
 
 @pytest.fixture
 def bad_pack(tmp_path):
     pack = tmp_path / "pack" / "rules"
     pack.mkdir(parents=True)
-    (pack / "xx.yaml").write_text(UNQUOTED)
+    shutil.copy(RULES / "unquoted" / "xx.yaml", pack / "xx.yaml")
     return pack
 
 
@@ -45,8 +37,7 @@ def test_unquoted_capabilities_say_to_quote_them(bad_pack):
     r = run("check", str(bad_pack))
     assert r.rc == 2, r
     (line,) = [text for text in r.out.splitlines() if ": error " in text]
-    assert line.startswith(f"{bad_pack}/xx.yaml:16:40: error DSV202 [schema] ")
-    assert line.endswith('YAML reads unquoted 8.0, 8.6, 8.9 as numbers: quote them, ["8.0", "8.6", "8.9"]')
+    assert line.startswith(f"{bad_pack}/xx.yaml:16:40: error DSV202 [schema] ")  # wording: wording.yaml, DSV202 several
 
 
 def test_check_github_annotations(bad_pack):
@@ -105,18 +96,13 @@ def test_check_takes_shipped_files_and_pack_files_as_arguments():
     assert r.rc == 2 and "rule path 'no/such/dir' does not exist" in r.err, r
 
 
-def test_an_impl_outside_the_allow_list_names_both_fixes(tmp_path):
-    pack = tmp_path / "p"
-    pack.mkdir()
-    (pack / "xx.yaml").write_text(UNQUOTED.replace('[8.0, 8.6, 8.9]', '["8.0"]').replace(
-        "dsv4sel.kernels.flashmla:DeepseekV4FlashMLASparseImpl", "my_pack.impl:Impl"))
-    r = run("check", str(pack))
+def test_an_impl_outside_the_allow_list_names_both_fixes():
+    pack = RULES / "outside_allow_list"  # defaults: impl my_pack.impl:Impl
+    r = run("check", "--json", str(pack))
     assert r.rc == 2
-    errors = [line for line in r.out.splitlines() if ": error " in line]
-    assert len(errors) == 1, r.out  # the defaults' impl once, not once per select rule
-    assert "error DSV310 [impl]" in errors[0]
-    assert "pass --allow-impl-module my_pack (Python: allowed_impl_modules=('my_pack',))" in errors[0]
-    assert "install the pack with an entry point in group dsv4sel.rules" in errors[0]
+    # the defaults' impl once, not once per select rule (both fixes: the wording, tests/engine/wording.yaml)
+    assert [(f["code"], f["line"], f["column"]) for f in json.loads(r.out)["findings"]] == [("DSV310", 5, 9)], r.out
+    assert "--allow-impl-module my_pack (Python: allowed_impl_modules=('my_pack',))" in json.loads(r.out)["findings"][0]["message"]
 
 
 def test_pre_commit_hooks():
@@ -202,15 +188,11 @@ def test_select_type_hints_say_what_it_accepts():
     assert "Any" not in str(sig)
 
 
-def test_a_pack_alone_gets_one_problem_saying_how_to_add_it(tmp_path):
-    pack = tmp_path / "p"
-    pack.mkdir()
-    (pack / "xx.yaml").write_text(UNQUOTED.replace('[8.0, 8.6, 8.9]', '["8.0"]'))
+def test_a_pack_alone_gets_one_problem_saying_how_to_add_it(write_rules):
+    # how to add it (load_rules([*default_packs(), DIR])) is DSV306's wording: tests/engine/wording.yaml
     with pytest.raises(RuleError) as info:
-        dsv4sel.load_rules([str(pack)])
-    (problem,) = info.value.problems
-    assert problem.code == "DSV306"
-    assert "load_rules([*dsv4sel.engine.sources.default_packs(), DIR])" in problem.message
+        dsv4sel.load_rules([write_rules(RULES / "quoted")])
+    assert [(p.code, str(p.loc)) for p in info.value.problems] == [("DSV306", "rules/xx.yaml:1:1")]
 
 
 def test_allowed_impl_modules_add_to_the_defaults(tmp_path):
@@ -272,10 +254,11 @@ def test_check_text_fits_the_terminal(bad_pack):
     assert r.rc == 2
     # every line fits, but a path longer than the terminal, which is never split
     assert all(len(line) <= 72 or " " not in line.strip() for line in ANSI.sub("", r.out).splitlines()), r.out
-    assert "quote them" in r.out
+    assert "DSV202" in r.out
     # piped: one line per finding, for grep, whatever COLUMNS says
     piped = run("check", str(bad_pack), env=environ(COLUMNS="72")).out
-    assert len([line for line in piped.splitlines() if ": error " in line and line.endswith('"8.9"]')]) == 1
+    (line,) = [line for line in piped.splitlines() if ": error " in line]
+    assert line.startswith(f"{bad_pack}/xx.yaml:16:40: error DSV202 ") and line.endswith('"8.9"]')  # whole
 
 
 def test_an_unknown_backend_is_not_a_700_character_message():
@@ -318,10 +301,7 @@ def test_rule_errors_fit_the_terminal(tmp_path):
     from _cli import environ
 
     pack = tmp_path / "long"
-    pack.mkdir()
-    (pack / "l.yaml").write_text("kind: backend\nbackends: [LONG_DSV4]\nhit_policy: first\nrules:\n  - id: long-one\n"
-                                 "    when: {kv_cache_dtype: [fp8_e4m4, fp8_e5m3, bfloat61, turboquant_k8v5]}\n"
-                                 "    reject: {reason: x}\n")
+    shutil.copytree(RULES / "long", pack)  # a temporary path: longer than the terminal below
     r = run_tty("explain", "--platform", "cuda", "--rules", str(pack), env=environ(COLUMNS="60"), both=True)
     assert r.rc == 2 and "did you mean 'fp8_e4m3'?" in r.out
     # a word longer than the terminal (this temporary path) stays whole: wrapping never splits one
@@ -331,10 +311,8 @@ def test_rule_errors_fit_the_terminal(tmp_path):
     assert len(piped.err.strip().splitlines()) == 5  # the head line and one per problem
 
 
-def test_test_failures_as_sarif(tmp_path):
-    f = tmp_path / "t.yaml"
-    f.write_text("kind: tests\ncases:\n  - name: wrong\n    query: {platform: cpu}\n    expect: {backend: XPU_V4_MLA_SPARSE}\n")
-    r = run("test", str(f), "--format", "sarif")
+def test_test_failures_as_sarif():
+    r = run("test", "tests/cli/cases/wrong_xpu.yaml", "--format", "sarif")
     assert r.rc == 1, r
     (result,) = json.loads(r.out)["runs"][0]["results"]
     assert result["ruleId"] == "DSV510" and result["message"]["text"].startswith("case wrong: expected backend")

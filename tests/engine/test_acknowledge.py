@@ -7,71 +7,46 @@ from __future__ import annotations
 
 import pytest
 
-from _rule_text import BACKEND_HEAD
-from test_requested_by_name import DEFAULT, VOCAB
+from pathlib import Path
+
+from test_requested_by_name import RULES as PACK
 
 import dsv4sel
 from dsv4sel.api import verify
 from dsv4sel.errors import RuleError
 
 REASON = "the host sizes this cache at 512 B: reproduced, not endorsed"
+#: tables C and G, whose rules c-auto and g-any select fp8_ds_mla pages (584 B) at 512 B; one
+#: folder per way of acknowledging that: both/ (each its own), c_only/, none/, and c.yaml
+#: acknowledging what it cannot, DSV401/ (a verifier code, not a selection's) and gap/ (not a code)
+RULES = Path(__file__).with_name("rules") / "acknowledge"
 
 
-def _c(acknowledge: str = "") -> str:
-    """Table C: its cpu rule selects fp8_ds_mla pages (584 B) at 512 B, with ``acknowledge``."""
-    return BACKEND_HEAD.format(name="C") + f"""\
-  - id: c-auto
-    when: {{platform: cpu, kv_cache_dtype: auto}}
-    select: {{bytes_per_token: 512}}
-{acknowledge}  - id: c-other
-    reject: {{reason: "C stores only fp8_ds_mla"}}
-"""
-
-
-def _g(acknowledge: str = "") -> str:
-    return BACKEND_HEAD.format(name="G") + f"""\
-  - id: g-any
-    when: {{platform: cuda, kv_cache_dtype: auto}}
-    select: {{bytes_per_token: 512}}
-{acknowledge}  - id: g-other
-    reject: {{reason: "G serves cuda auto only"}}
-"""
-
-
-ACK = f"    acknowledge: {{DSV408: \"{REASON}\"}}\n"
-
-
-def _findings(write_rules, c: str, g: str):
-    pack = write_rules({"vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULT, "c.yaml": c, "g.yaml": g})
-    return [(f.severity, f.code, f.message) for f in verify([pack]).findings]
+def _findings(write_rules, variant: str):
+    pack = write_rules(PACK / "pack", RULES / variant)  # its vocabulary and default decision
+    return [(f.severity, f.code, f.rules[0].id, f.message) for f in verify([pack]).findings]
 
 
 def test_an_acknowledged_finding_is_a_warning_naming_the_reason(write_rules):
-    found = _findings(write_rules, _c(ACK), _g(ACK))
-    assert [(s, c) for s, c, _ in found] == [("warning", "DSV408"), ("warning", "DSV408")]
-    assert all(m.endswith(f"(acknowledged: {REASON})") and "bytes_per_token 512 disagrees" in m
-               for _, _, m in found)
+    found = _findings(write_rules, "both")
+    assert [(s, c, r) for s, c, r, _ in found] == [("warning", "DSV408", "c-auto"), ("warning", "DSV408", "g-any")]
+    assert all(m.endswith(f"(acknowledged: {REASON})") for *_, m in found)  # the reason, as the rule states it
 
 
 def test_the_acknowledgement_covers_only_its_own_rule(write_rules):
-    found = _findings(write_rules, _c(ACK), _g())
-    assert sorted((s, c, "g-any" in m) for s, c, m in found) == [
-        ("error", "DSV408", True), ("warning", "DSV408", False)]
+    found = _findings(write_rules, "c_only")
+    assert [(s, c, r) for s, c, r, _ in found] == [("warning", "DSV408", "c-auto"), ("error", "DSV408", "g-any")]
 
 
 def test_without_it_the_finding_is_an_error(write_rules):
-    found = _findings(write_rules, _c(), _g())
-    assert [(s, c) for s, c, _ in found] == [("error", "DSV408"), ("error", "DSV408")]
-    assert not any("acknowledged" in m for _, _, m in found)
+    found = _findings(write_rules, "none")
+    assert [(s, c, r) for s, c, r, _ in found] == [("error", "DSV408", "c-auto"), ("error", "DSV408", "g-any")]
+    assert not any(m.endswith(f"(acknowledged: {REASON})") for *_, m in found)
 
 
-@pytest.mark.parametrize("code,stage", [("DSV401", "DSV309"), ("gap", "DSV2")])
-def test_only_a_selection_finding_can_be_acknowledged(write_rules, code, stage):
-    pack = write_rules({"vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULT,
-                        "c.yaml": _c(f"    acknowledge: {{{code}: \"{REASON}\"}}\n"), "g.yaml": _g()})
+@pytest.mark.parametrize("variant,code,line", [("DSV401", "DSV309", 15), ("gap", "DSV201", 15)])
+def test_only_a_selection_finding_can_be_acknowledged(write_rules, variant, code, line):
+    pack = write_rules(PACK / "pack", RULES / variant)
     with pytest.raises(RuleError) as caught:
         dsv4sel.load_rules([pack])
-    problems = [p for p in caught.value.problems if p.file == "rules/c.yaml"]
-    assert problems and all(p.code.startswith(stage) for p in problems), caught.value
-    if stage == "DSV309":
-        assert "DSV408" in problems[0].message  # it names what can be acknowledged
+    assert [(p.code, p.file, p.line) for p in caught.value.problems] == [(code, "rules/c.yaml", line)], caught.value

@@ -1,47 +1,47 @@
 """Every problem and finding has a stable code (dsv4sel.engine.codes): each code is held
-here to a real rule file that produces it, through the real pipeline."""
+here to a real rule file that produces it, through the real pipeline; and each code's
+wording is pinned once, in ``wording.yaml`` beside this file (every other test asserts
+codes and locations, not text)."""
 
 from __future__ import annotations
 
 import os
-import textwrap
+import shutil
+from pathlib import Path
+
+import pytest
+
+import dsv4sel
+from dsv4sel.engine.codes import CODES, kind_code
+from dsv4sel.engine.load import load_file
+from dsv4sel.engine.sources import default_packs
+
+from _repo import REPO
+
+TESTS = Path(__file__).resolve().parent.parent
+#: this file's rule sets, one folder per test
+RULES = Path(__file__).with_name("rules") / "codes"
+#: the small vocabulary and default decision (everything to backend A) many tests build on
+SMALL = TESTS / "rules" / "small"
 
 
-
-from _verify_programs import DEFAULTS, HEAD, VOCAB  # noqa: E402
-
-import dsv4sel  # noqa: E402
-from _rule_text import BACKEND_HEAD  # noqa: E402
-from dsv4sel.engine.codes import CODES, kind_code  # noqa: E402
-from dsv4sel.engine.sources import default_packs  # noqa: E402
-
-
-def write(directory, files):
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (directory / name).write_text(textwrap.dedent(text))
-    return directory
+def gather(into: Path, *folders: Path) -> str:
+    """Copy the rule files of ``folders`` into ``into`` (a later file replaces one of the same name)."""
+    for folder in folders:
+        shutil.copytree(folder, into, dirs_exist_ok=True)
+    return str(into)
 
 
 def codes_of(report):
     return [(f.file.rsplit("/", 1)[-1], f.code) for f in report.findings]
 
 
-BACKEND = BACKEND_HEAD
+def found(report):
+    return [(f.code, str(f.loc)) for f in report.findings]
 
 
-def test_load_and_schema_codes(tmp_path):
-    pack = write(tmp_path / "p", {
-        "a_syntax.yaml": "kind: backend\nrules: [\n",
-        "b_empty.yaml": "",
-        "c_tag.yaml": "kind: !!python/name:os.system backend\n",
-        "e_dup.yaml": "kind: default\nkind: default\n",
-        "f_unquoted.yaml": BACKEND.format(name="F_DSV4") + "  - id: f\n    when: {capability: 9.0}\n    select: {}\n",
-        "g_unknown_field.yaml": BACKEND.format(name="G_DSV4") + "  - id: g\n    selct: {}\n",
-        "h_required.yaml": "kind: default\nhit_policy: first\n",
-        "i_enum.yaml": "kind: rules\n",
-    })
-    report = dsv4sel.verify([*default_packs(), str(pack)])
+def test_load_and_schema_codes():
+    report = dsv4sel.verify([*default_packs(), str(RULES / "load_and_schema")])
     got = dict(codes_of(report))
     assert got == {
         "a_syntax.yaml": "DSV102", "b_empty.yaml": "DSV103", "c_tag.yaml": "DSV104",
@@ -51,158 +51,79 @@ def test_load_and_schema_codes(tmp_path):
     assert len(report.findings) == len(got), [str(f) for f in report.findings]  # one finding per problem
 
 
-def test_compile_codes(tmp_path):
-    pack = write(tmp_path / "p", {
-        "vocab.yaml": "kind: vocabulary\ninputs:\n  extra_in: {values: [a, b]}\n",
-        "x.yaml": BACKEND.format(name="X_DSV4") + textwrap.dedent("""\
-              - id: x-value
-                when: {kv_cache_dtype: fp8_e4m4}
-                select: {}
-              - id: x-input
-                when: {kv_dtype: fp8}
-                select: {}
-              - id: x-family
-                when: {capability: 13.x}
-                select: {}
-              - id: x-placeholder
-                reject: {reason: "no {platfrom}"}
-              - id: x-value
-                reject: {reason: again}
-              - id: x-two
-                use: FLASHMLA_SPARSE_DSV4
-                reject: {reason: both}
-              - id: x-use
-                use: NOWHERE_DSV4
-            """),
-        "y.yaml": BACKEND.format(name="FLASHMLA_SPARSE_DSV4").replace(
-            "dsv4sel.kernels.flashmla:DeepseekV4FlashMLASparseImpl", "evil.mod:Impl") + "  - id: y\n    select: {}\n",
-    })
-    report = dsv4sel.verify([*default_packs(), str(pack)])
-    codes = sorted(f.code for f in report.findings)
-    assert codes == sorted(["DSV305", "DSV301", "DSV302", "DSV303", "DSV304", "DSV307", "DSV309", "DSV311",
-                            "DSV308", "DSV310"]), [str(f) for f in report.findings]
-    impl = next(f for f in report.findings if f.code == "DSV310")
-    assert "--allow-impl-module evil" in impl.message and "entry point in group dsv4sel.rules" in impl.message
+def test_compile_codes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    report = dsv4sel.verify([*default_packs(), gather(tmp_path / "rules", RULES / "compile")])
+    assert found(report) == [
+        ("DSV305", "rules/vocab.yaml:3:3"), ("DSV301", "rules/x.yaml:13:26"), ("DSV302", "rules/x.yaml:16:10"),
+        ("DSV303", "rules/x.yaml:19:22"), ("DSV304", "rules/x.yaml:22:20"), ("DSV307", "rules/x.yaml:23:7"),
+        ("DSV309", "rules/x.yaml:25:3"), ("DSV311", "rules/x.yaml:26:8"), ("DSV308", "rules/y.yaml:2:12"),
+        ("DSV310", "rules/y.yaml:5:9")], [str(f) for f in report.findings]
 
 
 def test_a_copied_pack_file_is_one_problem(tmp_path):
-    pack = write(tmp_path / "copy", {"flashmla.yaml": (tmp_path / ".." / ".." ).joinpath(
-        os.path.join(os.path.dirname(__file__), "..", "..", "rules", "flashmla.yaml")).read_text()})
+    pack = tmp_path / "copy"
+    pack.mkdir()
+    shutil.copy(os.path.join(REPO, "rules", "flashmla.yaml"), pack / "flashmla.yaml")
     report = dsv4sel.verify([*default_packs(), str(pack)])
-    assert [f.code for f in report.findings] == ["DSV313"], [str(f) for f in report.findings]
-    assert "is a copy of rules/flashmla.yaml" in report.findings[0].message
+    # located at the copy's first line of data (the shipped file opens with comments)
+    assert [(f.code, f.file) for f in report.findings] == [("DSV313", str(pack / "flashmla.yaml"))], \
+        [str(f) for f in report.findings]
 
 
-def test_verification_codes(tmp_path):
-    rules = write(tmp_path / "v", {
-        "vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULTS,
-        "a.yaml": HEAD.format(policy="unique") + textwrap.dedent("""\
-              - id: a-cuda
-                when: {platform: cuda, kv_cache_dtype: [auto, fp8]}
-                reject: {reason: x}
-              - id: a-fp8
-                when: {kv_cache_dtype: fp8}
-                reject: {reason: y}
-              - id: a-dead
-                when: {platform: rocm, capability: "9.0"}
-                reject: {reason: z}
-            """),
-        "b.yaml": HEAD.replace("[A]", "[B]").format(policy="first") + textwrap.dedent("""\
-              - id: b-all
-                reject: {reason: b}
-              - id: b-never
-                when: {platform: cuda}
-                reject: {reason: c}
-              - id: b-same
-                reject: {reason: b}
-            """),
-    })
-    report = dsv4sel.verify([str(rules)])
-    codes = {f.code for f in report.findings}
-    assert {"DSV401", "DSV402", "DSV403", "DSV404", "DSV405"} <= codes, [str(f) for f in report.findings]
+def test_verification_codes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    report = dsv4sel.verify([gather(tmp_path / "rules", SMALL, RULES / "verification")])
+    assert found(report) == [
+        ("DSV401", "rules/a.yaml:2"), ("DSV401", "rules/a.yaml:2"), ("DSV402", "rules/a.yaml:12"),
+        ("DSV405", "rules/a.yaml:18"), ("DSV403", "rules/b.yaml:12"), ("DSV404", "rules/b.yaml:14"),
+        ("DSV404", "rules/b.yaml:17")], [str(f) for f in report.findings]
     for f in report.findings:
         assert f.to_dict()["code"] == f.code and f" {f.code} [{f.kind}] " in str(f)
 
 
-def test_a_table_that_never_tests_model_is_a_warning_with_the_fix(tmp_path):
-    two_models = VOCAB.replace("model: {values: [m], default: m}", "model: {values: [m, m2], default: m}")
-    rules = write(tmp_path / "m", {
-        "vocabulary.yaml": two_models,
-        "defaults.yaml": "kind: default\nhit_policy: first\nrules:\n  - id: d-m\n    when: {model: m}\n    use: A\n"
-                         "  - id: d-other\n    reject: {reason: no}\n".replace("reason: no", "reason: none"),
-        "a.yaml": HEAD.format(policy="first") + "  - id: a-any\n    select: {}\n",
-    })
-    report = dsv4sel.verify([str(rules)])
-    assert [(f.code, f.severity) for f in report.findings] == [("DSV410", "warning")], report.findings
-    f = report.findings[0]
-    assert f.file.endswith("a.yaml") and f.line == 2
-    assert "table A never tests `model`, so it selects for every declared model (m, m2)" in f.message
-    assert "`- {id: a-other-model, when: {model: {not: m}}, reject: {reason: A serves m only, not {model}.}}`" \
-        in f.message
-    # with the guard the warning goes
-    (rules / "a.yaml").write_text(HEAD.format(policy="first") + "  - id: a-other\n    when: {model: {not: m}}\n"
-                                  "    reject: {reason: m only}\n  - id: a-any\n    select: {}\n")
-    assert dsv4sel.verify([str(rules)]).ok
+def test_a_table_that_never_tests_model_is_a_warning_with_the_fix(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rules = gather(tmp_path / "rules", SMALL, RULES / "two_models")  # models m and m2; A never tests model
+    report = dsv4sel.verify([rules])
+    assert [(f.code, f.severity, str(f.loc)) for f in report.findings] == [("DSV410", "warning", "rules/a.yaml:2")]
+    # with the guard the message proposes, the warning goes
+    gather(tmp_path / "rules", RULES / "two_models_guarded")
+    assert dsv4sel.verify([rules]).ok
 
 
-def test_a_shadowed_pack_default_says_override(tmp_path):
-    pack = write(tmp_path / "quiet", {"defaults.yaml": """\
-        kind: default
-        hit_policy: first
-        rules:
-          - id: quiet-default
-            when: {model: deepseek_v4, platform: cuda, capability: "12.1"}
-            use: FLASHMLA_SPARSE_DSV4
-        """})
-    report = dsv4sel.verify([*default_packs(), str(pack)])
+def test_a_shadowed_pack_default_says_override():
+    report = dsv4sel.verify([*default_packs(), str(RULES / "quiet_default")])
     (f,) = report.findings
-    assert f.code == "DSV404" and f.message.endswith("give quiet-default `override: true`")
+    assert (f.code, f.line, [r.id for r in f.rules][:1]) == ("DSV404", 4, ["quiet-default"])
+    # the fix it names is the rule's own: `override: true` (the wording is pinned in wording.yaml)
+    assert f.message.endswith("give quiet-default `override: true`")
 
 
 def test_every_code_is_documented_and_classified():
     assert all(code.startswith("DSV") and len(code) == 6 for code in CODES)
     assert kind_code("gap") == "DSV401" and kind_code("impl") == "DSV406"
+    docs = (Path(REPO) / "docs" / "cli.md").read_text()
     for code in CODES:
-        assert code in open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "cli.md")).read(), code
+        assert code in docs, code
 
 
 def test_codes_are_set_where_problems_are_found_not_read_from_their_text():
     # a message that reads like another kind of problem keeps its own code
     from dsv4sel.engine.load import load_text
 
-    _, problems = load_text('kind: "duplicate key"\nkind: x\n', "t.yaml")
+    text = (RULES / "reads_like_another_problem" / "t.yaml").read_text()  # kind: "duplicate key", twice
+    _, problems = load_text(text, "t.yaml")
     assert [(p.code, p.line) for p in problems] == [("DSV106", 2)]
 
 
-def test_a_test_file_among_the_rules_is_one_problem(tmp_path):
-    pack = write(tmp_path / "mixed", {"cases.yaml": "kind: tests\ncases:\n  - query: {platform: cpu}\n"
-                                                    "    expect: {backend: CPU_V4_MLA_SPARSE}\n"})
-    report = dsv4sel.verify([*default_packs(), str(pack)])
+def test_a_test_file_among_the_rules_is_one_problem():
+    report = dsv4sel.verify([*default_packs(), str(RULES / "test_file_among_rules")])
     assert [(f.code, f.line) for f in report.findings] == [("DSV501", 1)], [str(f) for f in report.findings]
-    assert "`dsv4sel test PATH` runs test files" in report.findings[0].message
 
 
-def test_selection_codes(tmp_path):
-    pack = write(tmp_path / "z", {"z.yaml": BACKEND.format(name="Z_DSV4") + textwrap.dedent("""\
-          - id: z-other-model
-            when: {model: {not: deepseek_v4}}
-            reject: {reason: deepseek_v4 only}
-          - id: z-noimpl
-            when: {kv_cache_dtype: fp8}
-            select: {impl: "dsv4sel.kernels.flashmla:NoSuchImpl"}
-          - id: z-layout
-            when: {kv_cache_dtype: fp8_e4m3}
-            select: {layout: no_such_layout}
-          - id: z-size
-            when: {kv_cache_dtype: fp8_ds_mla}
-            select: {bytes_per_token: 512}
-          - id: z-rewrite
-            when: {kv_cache_dtype: auto}
-            select: {rewrites: {cache_dtype: bfloat16}}
-          - id: z-rest
-            reject: {reason: nothing else}
-        """)})
-    report = dsv4sel.verify([*default_packs(), str(pack)])
+def test_selection_codes():
+    report = dsv4sel.verify([*default_packs(), str(RULES / "selection")])
     by_rule = {f.rules[0].id: f.code for f in report.findings if f.code != "DSV412"}
     assert by_rule == {"z-noimpl": "DSV406", "z-layout": "DSV407", "z-size": "DSV408", "z-rewrite": "DSV409"}, \
         [str(f) for f in report.findings]
@@ -211,11 +132,60 @@ def test_selection_codes(tmp_path):
     assert (hostless.severity, hostless.rules[0].id, hostless.table) == ("warning", "z-noimpl", "Z_DSV4")
 
 
-def test_a_use_cycle_is_dsv312(tmp_path):
-    head = BACKEND.split("defaults:")[0]
-    pack = write(tmp_path / "loop", {
-        "a.yaml": head.format(name="LOOPA_DSV4") + "rules:\n  - id: loopa\n    use: LOOPB_DSV4\n",
-        "b.yaml": head.format(name="LOOPB_DSV4") + "rules:\n  - id: loopb\n    use: LOOPA_DSV4\n",
-    })
-    report = dsv4sel.verify([*default_packs(), str(pack)])
-    assert {f.code for f in report.findings} == {"DSV312"}, [str(f) for f in report.findings]
+def test_a_use_cycle_is_dsv312():
+    report = dsv4sel.verify([*default_packs(), str(RULES / "use_cycle")])
+    assert [(f.code, f.line) for f in report.findings] == [("DSV312", 2)], [str(f) for f in report.findings]
+
+
+# ------------------------------------------------------------------ each code's wording, once
+
+def _wording() -> dict:
+    # read by dsv4sel's own loader: a code given twice is a duplicate key, refused
+    loaded, problems = load_file(str(Path(__file__).with_name("wording.yaml")), "wording.yaml")
+    assert loaded is not None and not problems, problems
+    return loaded.data
+
+
+WORDING = _wording()
+
+
+def test_the_wording_table_names_real_codes_only():
+    # a key is a code, or a code and the variant of its message (`DSV501 test file`)
+    codes = {key.split()[0] for key in WORDING}
+    assert codes <= set(CODES), sorted(codes - set(CODES))
+
+
+def _items(entry: dict, tmp_path: Path):
+    """The problems or findings of one entry's input, in a fresh working directory ``tmp_path``."""
+    if "test_files" in entry:  # `dsv4sel test`'s problems with test files, named as given
+        from dsv4sel.tools.testcases import TestFileError, load_cases
+
+        for name in entry["test_files"]:
+            shutil.copy(TESTS / name, tmp_path / Path(name).name)
+        for name in entry.get("empty_dirs", ()):
+            (tmp_path / name).mkdir()
+        paths = [*(Path(n).name for n in entry["test_files"]), *entry.get("missing", ()), *entry.get("empty_dirs", ())]
+        with pytest.raises(TestFileError) as info:
+            load_cases(paths)
+        return info.value.problems
+    rules = gather(tmp_path / "rules", *(TESTS / folder for folder in entry["rules"]))
+    paths = [*(default_packs() if entry.get("shipped") else []),
+             *([rules + "/" + name for name in entry["missing"]] if "missing" in entry else [rules])]
+    try:  # a rule set that does not compile has problems; one that does, findings
+        dsv4sel.load_rules(paths, use_cache=False)
+    except dsv4sel.RuleError as error:
+        return error.problems
+    return dsv4sel.verify(paths).findings
+
+
+@pytest.mark.parametrize("key", sorted(WORDING))
+def test_each_code_s_wording(key, tmp_path, monkeypatch):
+    """The message of a code as a user reads it, from the input the table names: ``rules``,
+    folders under tests/ copied in order into ``rules/``, or ``test_files`` (under tests/) copied
+    beside it, in a fresh working directory; at the place the table gives."""
+    entry = WORDING[key]
+    monkeypatch.chdir(tmp_path)
+    items = _items(entry, tmp_path)
+    hits = [f for f in items if f.code == key.split()[0] and str(f.loc) == entry["at"]]
+    assert hits, [str(f) for f in items]
+    assert entry["says"] in hits[0].message, hits[0].message

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import sys
-import textwrap
 import types
+from pathlib import Path
 
 import pytest
 
@@ -58,35 +58,20 @@ def test_every_shipped_selection_names_a_vllm_class():
     assert rows and all(any(h == "vllm" for h, _, _ in r.hosts) for r in rows)
 
 
-def _pack(tmp_path, hosts_yaml):
-    (tmp_path / "x.yaml").write_text(textwrap.dedent(f"""\
-        kind: backend
-        backends: [X_DSV4]
-        hit_policy: first
-        rules:
-          - id: x-any
-            select:
-              impl: dsv4sel.kernels.reference:DeepseekV4ReferenceSparseImpl
-              layout: fp8_ds_mla
-              cache_dtype: fp8_ds_mla
-              torch_dtype: uint8
-              bytes_per_token: 584
-              block_size: 256
-              hosts: {hosts_yaml}
-        """))
-    return tmp_path
+#: one-rule packs whose `hosts:` is wrong: outside_package/ (a vLLM class in os.path), no_versions/
+RULES = Path(__file__).with_name("rules") / "hosts"
 
 
-def test_a_host_class_outside_its_package_is_refused(tmp_path):
+def test_a_host_class_outside_its_package_is_refused(write_rules):
     with pytest.raises(RuleError) as err:
-        dsv4sel.load_rules(paths=[_pack(tmp_path, '{vllm: {class: "os.path:Foo", versions: ">=1.0"}}')])
-    assert "outside the host's package 'vllm'" in str(err.value)
+        dsv4sel.load_rules(paths=[write_rules(RULES / "outside_package")])
+    assert [(p.code, str(p.loc)) for p in err.value.problems] == [("DSV306", "rules/x.yaml:1:1"), ("DSV315", "rules/x.yaml:13:21")]  # alone: no vocabulary either, err.value
 
 
-def test_hosts_need_class_and_versions(tmp_path):
+def test_hosts_need_class_and_versions(write_rules):
     with pytest.raises(RuleError) as err:
-        dsv4sel.load_rules(paths=[_pack(tmp_path, '{vllm: {class: "vllm.x:Foo"}}')])
-    assert "versions" in str(err.value)
+        dsv4sel.load_rules(paths=[write_rules(RULES / "no_versions")])
+    assert [(p.code, str(p.loc)) for p in err.value.problems] == [("DSV204", "rules/x.yaml:13:21")], err.value
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,14 @@ from _repo import REPO
 
 EXAMPLE = os.path.join(REPO, "examples", "b12x-pack")
 EXAMPLE_RULES = os.path.join(EXAMPLE, "dsv4sel_b12x", "rules")
+#: this file's own packs, one folder each
+RULES = Path(__file__).with_name("rules") / "packs"
+
+
+def _shown(path) -> str:
+    """A rule file's name as problems give it: relative to the working directory when below it."""
+    rel = os.path.relpath(path)
+    return str(path) if rel.startswith("..") else rel
 
 
 @pytest.fixture
@@ -44,54 +53,29 @@ def test_a_pack_overrides_a_default_only_where_it_says_so(example_importable):
 
 
 def test_without_override_a_pack_default_cannot_displace_the_shipped_one(tmp_path):
-    pack = tmp_path / "quiet"
-    pack.mkdir()
-    (pack / "defaults.yaml").write_text(textwrap.dedent("""\
-        kind: default
-        hit_policy: first
-        rules:
-          - id: quiet-default
-            when: {platform: cuda, capability: "12.1"}
-            use: FLASHMLA_SPARSE_DSV4
-        """))
-    rules = dsv4sel.load_rules([*default_packs(), str(pack)])
+    rules = dsv4sel.load_rules([*default_packs(), str(RULES / "quiet")])  # 12.1 to FLASHMLA, no override
     assert dsv4sel.select(platform="cuda", capability="12.1", rules=rules).backend == "FLASHINFER_MLA_SPARSE_DSV4"
 
 
-def test_a_pack_may_not_take_over_an_existing_backend_table(tmp_path):
-    pack = tmp_path / "hijack"
-    pack.mkdir()
-    (pack / "flashmla.yaml").write_text(textwrap.dedent("""\
-        kind: backend
-        backends: [FLASHMLA_SPARSE_DSV4]
-        hit_policy: first
-        rules:
-          - id: hijack
-            reject: {reason: taken}
-        """))
-    with pytest.raises(RuleError, match="backend FLASHMLA_SPARSE_DSV4 already has a table in rules/flashmla.yaml"):
+def test_a_pack_may_not_take_over_an_existing_backend_table():
+    pack = RULES / "hijack"  # a table for FLASHMLA_SPARSE_DSV4
+    with pytest.raises(RuleError) as info:
         dsv4sel.load_rules([*default_packs(), str(pack)])
+    assert [(p.code, p.file, p.line) for p in info.value.problems] == [("DSV308", _shown(pack / "flashmla.yaml"), 2)]
 
 
-def test_override_is_refused_outside_the_default_decision(tmp_path):
-    pack = tmp_path / "bad"
-    pack.mkdir()
-    (pack / "x.yaml").write_text(textwrap.dedent("""\
-        kind: backend
-        backends: [X_DSV4]
-        hit_policy: first
-        rules:
-          - id: x-any
-            override: true
-            reject: {reason: taken}
-        """))
-    with pytest.raises(RuleError, match="`override` applies to default-backend rules only"):
+def test_override_is_refused_outside_the_default_decision():
+    pack = RULES / "override_in_backend"  # a backend table's rule with `override: true`
+    with pytest.raises(RuleError) as info:
         dsv4sel.load_rules([*default_packs(), str(pack)])
+    assert [(p.code, p.file, p.line) for p in info.value.problems] == [("DSV309", _shown(pack / "x.yaml"), 6)]
 
 
 def test_a_directory_pack_cannot_import_its_impl_without_an_explicit_allowance():
-    with pytest.raises(RuleError, match="'dsv4sel_b12x.impl:B12XMLASparseImpl' is outside the allowed modules"):
+    with pytest.raises(RuleError) as info:
         dsv4sel.load_rules([*default_packs(), EXAMPLE_RULES])
+    assert {p.code for p in info.value.problems} == {"DSV310"}
+    assert {p.file for p in info.value.problems} == {_shown(os.path.join(EXAMPLE_RULES, "b12x.yaml"))}
 
 
 def test_environment_packs_join_the_default_set(monkeypatch):

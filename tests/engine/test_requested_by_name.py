@@ -7,11 +7,10 @@ name (vLLM 0.33's ``CPU_V4_MLA_SPARSE``): ``rules/compat/vllm-0.33/cpu.yaml`` us
 
 from __future__ import annotations
 
-import textwrap
+from pathlib import Path
 
 import pytest
 
-from _rule_text import BACKEND_HEAD
 from test_compiled_form import assert_table_equals_resolution
 
 import dsv4sel
@@ -23,48 +22,10 @@ from dsv4sel.engine.sources import expand
 from dsv4sel.errors import RuleError
 from dsv4sel.tools.explain import explain
 
-VOCAB = textwrap.dedent("""\
-    kind: vocabulary
-    inputs:
-      model: {default: m, values: [m]}
-      platform: {values: [cuda, cpu]}
-      capability:
-        by: platform
-        default: unknown
-        values: {cuda: ["9.0", unknown], cpu: [unknown]}
-      kv_cache_dtype: {default: auto, values: [auto, bfloat16]}
-    """)
-DEFAULT = textwrap.dedent("""\
-    kind: default
-    hit_policy: first
-    rules:
-      - id: d-cpu
-        when: {platform: cpu}
-        use: C
-      - id: d-cuda
-        use: G
-    """)
-GATE = """\
-requested_by_name:
-  id: c-named
-  description: the host builds C as the CPU default only
-  reject:
-    reason: "{backend} is the {platform} default, never named; pass no --attention-backend"
-"""
-C = GATE + BACKEND_HEAD.format(name="C") + """\
-  - id: c-auto
-    when: {platform: cpu, kv_cache_dtype: auto}
-    select: {}
-  - id: c-other
-    reject: {reason: "C stores only fp8_ds_mla"}
-"""
-G = BACKEND_HEAD.format(name="G") + """\
-  - id: g-any
-    when: {platform: cuda, kv_cache_dtype: auto}
-    select: {}
-  - id: g-other
-    reject: {reason: "G serves cuda auto only"}
-"""
+#: ``pack/``: a vocabulary, a default decision (cpu to C, the rest to G), C's table behind a
+#: ``requested_by_name:`` gate and G's; ``gate_with_*/``: C's file with a gate that does more
+RULES = Path(__file__).with_name("rules") / "requested_by_name"
+C = (RULES / "pack" / "c.yaml").read_text()
 
 
 def _line(text: str, needle: str) -> int:
@@ -73,7 +34,7 @@ def _line(text: str, needle: str) -> int:
 
 @pytest.fixture
 def pack(write_rules):
-    return write_rules({"vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULT, "c.yaml": C, "g.yaml": G})
+    return write_rules(RULES / "pack")
 
 
 def test_the_default_decision_reaches_the_table_but_the_name_is_rejected(pack):
@@ -82,7 +43,8 @@ def test_the_default_decision_reaches_the_table_but_the_name_is_rejected(pack):
     assert (chosen.backend, chosen.rule.id) == ("C", "c-auto")
     with pytest.raises(SelectionError) as caught:
         dsv4sel.select(platform="cpu", backend="C", model="m", rules=rules)
-    assert "C is the cpu default, never named; pass no --attention-backend" in str(caught.value)
+    assert caught.value.rule.id == "c-named"
+    assert "C is the cpu default, never named; pass no --attention-backend" in str(caught.value)  # filled in
 
 
 def test_explain_shows_the_reason_where_it_is_written_and_suggests_no_backend(pack):
@@ -109,13 +71,9 @@ def test_check_proves_every_input_decided_and_the_array_equals_resolution(pack):
     assert assert_table_equals_resolution(program) == 3 * 2 * 3
 
 
-@pytest.mark.parametrize("extra,where", [
-    ("  when: {platform: cpu}\n", "when"), ("  select: {}\n", "select")])
-def test_the_gate_only_rejects_and_tests_nothing(write_rules, extra, where):
-    gate = GATE.replace("  reject:", extra + "  reject:")
+@pytest.mark.parametrize("where", ["when", "select"])
+def test_the_gate_only_rejects_and_tests_nothing(write_rules, where):
     with pytest.raises(RuleError) as caught:
-        dsv4sel.load_rules([write_rules({"vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULT,
-                                         "c.yaml": gate + C[len(GATE):], "g.yaml": G})])
-    assert any(p.file == "rules/c.yaml" and p.code.startswith("DSV2") for p in caught.value.problems), \
-        caught.value
-    assert where in str(caught.value)
+        dsv4sel.load_rules([write_rules(RULES / "pack", RULES / f"gate_with_{where}")])
+    # the schema refuses the gate's extra key, at that key (line 4, under requested_by_name:)
+    assert [(p.code, str(p.loc)) for p in caught.value.problems] == [("DSV203", "rules/c.yaml:4:3")], caught.value

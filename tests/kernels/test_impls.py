@@ -603,6 +603,98 @@ def test_flashmla_run_calls_the_interfaces_kernel_op_with_the_planned_schedule(f
     torch.testing.assert_close(got.out.float(), out, atol=1e-2, rtol=1e-2)
 
 
+@pytest.mark.parametrize("heads", [64, 20])
+def test_flashmla_runs_bound_path_equals_the_general_path_and_declines_the_rest(fake_flash_mla, gen, heads) -> None:
+    """plan.fast_run (run's per-call work bound once) gives the general path's outputs bit for bit, and
+    returns None (the general path converts, memoizes or raises) for what it does not take."""
+    fake_flash_mla.flash_mla_cuda = SimpleNamespace(sparse_decode_fwd=_fake_sparse_decode_fwd)
+    _fake_sparse_decode_fwd.calls = []
+    b, s = 3, 1
+    layers = _layers(gen, 2, b, s, heads)
+    lengths = [torch.tensor([12, 5, 0]), torch.tensor([20, 7, 13])]
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 16, platform="cuda", capability=(9, 0))
+    plan = impl.plan(batch=b, heads=heads, topk=12, extra_topk=20, softmax_scale=SCALE,
+                     topk_length=lengths[0], extra_topk_length=lengths[1], device="cpu")
+    bound, taken = plan.fast_run, []
+
+    def spy(*args):
+        got = bound(*args)
+        taken.append(got is not None)
+        return got
+
+    plan.fast_run = spy
+    for layer in layers:
+        first = impl.run(**layer)  # a cache's first run: the general path makes its page views
+        again = impl.run(**layer)
+        general = impl.run_library(plan, layer["q"], layer["kv_cache"], layer["indices"], layer["extra_kv_cache"],
+                                   layer["extra_indices"], layer["attn_sink"])
+        for got in (first, again):
+            assert torch.equal(got.out, general.out) and torch.equal(got.lse, general.lse)
+            assert got.out.shape == (b, s, heads, 512) and got.lse.shape == (b, s, heads)
+    assert taken == [False, True, False, True]
+    layer = layers[0]
+    declined = [
+        {**layer, "indices": layer["indices"].long()},  # converted by the general path
+        {**layer, "q": layer["q"].transpose(0, 1).contiguous().transpose(0, 1)} if s > 1 else
+        {**layer, "q": layer["q"].to(torch.float32)},
+        {**layer, "kv_cache": layer["kv_cache"].clone()},  # a cache not seen yet
+    ]
+    for args in declined:
+        taken.clear()
+        got = impl.run(**args)
+        assert taken == [False]
+        assert torch.equal(got.out, impl.run(**layer).out)
+    with pytest.raises(ValueError, match="extra_kv_cache and extra_indices"):
+        impl.run(**{**layer, "extra_indices": None})
+    with pytest.raises(ValueError, match="q must be"):
+        impl.run(**{**layer, "q": layer["q"][:2]})
+    with pytest.raises(ValueError, match="attn_sink must be"):
+        impl.run(**{**layer, "attn_sink": layer["attn_sink"][:-1]})
+    if plan.query_buffer is not None:  # q written into the plan's buffer: no copy, same outputs
+        plan.query_buffer.copy_(layer["q"])
+        taken.clear()
+        got = impl.run(**{**layer, "q": plan.query_buffer})
+        assert taken == [True] and torch.equal(got.out, impl.run(**layer).out)
+    fwd = impl.forward_decode(softmax_scale=SCALE, topk_length=lengths[0], extra_topk_length=lengths[1], **layer)
+    assert torch.equal(fwd.out, impl.run(**layer).out)
+    # a plan without an extra cache has its own bound path
+    plain = {k: v for k, v in layer.items() if not k.startswith("extra")}
+    plan = impl.plan(batch=b, heads=heads, topk=12, softmax_scale=SCALE, topk_length=lengths[0], device="cpu")
+    bound, taken = plan.fast_run, []
+    plan.fast_run = spy
+    first, again = impl.run(**plain), impl.run(**plain)
+    general = impl.run_library(plan, plain["q"], plain["kv_cache"], plain["indices"], None, None, plain["attn_sink"])
+    assert taken == [True, True]  # the window cache's page view is memoized already
+    assert torch.equal(first.out, general.out) and torch.equal(again.lse, general.lse)
+    taken.clear()
+    with pytest.raises(ValueError, match="extra_kv_cache and extra_indices"):
+        impl.run(**layer)
+    assert taken == [False]
+
+
+def test_flashmla_forward_decode_again_takes_the_last_plans_bound_path(fake_flash_mla, gen) -> None:
+    """A repeated forward_decode with the same scale and length tensors runs the last plan's bound path
+    (no key of every argument); a length changed in place, or another shape, still gets its own plan."""
+    fake_flash_mla.flash_mla_cuda = SimpleNamespace(sparse_decode_fwd=_fake_sparse_decode_fwd)
+    _fake_sparse_decode_fwd.calls = []
+    layers = _layers(gen, 2, 3, 1, 20)
+    lengths = [torch.tensor([12, 5, 0]), torch.tensor([20, 7, 13])]
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 16, platform="cuda", capability=(9, 0))
+    for layer in layers + layers:
+        got = impl.forward_decode(softmax_scale=SCALE, topk_length=lengths[0], extra_topk_length=lengths[1], **layer)
+        out, lse = _reference(layer, *lengths)
+        torch.testing.assert_close(got.out.float(), out, atol=1e-2, rtol=1e-2)
+        torch.testing.assert_close(got.lse, lse)
+    assert len(impl._forward_plans) == 1 and impl._forward_last[1] is next(iter(impl._forward_plans.values()))
+    lengths[1][0] = 3  # in place: the version moves, the fake op fails on a stale schedule
+    got = impl.forward_decode(softmax_scale=SCALE, topk_length=lengths[0], extra_topk_length=lengths[1], **layers[0])
+    torch.testing.assert_close(got.out.float(), _reference(layers[0], *lengths)[0], atol=1e-2, rtol=1e-2)
+    assert len(impl._forward_plans) == 2
+    with pytest.raises(ValueError, match="indices"):  # another shape: validated in full
+        impl.forward_decode(softmax_scale=SCALE, topk_length=lengths[0], extra_topk_length=lengths[1],
+                            **{**layers[0], "indices": layers[0]["indices"][:2]})
+
+
 def test_flashmla_run_keeps_the_interface_when_the_op_differs(fake_flash_mla, gen) -> None:
     def other_op(q, kv, indices, topk_length, attn_sink, tile_scheduler_metadata, num_splits, extra_kv):
         raise AssertionError("must not be called with this arity")

@@ -5,7 +5,7 @@ the JSON layout. Locations are derived from the rule files, never hard-coded."""
 from __future__ import annotations
 
 import json
-import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +15,6 @@ from dsv4sel.tools.explain import BLOCKED_BY, Explanation, explain
 from dsv4sel.record import FrozenError
 
 from _cli import rule_line
-from _rule_text import BACKEND_HEAD
 
 
 @pytest.fixture(scope="module")
@@ -238,74 +237,14 @@ def test_explanations_agree_with_the_evaluator_over_the_space(rules):
 
 # --------------------------------------------------------- purpose-built rules
 
-VOCAB = textwrap.dedent("""\
-    kind: vocabulary
-    inputs:
-      model: {default: m, values: [m, m2]}
-      platform: {values: [cuda, cpu]}
-      capability:
-        by: platform
-        default: unknown
-        values: {cuda: ["9.0", "10.0", unknown], cpu: [unknown]}
-      kv_cache_dtype: {default: auto, values: [auto, fp8, bfloat16]}
-      fast: {default: "no", values: ["no", "yes"]}
-    """)
-DEFAULT = textwrap.dedent("""\
-    kind: default
-    hit_policy: first
-    rules:
-      - id: d-cpu
-        when: {platform: cpu}
-        reject: {reason: "nothing for {model} on cpu"}
-      - id: d-cuda-9
-        when: {capability: "9.0"}
-        use: B
-        messages:
-          - warning: "w-default on 9.0"
-      - id: d-cuda
-        use: B
-    """)
-B = BACKEND_HEAD.format(name="B") + """\
-  - id: b-other-model
-    when: {model: m2}
-    reject: {reason: "B serves m only"}
-  - id: b-cpu
-    when: {platform: cpu}
-    reject: {reason: "B is CUDA only"}
-  - id: b-fp8
-    when: {capability: ["9.0", "10.0"], kv_cache_dtype: [auto, fp8]}
-    select: {}
-  - id: b-dtype
-    when: {capability: ["9.0", "10.0"]}
-    reject: {reason: "B cannot store {kv_cache_dtype}"}
-"""
-F = textwrap.dedent("""\
-    kind: backend
-    backends: [F]
-    hit_policy: first
-    defaults:
-      impl: dsv4sel.kernels.flashinfer:DeepseekV4FlashInferMLASparseImpl
-      layout: bf16_row
-      cache_dtype: "{kv_cache_dtype}"
-      torch_dtype: bfloat16
-      bytes_per_token: 1024
-      block_size: 256
-    rules:
-      - id: f-fast
-        when: {model: m, platform: cuda, capability: "10.0", fast: "yes", kv_cache_dtype: [auto, bfloat16]}
-        select: {}
-      - id: f-slow
-        when: {fast: "no"}
-        reject: {reason: "F needs fast=yes"}
-      - id: f-other
-        reject: {reason: "F cannot serve {model} {capability} {kv_cache_dtype}"}
-    """)
+#: a vocabulary with a pack input (``fast``) and a second model, a default decision with a
+#: warning, backend B and backend F (which needs fast=yes): YAML files, read by path
+RULES = Path(__file__).with_name("rules") / "explain"
 
 
 @pytest.fixture
 def custom(write_rules):
-    return dsv4sel.load_rules([write_rules({"vocabulary.yaml": VOCAB, "defaults.yaml": DEFAULT,
-                                            "b.yaml": B, "f.yaml": F})])
+    return dsv4sel.load_rules([write_rules(RULES)])
 
 
 def test_a_gap_is_explained_as_a_gap(custom):
@@ -320,7 +259,7 @@ def test_a_pack_input_can_be_what_blocks(custom):
     ex = explain(custom, platform="cuda", capability="10.0", backend="F", kv_cache_dtype="bfloat16")
     assert ex.rejection.blocked_by == "fast"
     assert ex.rejection.rule.location == "rules/f.yaml:" + str(
-        next(i for i, t in enumerate(F.splitlines(), 1) if "id: f-slow" in t))
+        next(i for i, t in enumerate((RULES / "f.yaml").read_text().splitlines(), 1) if "id: f-slow" in t))
     # alternatives keep the machine's inputs: F is not suggested while fast=no
     assert ex.alternatives and all(a.selection.backend == "B" for a in ex.alternatives)
     fast = explain(custom, platform="cuda", capability="10.0", backend="F", kv_cache_dtype="bfloat16",

@@ -10,11 +10,16 @@ from __future__ import annotations
 import logging
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
 from dsv4sel import SelectionError
 from dsv4sel import vllm_plugin as plugin
+
+#: packs as YAML files: evil/ (a vLLM class outside vLLM's DeepSeek-V4 modules), own/ (an impl in the
+#: pack's own module)
+RULES = Path(__file__).with_name("rules")
 
 TARGETS = {  # module -> (attribute, parameters) of what the plugin replaces on CUDA
     "vllm.models.deepseek_v4.attention": ("_resolve_dsv4_kv_cache_dtype", "a, b, c"),
@@ -210,17 +215,12 @@ def test_a_string_prefill_context_parallel_size_is_one_selection_error(monkeypat
         plugin.query_of(cfg, "deepseek_v4_1")
 
 
-def test_a_host_class_outside_vllms_deepseek_v4_modules_is_never_imported(monkeypatch, tmp_path):
+def test_a_host_class_outside_vllms_deepseek_v4_modules_is_never_imported(monkeypatch):
     import dsv4sel
     from dsv4sel.engine.sources import default_packs
 
     fake_vllm(monkeypatch)
-    (tmp_path / "evil.yaml").write_text(
-        "kind: backend\nbackends: [EVIL_DSV4]\nhit_policy: first\nrules:\n  - id: evil-any\n    select:\n"
-        "      impl: dsv4sel.kernels.reference:DeepseekV4ReferenceSparseImpl\n      layout: fp8_ds_mla\n"
-        "      cache_dtype: fp8_ds_mla\n      torch_dtype: uint8\n      bytes_per_token: 584\n      block_size: 256\n"
-        "      hosts:\n        vllm: {class: \"vllm.evil:Anything\", versions: \">=0.33.0,<0.34\"}\n")
-    rules = dsv4sel.load_rules([*default_packs(), str(tmp_path)])
+    rules = dsv4sel.load_rules([*default_packs(), str(RULES / "evil")])  # EVIL_DSV4 names vllm.evil:Anything
     sel = rules.select(platform="cuda", capability="9.0", backend="EVIL_DSV4", kv_cache_dtype="fp8_ds_mla")
     imported = []
 
@@ -240,13 +240,7 @@ def _own_module_pack(tmp_path):
     src = tmp_path / "src" / "own_kernels_pack"
     src.mkdir(parents=True)
     (src / "__init__.py").write_text("class OwnImpl:\n    '''A pack's kernel in its own module.'''\n")
-    rules = tmp_path / "pack"
-    rules.mkdir()
-    (rules / "own.yaml").write_text(
-        "kind: backend\nbackends: [OWN_DSV4]\nhit_policy: first\nrules:\n  - id: own-any\n    select:\n"
-        "      impl: own_kernels_pack:OwnImpl\n      layout: fp8_ds_mla\n      cache_dtype: fp8_ds_mla\n"
-        "      torch_dtype: uint8\n      bytes_per_token: 584\n      block_size: 256\n")
-    return rules, tmp_path / "src"
+    return RULES / "own", tmp_path / "src"  # OWN_DSV4 selects own_kernels_pack:OwnImpl
 
 
 def test_the_environment_allows_a_packs_own_impl_module_for_select(monkeypatch, tmp_path):
@@ -257,16 +251,19 @@ def test_the_environment_allows_a_packs_own_impl_module_for_select(monkeypatch, 
     monkeypatch.syspath_prepend(str(src))
     monkeypatch.setenv("DSV4SEL_RULES_PATH", str(rules))
     monkeypatch.delenv("DSV4SEL_ALLOW_IMPL_MODULES", raising=False)
-    with pytest.raises(RuleError, match="outside the allowed modules"):
+    with pytest.raises(RuleError) as refused:
         dsv4sel.load_rules()
+    assert [(p.code, Path(p.file).resolve(), p.line) for p in refused.value.problems] == [
+        ("DSV310", (rules / "own.yaml").resolve(), 7)]
     monkeypatch.setenv("DSV4SEL_ALLOW_IMPL_MODULES", "some.other, own_kernels_pack")
     sel = dsv4sel.load_rules().select(platform="cuda", capability="9.0", backend="OWN_DSV4",
                                       kv_cache_dtype="fp8_ds_mla")
     assert sel.load_impl().__name__ == "OwnImpl"
     # never from the cache: the entry just written is not served once the variable is gone
     monkeypatch.delenv("DSV4SEL_ALLOW_IMPL_MODULES")
-    with pytest.raises(RuleError, match="outside the allowed modules"):
+    with pytest.raises(RuleError) as again:
         dsv4sel.load_rules()
+    assert [p.code for p in again.value.problems] == ["DSV310"]
 
 
 @pytest.mark.parametrize("value", ["own_kernels_pack;rm", "../x", "a..b", "ünï"])
