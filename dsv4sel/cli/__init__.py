@@ -3,7 +3,8 @@
 Each subcommand lives in its own module with ``add_parser(subparsers)`` and
 ``run(args) -> int``: it parses, calls one tool (:mod:`dsv4sel.tools`, the
 verifier), renders the value it returns with :mod:`dsv4sel.cli.render` and
-sets the exit status. Exit codes: 0 success, 1 a finding or a rejection,
+sets the exit status. A command line that starts with a subcommand imports and
+builds that subcommand's parser alone (the cold start of ``dsv4sel explain``). Exit codes: 0 success, 1 a finding or a rejection,
 2 unusable input (bad arguments, bad rule files), 3 an internal error. No
 traceback reaches the user: expected errors print one message; anything else
 is reported as a bug in one line (``DSV4SEL_DEBUG=1`` shows the traceback).
@@ -13,17 +14,34 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib import import_module
 
 from .._version import __version__
 from ..errors import RuleError, SelectionError
-from . import check, completion, diff, doctor, explain, schema, table, test
 from .exits import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE  # noqa: F401  (public here too)
 from .streams import silence_stdout
 
-COMMANDS = (explain, check, test, table, doctor, diff, schema, completion)
+#: The subcommands in ``--help`` order, each a module of this package.
+COMMANDS = ("explain", "check", "test", "table", "doctor", "diff", "schema", "completion")
+#: The subcommands whose command line their own parser reads alone (``completion`` reads the whole parser).
+_ALONE = frozenset(COMMANDS) - {"completion"}
 DEBUG_ENV = "DSV4SEL_DEBUG"
 # errno values of a sink that cannot take the output: ENOSPC, EIO, EPIPE, EBADF, EDQUOT
 _WRITE_ERRORS = {28, 5, 32, 9, 122}
+
+
+class Formatter(argparse.HelpFormatter):
+    """argparse's help formatter, told the terminal's width (:func:`~dsv4sel.cli.render.text.terminal_columns`,
+    as argparse reads it) instead of importing shutil for it: argparse makes one per
+    ``add_argument``, so every command would import shutil before parsing its command line."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None):
+        if width is None:
+            from .render.text import terminal_columns
+
+            width = terminal_columns() - 2
+        super().__init__(prog, indent_increment, max_help_position, width)
 
 
 class Parser(argparse.ArgumentParser):
@@ -34,6 +52,10 @@ class Parser(argparse.ArgumentParser):
     Subcommand parsers are of this class as well (argparse makes them with the parent's)."""
 
     commands: dict = {}
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", Formatter)
+        super().__init__(*args, **kwargs)
 
     def parse_args(self, args=None, namespace=None):
         parsed, extras = self.parse_known_args(args, namespace)
@@ -48,6 +70,13 @@ class Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         error(self.prog, message)
         sys.exit(EXIT_USAGE)
+
+
+def __getattr__(name: str):
+    """A subcommand's module as an attribute (``dsv4sel.cli.diff``), imported on first use."""
+    if name in COMMANDS:
+        return import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
@@ -67,7 +96,9 @@ def unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
     return "unrecognized arguments: " + " ".join(map(escape, extras)) + ("; " + "; ".join(hints) if hints else "")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or with ``command`` of that one alone: all that
+    parsing a command line starting with it needs."""
     parser = Parser(
         prog="dsv4sel",
         description="Pick the DeepSeek-V4 sparse-MLA attention backend and KV-cache format from rule files.",
@@ -75,8 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"dsv4sel {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module in COMMANDS:
-        module.add_parser(sub)
+    for name in COMMANDS:
+        if command is None or name == command:
+            import_module(f"{__name__}.{name}").add_parser(sub)
     from .examples import attach
 
     attach(parser, sub)
@@ -87,17 +119,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (None: this process's, ``sys.argv``) and return the exit status."""
     from .streams import safe_streams
 
     with safe_streams():
-        return _run(argv)
+        code = _run(argv)
+    if argv is None:
+        # the process ends with this command: the interpreter's final collection would walk
+        # every object left (~13M instructions, 3 ms, for explain) to free nothing that needs
+        # it (files are closed by their with-blocks, the output was flushed by _finish)
+        import gc
+
+        gc.freeze()
+    return code
 
 
 def _run(argv: list[str] | None) -> int:
     from . import common
 
-    common.JSON_ERRORS = common.wants_json(sys.argv[1:] if argv is None else list(argv))
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else list(argv)
+    common.JSON_ERRORS = common.wants_json(words)
+    parser = build_parser(_alone(words))
     try:
         args = parser.parse_args(argv)
         return _finish(args.run(args))
@@ -125,11 +167,15 @@ def _run(argv: list[str] | None) -> int:
         return _internal(exc)
 
 
+def _alone(words: list[str]) -> str | None:
+    """The subcommand whose parser alone reads ``words`` (their first word), or None."""
+    return words[0] if words and words[0] in _ALONE else None
+
+
 def _command(argv: list[str] | None) -> str:
     """``dsv4sel COMMAND`` for messages (the first word that is a command)."""
     words = sys.argv[1:] if argv is None else argv
-    return "dsv4sel " + next((w for w in words if w in {m.__name__.rpartition(".")[2] for m in COMMANDS}),
-                             "").strip() if words else "dsv4sel"
+    return "dsv4sel " + next((w for w in words if w in COMMANDS), "").strip() if words else "dsv4sel"
 
 
 def _rule_error_text(exc: RuleError) -> str:

@@ -273,6 +273,36 @@ def ids_little_endian() -> bool:
     return sys.byteorder == "little"
 
 
+def _steps(index: dict, positions: tuple[int, ...], fused: bool, key: tuple,
+           vary: dict[int, frozenset | None]) -> list[int]:
+    """:meth:`OutcomeTable.around`'s offsets along one dimension: those of the values
+    (``index``: value, or for ``fused`` the tuple of the inputs at ``positions``, to its
+    offset) that keep ``key``'s value at each position outside ``vary`` and, at each
+    position in it, are one of the values given (None: any)."""
+    tests = []
+    for j, position in enumerate(positions):
+        values = vary.get(position, _FIXED)
+        if values is not None:  # None: any value passes
+            tests.append((j, (key[position],) if values is _FIXED else values))
+    if not tests:
+        return list(index.values())
+    if not fused:
+        allowed = tests[0][1]
+        return [step for value, step in index.items() if value in allowed]
+    return [step for values, step in index.items() if all(values[j] in allowed for j, allowed in tests)]
+
+
+def _spans(offsets: list[int]) -> list[tuple[int, int]]:
+    """``(first, length)`` of each run of consecutive numbers in sorted ``offsets``."""
+    spans: list[tuple[int, int]] = []
+    for o in offsets:
+        if spans and spans[-1][0] + spans[-1][1] == o:
+            spans[-1] = (spans[-1][0], spans[-1][1] + 1)
+        else:
+            spans.append((o, 1))
+    return spans
+
+
 #: :meth:`OutcomeTable.around`: a key position that keeps its value
 _FIXED = frozenset({object()})
 
@@ -299,6 +329,8 @@ class OutcomeTable:
                 index = {v: i * stride for i, v in enumerate(values)}
                 lookups.append((-1, tuple(position[n] for n in names), index))
         self._lookups = tuple(lookups)
+        #: the dimension whose values are adjacent in the array (stride 1), None without one
+        self._contiguous = next((d for d, stride in enumerate(layout.strides) if stride == 1), None)
         if data["typecode"] != "H":
             raise ValueError(f"the decision array's typecode is {data['typecode']!r}, not 'H'")
         self.ids = memoryview(data["ids"]).cast("H")
@@ -326,24 +358,19 @@ class OutcomeTable:
         value of the space). One walk over the array's offsets, no key built per point:
         the batch that "does anything here select X?" needs. Empty when ``key`` is
         outside the space at a position that does not vary."""
-        def chosen(position: int, value) -> bool:
-            values = vary.get(position, _FIXED)
-            if values is _FIXED:
-                return value == key[position]
-            return values is None or value in values
-
-        offsets = [0]
-        backend_at = self._backend_at
-        steps = [step for b, step in self._backends.items() if chosen(backend_at, b)]
-        offsets = [o + s for o in offsets for s in steps]
-        for at, fused, index in self._lookups:
-            if fused is None:
-                steps = [step for v, step in index.items() if chosen(at, v)]
+        offsets = _steps(self._backends, (self._backend_at,), False, key, vary)
+        spans = [(0, 1)]  # along the contiguous dimension: (first offset, length) of each run
+        for d, (at, fused, index) in enumerate(self._lookups):
+            steps = _steps(index, (at,) if fused is None else fused, fused is not None, key, vary)
+            if d == self._contiguous:
+                spans = _spans(sorted(steps))
             else:
-                steps = [step for vs, step in index.items() if all(chosen(i, v) for i, v in zip(fused, vs))]
-            offsets = [o + s for o in offsets for s in steps]
-        ids = self.ids
-        return {ids[o] for o in offsets}
+                offsets = [o + s for o in offsets for s in steps]
+        ids, found = self.ids, set()
+        for o in offsets:  # a slice per run: the largest dimension is read in C, not offset by offset
+            for start, length in spans:
+                found.update(ids[o + start:o + start + length].tolist())
+        return found
 
     def __getitem__(self, key: tuple) -> int:
         value = self.get(key)

@@ -145,14 +145,32 @@ def read_bytes(path: str) -> bytes | None:
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             return None
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read(MAX_READ_BYTES + 1)
+        return _read_upto(fd, info.st_size, MAX_READ_BYTES + 1)
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def _read_upto(fd: int, size: int, limit: int) -> bytes:
+    """The first ``limit`` bytes of ``fd`` (all of it when shorter). The first read asks for
+    ``size`` (fstat's) and one byte more, so a small file costs a buffer of its own size, not
+    one of ``limit`` (a file object's ``read(limit)`` maps and unmaps a megabyte per file);
+    a file that grew since is read on to the limit."""
+    parts = []
+    total = 0
+    want = min(size + 1, limit)
+    while want > 0:
+        chunk = os.read(fd, want)
+        if not chunk:
+            break
+        parts.append(chunk)
+        total += len(chunk)
+        want = min(max(want, 1 << 16), limit - total)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 # a rule file larger than the loader's limit fails to load anyway; reading a

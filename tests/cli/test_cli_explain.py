@@ -182,3 +182,18 @@ def test_a_warm_explain_imports_neither_torch_yaml_nor_jsonschema():
             "print(rc, bad)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
     assert proc.stdout.strip() == "1 []", (proc.stdout, proc.stderr, SHARED_CACHE)
+
+
+def test_explain_loads_no_other_command_nor_typing_or_shutil():
+    """A cold explain is on operators' and scripts' path: it loads its own command's code,
+    not the other subcommands', the compiler, ``typing`` (~7 ms) or ``shutil`` (~2 ms)."""
+    env = environ()
+    assert run("explain", "--platform", "cuda", "--capability", "9.0", env=env).rc == 0  # warm the cache
+    code = ("import sys, io, contextlib\n"
+            "from dsv4sel.cli import COMMANDS, main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    rc = main(['explain', '--platform', 'cuda', '--capability', '9.0', '--kv-cache-dtype', 'fp8'])\n"
+            "others = {'dsv4sel.cli.' + c for c in COMMANDS if c != 'explain'} | {'dsv4sel.engine.compile'}\n"
+            "print(rc, sorted(m for m in sys.modules if m in others or m in ('typing', 'shutil')))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
+    assert proc.stdout.strip() == "0 []", (proc.stdout, proc.stderr)

@@ -93,6 +93,46 @@ def test_a_damaged_entry_is_rebuilt_and_every_later_select_is_right(truth):
     assert cache.decode(path.read_bytes()) is not None, "the damaged entry was replaced"
 
 
+def test_a_damaged_packaged_artifact_is_never_served(tmp_path):
+    """The package's compiled form is read without the per-row checks (they ran on these bytes
+    when they were written): every damaged byte must stop it at the CRC instead."""
+    from dsv4sel import api
+
+    srcs, allowed = sources.shipped_sources(), tuple(dsv4sel.DEFAULT_ALLOWED_IMPL_MODULES)
+    artifact = Path(api.write_shipped_artifact(str(tmp_path / "shipped.dsv4c")))
+    raw = artifact.read_bytes()
+    assert cache.read_packaged(str(artifact)) is not None
+    fingerprint = sources.fingerprint_bytes(srcs, allowed, api._domain_files())
+    assert api._from_entry(cache.decode_packaged(raw), fingerprint, allowed, verified=True) is not None
+    entry = cache.decode_packaged(raw)  # the same value, types included, as the JSON form decodes to
+    assert repr(cache.decode(cache.encode(entry.data, bytes(entry.blob))).data) == repr(entry.data)
+    rng = random.Random(20261205)
+    missed = []
+    for _ in range(FLIPS):
+        i = rng.randrange(len(raw))
+        flipped = bytearray(raw)
+        flipped[i] ^= rng.randrange(1, 256)
+        if cache.decode_packaged(bytes(flipped)) is not None:
+            missed.append(i)
+    assert missed == [], f"{len(missed)} of {FLIPS} flips were not detected"
+
+
+def test_the_packaged_form_is_never_read_from_the_user_cache(truth, monkeypatch):
+    """marshal allocates what its bytes claim: the user cache is JSON only, and an entry
+    there in the package's form is refused and rebuilt, never unmarshalled."""
+    rules, expected = truth
+    dsv4sel.load_rules()
+    path = the_entry()
+    entry = cache.decode(path.read_bytes())
+    path.write_bytes(cache.encode(entry.data, bytes(entry.blob), packaged=True))
+
+    def never(raw):
+        raise AssertionError("the user cache was read as the packaged form")
+    monkeypatch.setattr(cache, "decode_packaged", never)
+    assert answers(dsv4sel.load_rules()) == expected
+    assert cache.decode(path.read_bytes()) is not None, "the entry was replaced by a JSON one"
+
+
 def _rewritten(path: Path, edit) -> None:
     """Apply ``edit`` to the decoded entry and store it with a valid checksum,
     as someone who knows the format would."""

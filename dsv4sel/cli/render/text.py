@@ -97,17 +97,33 @@ def _visible(text: str) -> str:
 
 def output_width(stream: TextIO | None = None) -> int | None:
     """The width to wrap human output to when ``stream`` is a terminal: the
-    terminal's (``shutil.get_terminal_size``, which honours ``COLUMNS``).
+    terminal's (:func:`terminal_columns`, which honours ``COLUMNS``).
     None for a pipe or a file, whose output stays one line per item for
     scripts, whatever ``COLUMNS`` says (GNU readline exports it into the
     environment of every child process of a program that loaded it)."""
-    import shutil
-
     stream = stream if stream is not None else sys.stdout
     isatty = getattr(stream, "isatty", None)
     if not (isatty and isatty()):
         return None
-    return max(shutil.get_terminal_size((100, 24)).columns, 40)
+    return max(terminal_columns(100), 40)
+
+
+def terminal_columns(fallback: int = 80) -> int:
+    """The terminal's width as ``shutil.get_terminal_size((fallback, 24)).columns`` reads it:
+    ``COLUMNS`` when a positive number, else the width of the terminal on stdout, else
+    ``fallback``. Without importing shutil (bz2 and lzma with it: ~7M instructions, 2 ms of a
+    cold start)."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        stdout = sys.__stdout__  # None in a process started without one: the fallback
+        try:
+            columns = os.get_terminal_size(stdout.fileno()).columns if stdout is not None else 0
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or fallback
 
 
 def _hang(plain: str, width: int) -> int:
