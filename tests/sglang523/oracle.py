@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import tempfile
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -252,10 +251,14 @@ def _bf16():
 
 
 def _error(exc: BaseException) -> dict:
-    tb = traceback.extract_tb(exc.__traceback__)
-    frames = [f for f in tb if "site-packages/sglang/" in f.filename]
+    """The exception's type, the last SGLang frame that raised it (``srt/...py:line``, the line of
+    that frame being executed: what ``traceback.extract_tb`` reports, without reading any source
+    file) and its message."""
     where = None
-    if frames:
-        f = frames[-1]
-        where = f"{f.filename.split('site-packages/sglang/', 1)[1]}:{f.lineno}"
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if "site-packages/sglang/" in filename:
+            where = f"{filename.split('site-packages/sglang/', 1)[1]}:{tb.tb_lineno}"
+        tb = tb.tb_next
     return {"error": type(exc).__name__, "where": where, "message": str(exc)[:300]}
