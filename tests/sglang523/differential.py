@@ -168,6 +168,7 @@ def plugin_pass(o: oracle.Oracle, platform: str, chosen: list[int]) -> dict:
     covered: set = set()
     wrong = []
     sample = set(chosen)
+    checked: dict = {"keys": set(), "inputs": 0, "differ": []}
     for i, point in enumerate(oracle.points(platform)):
         if i not in sample:
             continue
@@ -176,14 +177,14 @@ def plugin_pass(o: oracle.Oracle, platform: str, chosen: list[int]) -> dict:
             want = decide(point)
         except SelectionError:
             want = None
-        got = o.decide(point)
+        got = _decide_checked(o, point, i, checked)
         verdict = _plugin_verdict(want, got, point, o.last_args)
         counts[verdict] += 1
         if verdict == "wrong" and len(wrong) < 50:
             wrong.append({"input": point, "sglang": got.as_dict(),
                           "rules": None if want is None else {"class": want.cls, "settings": want.settings}})
     return {"counts": dict(counts), "inputs": len(sample), "resolution_hooks": hooks, "guarded": guarded,
-            "covered": sorted(covered), "wrong": wrong}
+            "covered": sorted(covered), "wrong": wrong, "model_config": _checked_report(checked)}
 
 
 def sglang_pass(o: oracle.Oracle, platform: str, chosen: list[int], compat) -> dict:
@@ -192,10 +193,11 @@ def sglang_pass(o: oracle.Oracle, platform: str, chosen: list[int], compat) -> d
     causes: collections.Counter = collections.Counter()
     agree, disagree, examples = 0, 0, []
     sample = set(chosen)
+    checked: dict = {"keys": set(), "inputs": 0, "differ": []}
     for i, point in enumerate(oracle.points(platform)):
         if i not in sample:
             continue
-        got = o.decide(point)
+        got = _decide_checked(o, point, i, checked)
         stages[got.stage] += 1
         s = sglang_view(got)
         causes[json.dumps({k: v for k, v in {**s, "settings": s.get("settings")}.items() if v is not None},
@@ -209,10 +211,42 @@ def sglang_pass(o: oracle.Oracle, platform: str, chosen: list[int], compat) -> d
         disagree += 1
         if len(examples) < 200:
             examples.append({"input": point, "sglang": {**s, "message": got.message}, "compat": d})
-    out = {"inputs": len(sample), "stages": dict(stages), "outcomes": dict(causes)}
+    out = {"inputs": len(sample), "stages": dict(stages), "outcomes": dict(causes),
+           "model_config": _checked_report(checked)}
     if compat is not None:
         out["compat"] = {"agree": agree, "disagree": disagree, "examples": examples}
     return out
+
+
+#: every CHECK_EVERY-th input (and each key's first) runs with a fresh ModelConfig too
+CHECK_EVERY = 32
+
+
+def _decide_checked(o: oracle.Oracle, point: dict, i: int, checked: dict) -> oracle.Outcome:
+    """``o.decide(point)`` (SGLang handed the ModelConfig of ``point``'s key, oracle.Oracle._server_args);
+    on the first input of each key and every CHECK_EVERY-th, SGLang also runs with a ModelConfig it
+    builds anew first, and the two outcomes must be equal (recorded in ``checked``)."""
+    key = o.model_config_key(point)
+    if i % CHECK_EVERY and key in checked["keys"]:
+        return o.decide(point)
+    fresh = o.decide_fresh(point)
+    got = o.decide(point)
+    checked["keys"].add(key)
+    checked["inputs"] += 1
+    if got != fresh and len(checked["differ"]) < 20:
+        checked["differ"].append({"input": point, "fresh": fresh.as_dict(), "reused": got.as_dict()})
+    return got
+
+
+def _checked_report(checked: dict) -> dict:
+    return {"keys": sorted(json.dumps(k) for k in checked["keys"]), "inputs": checked["inputs"],
+            "differ": checked["differ"]}
+
+
+def _merge_checked(parts: list[dict]) -> dict:
+    return {"keys": len({k for r in parts for k in r["model_config"]["keys"]}),
+            "inputs": sum(r["model_config"]["inputs"] for r in parts),
+            "differ": [d for r in parts for d in r["model_config"]["differ"]][:20]}
 
 
 def _merge_sglang(parts: list[dict]) -> dict:
@@ -221,7 +255,8 @@ def _merge_sglang(parts: list[dict]) -> dict:
     for r in parts:
         stages.update(r["stages"])
         causes.update(r["outcomes"])
-    out = {"inputs": sum(r["inputs"] for r in parts), "stages": dict(stages), "outcomes": dict(causes.most_common())}
+    out = {"inputs": sum(r["inputs"] for r in parts), "stages": dict(stages), "outcomes": dict(causes.most_common()),
+           "model_config": _merge_checked(parts)}
     if parts and "compat" in parts[0]:
         out["compat"] = {"agree": sum(r["compat"]["agree"] for r in parts),
                          "disagree": sum(r["compat"]["disagree"] for r in parts),
@@ -240,7 +275,7 @@ def _merge_plugin(parts: list[dict], in_space: set) -> dict:
             "resolution_hooks": parts[0]["resolution_hooks"], "guarded": parts[0]["guarded"],
             "covered": sorted({k for r in parts for k in r["covered"]}),
             "in_space": sorted(json.dumps(k) for k in in_space),
-            "wrong": [w for r in parts for w in r["wrong"]][:50]}
+            "wrong": [w for r in parts for w in r["wrong"]][:50], "model_config": _merge_checked(parts)}
 
 
 def _plugin_inputs(platform: str, every: int, n: int) -> tuple[list[int], set]:
