@@ -143,6 +143,19 @@ def test_the_compat_set_agrees_with_sglang_everywhere(reports, platform):
 
 
 @needs_env
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_reusing_sglangs_model_config_changes_no_outcome(reports, platform):
+    """The suite hands SGLang the ModelConfig it built for an earlier input of the same model,
+    speculative algorithm and device (tests/sglang523/oracle.py says why its result depends on no
+    other input): on the first input of every such key and every 32nd input, in both passes,
+    SGLang also ran with a ModelConfig built anew, and the outcomes are equal."""
+    keys = 2 * 3 * (8 if platform == "cuda" else 9)  # models x (none, EAGLE, DSPARK) x devices
+    for checked in (reports[platform]["model_config"], reports[platform]["plugin"]["model_config"]):
+        assert checked["differ"] == []
+        assert checked["keys"] == keys and checked["inputs"] >= reports[platform]["inputs"] // 32
+
+
+@needs_env
 def test_sglang_records_have_the_geometry_of_dsv4sel_layouts(runs):
     """SGLang's own KVLayout sizes (bytes per token, page bytes at 64/128/256 tokens) equal those of
     the dsv4sel layout that stores the same record; V4.1's two arrangements share one size."""
