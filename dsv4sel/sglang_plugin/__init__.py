@@ -21,7 +21,8 @@ After a decision the hook publishes it for the scheduler processes
 actually builds after the weights load.
 
 On NPU and XPU dsv4sel decides nothing: no rule names an SGLang class there. The hook logs one
-WARNING saying so (:data:`NOT_DECIDED`) and runs SGLang's own step unchanged.
+WARNING saying so (:data:`NOT_DECIDED`) and runs SGLang's own step unchanged. On an NPU no
+scheduler guard is registered either.
 
 SGLang logs and swallows exceptions raised while a plugin loads, so the version gate acts inside
 the hook: on any SGLang other than 0.5.23 (as its distribution metadata or ``sglang.__version__``
@@ -188,4 +189,9 @@ def register() -> None:
     def hook(server_args, previous):
         decide(server_args, previous)
     register_resolution_hook(STEP)(hook)
-    scheduler.register_guards()
+    from sglang.srt.runtime_context import get_platform
+
+    if not get_platform().is_npu:
+        # the guards check CUDA's and ROCm's builders: an NPU builds its own class (and its
+        # processes need not import those modules, whose patching SGLang would log as failed)
+        scheduler.register_guards()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
+import itertools
 import json
 import os
 import re
@@ -27,7 +28,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import forked  # noqa: E402
 import oracle  # noqa: E402
+import plugin_checks  # noqa: E402
 
 #: SGLang's KVLayout names as the rules' kv_layout setting spells them.
 LAYOUT_SETTING = {"V4": "v4", "V41": "v41", "V41_NEW": "v41_new"}
@@ -140,14 +143,15 @@ def _plugin_verdict(want, got: oracle.Outcome, point: dict, server_args) -> str:
     return "built the rules' class and settings" if ok else "wrong"
 
 
-def plugin_pass(o: oracle.Oracle, platform: str, every: int, limit: int) -> dict:
+def plugin_pass(o: oracle.Oracle, platform: str, chosen: list[int]) -> dict:
     """SGLang again, with the dsv4sel plugin loaded the way SGLang loads it: ``SGLANG_PLUGINS=dsv4sel``
     and SGLang's own ``load_plugins()`` (entry point ``sglang.srt.plugins``, then its HookRegistry),
-    on :func:`plugin_sample`'s inputs. The plugin agrees when SGLang then resolves and builds exactly
-    what the shipped rules decide (:func:`dsv4sel.sglang_plugin.translation.decide`: class and
-    settings; the scheduler guards ran on the layout and the factory), or, where they refuse,
-    SGLang's resolution stops with dsv4sel's SelectionError with the server args untouched: no
-    declaration of dsv4sel's, ``SGLANG_DSV4_KV_LAYOUT`` as the user set it, no decision published."""
+    on the inputs ``chosen`` (indices into :func:`oracle.points`). The plugin agrees when SGLang then
+    resolves and builds exactly what the shipped rules decide
+    (:func:`dsv4sel.sglang_plugin.translation.decide`: class and settings; the scheduler guards ran
+    on the layout and the factory), or, where they refuse, SGLang's resolution stops with dsv4sel's
+    SelectionError with the server args untouched: no declaration of dsv4sel's,
+    ``SGLANG_DSV4_KV_LAYOUT`` as the user set it, no decision published."""
     from dsv4sel import SelectionError
     from dsv4sel.sglang_plugin import STEP, scheduler
     from dsv4sel.sglang_plugin.translation import decide
@@ -163,8 +167,8 @@ def plugin_pass(o: oracle.Oracle, platform: str, every: int, limit: int) -> dict
     counts: collections.Counter = collections.Counter()
     covered: set = set()
     wrong = []
-    chosen, in_space = plugin_sample(platform, every, limit)
     sample = set(chosen)
+    checked: dict = {"keys": set(), "inputs": 0, "differ": []}
     for i, point in enumerate(oracle.points(platform)):
         if i not in sample:
             continue
@@ -173,28 +177,27 @@ def plugin_pass(o: oracle.Oracle, platform: str, every: int, limit: int) -> dict
             want = decide(point)
         except SelectionError:
             want = None
-        got = o.decide(point)
+        got = _decide_checked(o, point, i, checked)
         verdict = _plugin_verdict(want, got, point, o.last_args)
         counts[verdict] += 1
         if verdict == "wrong" and len(wrong) < 50:
             wrong.append({"input": point, "sglang": got.as_dict(),
                           "rules": None if want is None else {"class": want.cls, "settings": want.settings}})
     return {"counts": dict(counts), "inputs": len(sample), "resolution_hooks": hooks, "guarded": guarded,
-            "covered": sorted(covered),
-            "in_space": sorted(json.dumps(k) for k in in_space), "wrong": wrong}
+            "covered": sorted(covered), "wrong": wrong, "model_config": _checked_report(checked)}
 
 
-def sglang_pass(o: oracle.Oracle, points, compat, limit: int) -> dict:
-    """SGLang alone on every input: its outcome counts and, with ``compat``, the agreements."""
+def sglang_pass(o: oracle.Oracle, platform: str, chosen: list[int], compat) -> dict:
+    """SGLang alone on the inputs ``chosen``: its outcome counts and, with ``compat``, the agreements."""
     stages: collections.Counter = collections.Counter()
     causes: collections.Counter = collections.Counter()
-    agree, disagree = 0, []
-    n = 0
-    for point in points:
-        if limit and n >= limit:
-            break
-        n += 1
-        got = o.decide(point)
+    agree, disagree, examples = 0, 0, []
+    sample = set(chosen)
+    checked: dict = {"keys": set(), "inputs": 0, "differ": []}
+    for i, point in enumerate(oracle.points(platform)):
+        if i not in sample:
+            continue
+        got = _decide_checked(o, point, i, checked)
         stages[got.stage] += 1
         s = sglang_view(got)
         causes[json.dumps({k: v for k, v in {**s, "settings": s.get("settings")}.items() if v is not None},
@@ -204,15 +207,83 @@ def sglang_pass(o: oracle.Oracle, points, compat, limit: int) -> dict:
         d = rules_outcome(compat, point)
         if agrees(s, d):
             agree += 1
-        elif len(disagree) < 200:
-            disagree.append({"input": point, "sglang": {**s, "message": got.message}, "compat": d})
-        else:
-            disagree.append(None)
-    out = {"inputs": n, "stages": dict(stages), "outcomes": dict(causes.most_common())}
+            continue
+        disagree += 1
+        if len(examples) < 200:
+            examples.append({"input": point, "sglang": {**s, "message": got.message}, "compat": d})
+    out = {"inputs": len(sample), "stages": dict(stages), "outcomes": dict(causes),
+           "model_config": _checked_report(checked)}
     if compat is not None:
-        out["compat"] = {"agree": agree, "disagree": len(disagree),
-                         "examples": [d for d in disagree if d is not None]}
+        out["compat"] = {"agree": agree, "disagree": disagree, "examples": examples}
     return out
+
+
+#: every CHECK_EVERY-th input (and each key's first) runs with a fresh ModelConfig too
+CHECK_EVERY = 32
+
+
+def _decide_checked(o: oracle.Oracle, point: dict, i: int, checked: dict) -> oracle.Outcome:
+    """``o.decide(point)`` (SGLang handed the ModelConfig of ``point``'s key, oracle.Oracle._server_args);
+    on the first input of each key and every CHECK_EVERY-th, SGLang also runs with a ModelConfig it
+    builds anew first, and the two outcomes must be equal (recorded in ``checked``)."""
+    key = o.model_config_key(point)
+    if i % CHECK_EVERY and key in checked["keys"]:
+        return o.decide(point)
+    fresh = o.decide_fresh(point)
+    got = o.decide(point)
+    checked["keys"].add(key)
+    checked["inputs"] += 1
+    if got != fresh and len(checked["differ"]) < 20:
+        checked["differ"].append({"input": point, "fresh": fresh.as_dict(), "reused": got.as_dict()})
+    return got
+
+
+def _checked_report(checked: dict) -> dict:
+    return {"keys": sorted(json.dumps(k) for k in checked["keys"]), "inputs": checked["inputs"],
+            "differ": checked["differ"]}
+
+
+def _merge_checked(parts: list[dict]) -> dict:
+    return {"keys": len({k for r in parts for k in r["model_config"]["keys"]}),
+            "inputs": sum(r["model_config"]["inputs"] for r in parts),
+            "differ": [d for r in parts for d in r["model_config"]["differ"]][:20]}
+
+
+def _merge_sglang(parts: list[dict]) -> dict:
+    stages: collections.Counter = collections.Counter()
+    causes: collections.Counter = collections.Counter()
+    for r in parts:
+        stages.update(r["stages"])
+        causes.update(r["outcomes"])
+    out = {"inputs": sum(r["inputs"] for r in parts), "stages": dict(stages), "outcomes": dict(causes.most_common()),
+           "model_config": _merge_checked(parts)}
+    if parts and "compat" in parts[0]:
+        out["compat"] = {"agree": sum(r["compat"]["agree"] for r in parts),
+                         "disagree": sum(r["compat"]["disagree"] for r in parts),
+                         "examples": [e for r in parts for e in r["compat"]["examples"]][:200]}
+    return out
+
+
+def _merge_plugin(parts: list[dict], in_space: set) -> dict:
+    counts: collections.Counter = collections.Counter()
+    for r in parts:
+        counts.update(r["counts"])
+    # every child loaded the plugin through SGLang's loader on its own: all must have seen the same
+    assert all(r["resolution_hooks"] == parts[0]["resolution_hooks"] and r["guarded"] == parts[0]["guarded"]
+               for r in parts)
+    return {"counts": dict(counts), "inputs": sum(r["inputs"] for r in parts),
+            "resolution_hooks": parts[0]["resolution_hooks"], "guarded": parts[0]["guarded"],
+            "covered": sorted({k for r in parts for k in r["covered"]}),
+            "in_space": sorted(json.dumps(k) for k in in_space),
+            "wrong": [w for r in parts for w in r["wrong"]][:50], "model_config": _merge_checked(parts)}
+
+
+def _plugin_inputs(platform: str, every: int, n: int) -> tuple[list[int], set]:
+    """The plugin pass's inputs: all ``n`` with ``every`` 1, else :func:`plugin_sample`'s; and the
+    keys of every deciding rule or row of the space."""
+    if every > 1:
+        return plugin_sample(platform, every, n)
+    return list(range(n)), {outcome_key(p) for p in itertools.islice(oracle.points(platform), n)}
 
 
 def main() -> int:
@@ -221,9 +292,15 @@ def main() -> int:
     ap.add_argument("--compat")
     ap.add_argument("--out")
     ap.add_argument("--plugin-every", type=int, default=0,
-                    help="also run every Nth input again with the dsv4sel plugin registered (0: none)")
+                    help="also run inputs again with the dsv4sel plugin: 1 every input, N every Nth plus the "
+                         "first of each deciding rule or row, 0 none")
     ap.add_argument("--plugin-only", action="store_true",
                     help="only the plugin pass (no compat comparison), e.g. under python -O")
+    ap.add_argument("--scenario", action="append", default=[],
+                    help="also run this plugin_checks.py scenario in a child of this process")
+    ap.add_argument("--other-sglang", help="the folder holding another SGLang's dist-info (gate-metadata)")
+    ap.add_argument("--workers", type=int, default=2, help="children at once")
+    ap.add_argument("--chunks", type=int, default=4, help="children per pass")
     ap.add_argument("--limit", type=int, default=0, help="only the first N inputs (debugging)")
     args = ap.parse_args()
     t0 = time.time()
@@ -233,14 +310,30 @@ def main() -> int:
         import dsv4sel
 
         compat = dsv4sel.load_rules([args.compat])
-    points = () if args.plugin_only else oracle.points(args.platform)
-    raw = sglang_pass(o, points, compat, args.limit)
+    n = args.limit or sum(1 for _ in oracle.points(args.platform))
+    jobs: list = []
+    if not args.plugin_only:
+        jobs += [("sglang", c) for c in forked.chunks(list(range(n)), args.chunks)]
+    in_space: set = set()
     if args.plugin_every:
-        report_plugin = plugin_pass(o, args.platform, args.plugin_every, args.limit)
-    report = {"platform": args.platform, "optimize": sys.flags.optimize, **raw,
-              "seconds": round(time.time() - t0, 1)}
+        chosen, in_space = _plugin_inputs(args.platform, args.plugin_every, n)
+        jobs += [("plugin", c) for c in forked.chunks(chosen, args.chunks)]
+    jobs += [("scenario", name) for name in args.scenario]
+
+    def run(job):
+        kind, what = job
+        if kind == "sglang":
+            return sglang_pass(o, args.platform, what, compat)
+        if kind == "plugin":
+            return plugin_pass(o, args.platform, what)
+        return plugin_checks.run(what, o, other_sglang=args.other_sglang)
+    done = list(zip(jobs, forked.run_forked(jobs, run, args.workers)))
+    report = {"platform": args.platform, "optimize": sys.flags.optimize,
+              **_merge_sglang([r for (k, _), r in done if k == "sglang"])}
     if args.plugin_every:
-        report["plugin"] = report_plugin
+        report["plugin"] = _merge_plugin([r for (k, _), r in done if k == "plugin"], in_space)
+    report["scenarios"] = {name: r for (k, name), r in done if k == "scenario"}
+    report["seconds"] = round(time.time() - t0, 1)
     text = json.dumps(report, indent=1)
     if args.out:
         with open(args.out, "w") as f:

@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import tempfile
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,6 +173,8 @@ class Oracle:
             cls.__init__ = allocate_nothing
         self.models = {m: _model_dir(t) for m, t in MODELS.items()}
         self._device = None
+        #: SGLang's ModelConfig of each (model, speculative algorithm, device), see :meth:`_server_args`
+        self.model_configs: dict | None = {}
 
     def _set_device(self, point: dict) -> None:
         for cap, t, arch, hip in devices(self.platform):
@@ -200,11 +201,13 @@ class Oracle:
                       **DEPLOYMENTS[point["deployment"]])
         if point["deployment"] == "dspark":  # DSpark drafts with the target's own checkpoint
             kwargs["speculative_draft_model_path"] = kwargs["model_path"]
-        sa = self.last_args = self.ServerArgs(**kwargs)
+        sa = self.last_args = self._server_args(point, kwargs)
         try:
             sa.resolve_once()
         except Exception as exc:  # noqa: BLE001 - SGLang's refusal is the observation
             return Outcome("config", **_error(exc))
+        finally:
+            self._remember_model_config(point, sa)
         resolved = {f: self.result(sa, f) for f in ("attention_backend", "prefill_attention_backend",
                                                      "decode_attention_backend", "page_size",
                                                      "kv_cache_dtype", "dsv4_attn_backend")}
@@ -238,6 +241,52 @@ class Oracle:
                        pool=pool_cls, torch_dtype=torch_dtype)
 
 
+    def decide_fresh(self, point: dict) -> Outcome:
+        """:meth:`decide` with SGLang building its ModelConfig anew (what the suite compares
+        :meth:`decide` with, on a sample covering every key of :meth:`_server_args`)."""
+        saved, self.model_configs = self.model_configs, None
+        try:
+            return self.decide(point)
+        finally:
+            self.model_configs = saved
+
+    @staticmethod
+    def model_config_key(point: dict) -> tuple:
+        """The inputs SGLang's ModelConfig can depend on (the HIP kernel too, to be conservative)."""
+        return (point["model"], DEPLOYMENTS[point["deployment"]].get("speculative_algorithm"),
+                point["capability"], point.get("hip_kernel"))
+
+    def _server_args(self, point: dict, kwargs: dict):
+        """``ServerArgs(**kwargs)``, handed the ModelConfig SGLang built for an earlier input of the
+        same key (:meth:`model_config_key`) through SGLang's own seam: ``model_config_of()`` returns
+        a ``_model_config`` a record carries without a ``_model_config_built_from`` "as it is" (as
+        its tests supply one). Building it is a tenth of an input's time, and its result is the
+        same for every input of a key: ``ModelConfig.from_server_args`` reads the config.json, the
+        device's facts (``is_hip``, SM100, Blackwell), a few environment variables
+        (``SGLANG_DSV4_FP4_*``, ModelScope, the context-length override, an external multimodal
+        architecture) and these arguments: model path, trust_remote_code, revision,
+        context_length, json_model_override_args, is_embedding, enable_multimodal, dtype,
+        quantization, model_impl, sampling_defaults, quantize_and_serve, the decrypted config
+        file, enable_multi_layer_eagle, language_only, language_model_only, encoder_only,
+        disable_hybrid_swa_memory, model_config_parser and speculative_algorithm. Of the space's
+        inputs only the model, the device and a deployment's speculative algorithm are among
+        them (the kv dtype, ``--dsv4-attn-backend``, parallelism, backend flags,
+        ``SGLANG_DSV4_KV_LAYOUT`` and ``SGLANG_HACK_FLASHMLA_BACKEND`` are not), and the
+        resolution never assigns to the ModelConfig or its HF config. The suite checks it: every
+        key's first input and every 32nd input run both ways (:meth:`decide_fresh`) and must give
+        the same outcome."""
+        sa = self.ServerArgs(**kwargs)
+        if self.model_configs is not None and self.model_config_key(point) in self.model_configs:
+            sa._model_config = self.model_configs[self.model_config_key(point)]
+        return sa
+
+    def _remember_model_config(self, point: dict, sa) -> None:
+        built = getattr(sa, "_model_config", None)
+        if self.model_configs is None or built is None or getattr(sa, "_model_config_built_from", None) is None:
+            return
+        self.model_configs.setdefault(self.model_config_key(point), built)
+
+
 class _Runner:
     """What the backend factory reads of a model runner before it picks a class."""
 
@@ -252,10 +301,14 @@ def _bf16():
 
 
 def _error(exc: BaseException) -> dict:
-    tb = traceback.extract_tb(exc.__traceback__)
-    frames = [f for f in tb if "site-packages/sglang/" in f.filename]
+    """The exception's type, the last SGLang frame that raised it (``srt/...py:line``, the line of
+    that frame being executed: what ``traceback.extract_tb`` reports, without reading any source
+    file) and its message."""
     where = None
-    if frames:
-        f = frames[-1]
-        where = f"{f.filename.split('site-packages/sglang/', 1)[1]}:{f.lineno}"
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if "site-packages/sglang/" in filename:
+            where = f"{filename.split('site-packages/sglang/', 1)[1]}:{tb.tb_lineno}"
+        tb = tb.tb_next
     return {"error": type(exc).__name__, "where": where, "message": str(exc)[:300]}

@@ -23,6 +23,9 @@ import types
 #: import it unconditionally and the DeepSeek-V4 selection never uses it).
 KERNEL_PACKAGES = ("torchvision", "sgl_kernel", "flashinfer", "flash_mla", "deep_gemm", "deep_ep", "aiter",
                    "tilelang", "sgl_flash_mla")
+#: Ascend's compiled packages, stubbed only in a process stubbed as an NPU (``install("npu")``):
+#: ``torch_npu`` is the device plugin itself (its import registers ``torch.npu``).
+NPU_PACKAGES = ("torch_npu", "sgl_kernel_npu", "custom_ops", "mindie_turbo", "triton_ascend")
 
 
 class _Inert(types.ModuleType):
@@ -53,8 +56,11 @@ class _Inert(types.ModuleType):
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, packages=KERNEL_PACKAGES):
+        self.packages = packages
+
     def find_spec(self, fullname, path, target=None):
-        if fullname.split(".")[0] in KERNEL_PACKAGES:
+        if fullname.split(".")[0] in self.packages:
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
@@ -86,7 +92,7 @@ def install(platform: str, capability: tuple[int, int] | None = None, arch: str 
     # (absent) before the stand-in below exists, or it parses the stand-in's missing version.
     import transformers.utils.import_utils  # noqa: F401
 
-    sys.meta_path.insert(0, _Finder())
+    sys.meta_path.insert(0, _Finder(KERNEL_PACKAGES + (NPU_PACKAGES if platform == "npu" else ())))
 
     gpu = platform in ("cuda", "rocm")
     major, minor = capability or ((9, 4) if platform == "rocm" else (0, 0))
@@ -128,6 +134,25 @@ def install(platform: str, capability: tuple[int, int] | None = None, arch: str 
     if platform == "xpu":
         torch.xpu.is_available = lambda: True
         torch.xpu.device_count = lambda: 1
+    if platform == "npu":
+        _npu(torch)
+
+
+def _npu(torch) -> None:
+    """``torch.npu`` as torch_npu registers it, answering as one Ascend device (SGLang's
+    ``is_npu()`` is ``hasattr(torch, "npu") and torch.npu.is_available()``)."""
+    npu = types.ModuleType("torch.npu")
+    npu.is_available = lambda: True
+    npu.device_count = lambda: 1
+    npu.current_device = lambda: 0
+    npu.set_device = lambda *_a, **_k: None
+    npu.get_device_name = lambda *_a, **_k: "Ascend910B"
+    npu.mem_get_info = lambda *_a, **_k: (60 * 2**30, 64 * 2**30)
+    npu.get_device_properties = lambda *_a, **_k: _Props("Ascend910B", "", 0, 0)
+    npu.synchronize = lambda *_a, **_k: None
+    npu.empty_cache = lambda *_a, **_k: None
+    torch.npu = npu
+    sys.modules["torch.npu"] = npu
 
 
 def set_capability(capability: tuple[int, int], arch: str | None = None) -> None:

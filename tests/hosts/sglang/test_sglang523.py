@@ -4,11 +4,12 @@ Each platform runs in its own process of the SGLang environment (SGLang fixes it
 first import): ``tests/sglang523/differential.py PLATFORM`` enumerates the whole host space there
 and asks SGLang's own resolution pipeline, layout function, pool and backend factory, and the
 compat rule set; then it loads the dsv4sel plugin the way SGLang does (``SGLANG_PLUGINS=dsv4sel``,
-SGLang's ``load_plugins()``) and asks SGLang again on a deterministic sample that exercises every
-shipped rule and translation row deciding some input. The same plugin pass runs under
-``python -O`` (SGLang's asserts gone), and ``tests/sglang523/plugin_checks.py`` runs the version
-gate, the scheduler guards and XPU, one scenario per process; ``writer_bytes.py`` SGLang's own
-V4 writer and record sizes. The assertions here read their
+SGLang's ``load_plugins()``) and asks SGLang again on every input. SGLang is imported once per
+platform process; each part of a pass and each scenario of ``tests/sglang523/plugin_checks.py``
+(the version gate, the scheduler guards, XPU) runs in a forked child of it. The plugin pass runs
+again under ``python -O`` (SGLang's asserts gone) on a sample that exercises every shipped rule and
+translation row deciding some input; NPU runs in a process stubbed as an Ascend NPU;
+``writer_bytes.py`` runs SGLang's own V4 writer and compares record sizes. The assertions here read their
 reports. Skipped, with the reason, when the environment is missing (``make test`` builds it
 first; a failed build leaves .venv-sglang.log).
 """
@@ -32,10 +33,13 @@ PYTHON = VENV / "bin" / "python"
 STAMP = VENV / ".dsv4sel-sglang-env"
 COMPAT = ROOT / "rules" / "compat" / "sglang-0.5.23"
 PLATFORMS = ("cuda", "rocm")
-#: the plugin pass runs every PLUGIN_EVERY-th input (plus the first of each deciding rule or row
-#: the stride misses); under python -O every PLUGIN_EVERY_O-th
-PLUGIN_EVERY, PLUGIN_EVERY_O = 8, 24
-SCENARIOS = ("gate-metadata", "gate-version", "guards-cuda", "guards-rocm")
+#: the plugin pass runs every input; under python -O every PLUGIN_EVERY_O-th (plus the first of
+#: each deciding rule or row the stride misses)
+PLUGIN_EVERY_O = 24
+#: plugin_checks.py's scenarios, each in a child of the platform's process
+SCENARIOS = {"cuda": ["--scenario", "gate-metadata", "--scenario", "gate-version", "--scenario", "guards",
+                      "--scenario", "xpu"],
+             "rocm": ["--scenario", "guards"]}
 OTHER_SGLANG = "0.5.24"
 
 
@@ -61,7 +65,7 @@ needs_env = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason()
 
 def _other_sglang_metadata(root: Path) -> Path:
     """A ``sglang-0.5.24.dist-info`` that ``importlib.metadata`` finds before the installed one
-    (it is ahead on PYTHONPATH), as a second SGLang install would be."""
+    (the gate's child puts it ahead on sys.path), as a second SGLang install would be."""
     info = root / f"sglang-{OTHER_SGLANG}.dist-info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {OTHER_SGLANG}\n")
@@ -70,39 +74,38 @@ def _other_sglang_metadata(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Every process of the suite, two at a time (the machine's cores), longest first."""
+    """Every process of the suite, all at once: one per platform (SGLang imported once, then forked
+    children for each part of the passes and each plugin scenario: tests/sglang523/forked.py), the
+    two ``-O`` plugin passes, NPU and the writer."""
     out = tmp_path_factory.mktemp("sglang523")
     diff = str(ROOT / "tests" / "sglang523" / "differential.py")
-    checks = str(ROOT / "tests" / "sglang523" / "plugin_checks.py")
     jobs = {}
     for platform in PLATFORMS:
-        jobs[platform] = [diff, platform, "--compat", str(COMPAT), "--plugin-every", str(PLUGIN_EVERY),
-                          "--out", str(out / f"{platform}.json")]
+        jobs[platform] = [diff, platform, "--compat", str(COMPAT), "--plugin-every", "1",
+                          "--out", str(out / f"{platform}.json"), *SCENARIOS[platform]]
+    jobs["cuda"] += ["--other-sglang", str(_other_sglang_metadata(out / "other"))]
     for platform in PLATFORMS:
         jobs[platform + "-O"] = ["-O", diff, platform, "--plugin-only", "--plugin-every", str(PLUGIN_EVERY_O),
-                                 "--out", str(out / f"{platform}-O.json")]
-    for scenario in SCENARIOS:
-        jobs[scenario] = [checks, scenario]
+                                 "--chunks", "1", "--workers", "1", "--out", str(out / f"{platform}-O.json")]
+    jobs["npu"] = [str(ROOT / "tests" / "sglang523" / "plugin_checks.py"), "npu"]
     jobs["writer_bytes"] = [str(ROOT / "tests" / "sglang523" / "writer_bytes.py")]
 
     def run(name):
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        if name == "gate-metadata":
-            env["PYTHONPATH"] = f"{_other_sglang_metadata(out / 'other')}{os.pathsep}{ROOT}"
         env.pop("SGLANG_PLUGINS", None)
         t0 = time.time()
         # a generous bound: on the shared 2-core machine a process waits for the CPU as much as it runs
         proc = subprocess.run([str(PYTHON), *jobs[name]], capture_output=True, text=True, env=env, cwd=ROOT,
                               timeout=1800)
         assert proc.returncode == 0, f"{name}: failed:\n{proc.stderr[-4000:]}"
-        if name in (*SCENARIOS, "writer_bytes"):
+        if name in ("npu", "writer_bytes"):
             found = json.loads(proc.stdout.strip().splitlines()[-1])
         else:
             found = json.loads((out / f"{name}.json").read_text())
         return name, {**found, "wall": round(time.time() - t0, 1)}
 
     t0 = time.time()
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         found = dict(pool.map(run, list(jobs)))
     summary = {"wall": round(time.time() - t0, 1)}
     for p in PLATFORMS:
@@ -140,6 +143,19 @@ def test_the_compat_set_agrees_with_sglang_everywhere(reports, platform):
 
 
 @needs_env
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_reusing_sglangs_model_config_changes_no_outcome(reports, platform):
+    """The suite hands SGLang the ModelConfig it built for an earlier input of the same model,
+    speculative algorithm and device (tests/sglang523/oracle.py says why its result depends on no
+    other input): on the first input of every such key and every 32nd input, in both passes,
+    SGLang also ran with a ModelConfig built anew, and the outcomes are equal."""
+    keys = 2 * 3 * (8 if platform == "cuda" else 9)  # models x (none, EAGLE, DSPARK) x devices
+    for checked in (reports[platform]["model_config"], reports[platform]["plugin"]["model_config"]):
+        assert checked["differ"] == []
+        assert checked["keys"] == keys and checked["inputs"] >= reports[platform]["inputs"] // 32
+
+
+@needs_env
 def test_sglang_records_have_the_geometry_of_dsv4sel_layouts(runs):
     """SGLang's own KVLayout sizes (bytes per token, page bytes at 64/128/256 tokens) equal those of
     the dsv4sel layout that stores the same record; V4.1's two arrangements share one size."""
@@ -166,8 +182,10 @@ def test_sglangs_own_v4_writer_and_dsv4sel_codec_write_the_same_record(runs):
     assert r["dsv4sel_reads_back_sglang_rope"]
 
 
-def _plugin_agrees(report):
+def _plugin_agrees(report, whole: bool):
     p = report["plugin"]
+    if whole:  # every input of the space the SGLang pass asked, not a sample
+        assert p["inputs"] == report["inputs"] > 0
     assert p["counts"].get("wrong", 0) == 0, json.dumps(p["wrong"][:3], indent=1)
     assert sum(p["counts"].values()) == p["inputs"] > 0
     # SGLang serves some sampled inputs and dsv4sel refuses others, before the weights load
@@ -184,7 +202,7 @@ def test_with_the_plugin_sglang_builds_the_rules_choice_or_stops_before_the_weig
     # loaded by SGLang's own loader: its resolution hook wraps the step, its guards are applied
     assert p["resolution_hooks"] == ["dsv4sel.sglang_plugin.register.<locals>.hook"]
     assert len(p["guarded"]) == 3
-    _plugin_agrees(reports[platform])
+    _plugin_agrees(reports[platform], whole=True)
 
 
 @needs_env
@@ -194,13 +212,13 @@ def test_the_plugin_gives_the_same_answers_under_python_O(runs, platform):
     the plugin decides without asserts, so SGLang still builds exactly the rules' choice (fix S5)."""
     r = runs[platform + "-O"]
     assert r["optimize"] == 1
-    _plugin_agrees(r)
+    _plugin_agrees(r, whole=False)
 
 
 @needs_env
 @pytest.mark.parametrize("how", ["gate-metadata", "gate-version"])
 def test_another_sglang_version_is_one_clear_error_and_nothing_is_patched(runs, how):
-    r = runs[how]
+    r = runs["cuda"]["scenarios"][how]
     other = OTHER_SGLANG if how == "gate-metadata" else "0.5.22"
     # only the refusing resolution hook: no scheduler guard registered or applied
     assert r["resolution_hooks"] == ["register.<locals>.refuse"] and r["registered"] == r["patched"] == []
@@ -214,7 +232,7 @@ def test_another_sglang_version_is_one_clear_error_and_nothing_is_patched(runs, 
 @needs_env
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_the_scheduler_guards_check_what_sglang_builds(runs, platform):
-    r = runs["guards-" + platform]
+    r = runs[platform]["scenarios"]["guards"]
     assert r["registered"] == r["patched"] and len(r["patched"]) == 3
     assert r["untouched"]["stage"] == "ok" and r["untouched"]["cls"] == r["decided"]["class"]
     # the layout SGLang's own select_dsv4_kv_layout() returns is checked against the decision
@@ -229,8 +247,28 @@ def test_the_scheduler_guards_check_what_sglang_builds(runs, platform):
 
 @needs_env
 def test_on_xpu_the_plugin_says_it_does_not_decide_and_leaves_sglang_alone(runs):
-    r = runs["guards-cuda"]["xpu"]
+    r = runs["cuda"]["scenarios"]["xpu"]
     from dsv4sel.sglang_plugin import NOT_DECIDED
 
     assert ("WARNING", NOT_DECIDED % "xpu") in [tuple(x) for x in r["logged"]]
     assert r["declared"] == [] and r["published"] is None
+
+
+@needs_env
+def test_on_npu_sglang_decides_alone_through_its_own_npu_branch(runs):
+    """A process stubbed as one Ascend NPU (``torch.npu``; ``torch_npu`` and Ascend's kernel packages
+    stubbed): SGLang detects the NPU itself, its DeepSeek-V4 override takes its NPU branch (page size
+    128, a bf16 cache, dsv4 for both phases) and its factory builds the Ascend class; the plugin,
+    loaded by SGLang's loader, logs its one WARNING, declares and publishes nothing, and registers
+    no scheduler guard (so SGLang has no hook to fail to apply)."""
+    from dsv4sel.sglang_plugin import NOT_DECIDED
+
+    r = runs["npu"]
+    assert r["is_npu"] is True and r["device"] == "npu"
+    assert r["logged"] == [["WARNING", NOT_DECIDED % "npu"]]
+    assert r["declared"] == [] and r["published"] is None
+    assert r["resolution_hooks"] == ["register.<locals>.hook"] and r["registered"] == r["patched"] == []
+    assert r["hook_errors"] == []
+    assert (r["page_size"], r["kv_cache_dtype"]) == (128, "bfloat16")
+    assert r["attention_backend"] == r["prefill_attention_backend"] == r["decode_attention_backend"] == "dsv4"
+    assert r["class"] == "sglang.srt.hardware_backend.npu.attention.ascend_dsv4_backend:DeepseekV4AscendAttnBackend"
