@@ -4,6 +4,7 @@ is a coded problem or finding at its file:line. Needs no SGLang."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,10 @@ def test_a_name_outside_the_space_is_located(tmp_path):
     line = _line_of(text, "prefil_backend_other")
     column = text.splitlines()[line - 1].index("prefil_backend_other") + 1
     assert (p.code, p.line, p.column) == ("DSV601", line, column)  # at the misspelt name
+    # DSV601's wording, pinned here once (tests/engine/wording.yaml's `elsewhere:`); the values
+    # listed are the shipped space's, data
+    assert re.fullmatch(r"deployment value 'prefil_backend_other' is not in the translation's space \([a-z_, ]+\)",
+                        p.message), p.message
 
 
 def test_a_schema_violation_is_located(tmp_path):
@@ -68,6 +73,9 @@ def test_an_unmapped_kv_dtype_is_a_host_gap(tmp_path):
     gaps = [f for f in findings if f.code == "DSV602"]
     assert len(gaps) == 1 and gaps[0].count > 0 and "kv_cache_dtype=fp8_e4m3" in gaps[0].message  # the input it misses (data)
     assert gaps[0].severity == "error"
+    # DSV602's wording, pinned here once (tests/engine/wording.yaml's `elsewhere:`)
+    assert re.fullmatch(r"\d+ SGLang inputs of the host space are not decided: no translation row maps it "
+                        r"\(KeyError 'fp8_e4m3'\); e\.g\. model=\S+ .*", gaps[0].message), gaps[0].message
 
 
 def test_a_row_that_decides_nothing_is_a_warning_at_its_line(tmp_path):
@@ -79,3 +87,6 @@ def test_a_row_that_decides_nothing_is_a_warning_at_its_line(tmp_path):
     lines = Path(path).read_text().splitlines()
     shipped_row = [i for i, line in enumerate(lines, 1) if "when: {deployment: attention_backend_other}" in line][1] - 1
     assert dead.severity == "warning" and dead.line == shipped_row
+    # DSV603's wording, pinned here once (tests/engine/wording.yaml's `elsewhere:`)
+    assert dead.message == ("this SGLang translation row decides no input of the host space (earlier rows take "
+                            "all it matches, or it matches none); remove it or fix its `when`")

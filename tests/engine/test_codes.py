@@ -15,6 +15,7 @@ import dsv4sel
 from dsv4sel.engine.codes import CODES, kind_code
 from dsv4sel.engine.load import load_file
 from dsv4sel.engine.sources import default_packs
+from dsv4sel.errors import Loc
 
 from _repo import REPO
 
@@ -146,17 +147,56 @@ def _wording() -> dict:
     return loaded.data
 
 
-WORDING = _wording()
+TABLE = _wording()
+#: code -> the test file (under tests/) that pins its wording instead of this table
+ELSEWHERE: dict[str, str] = TABLE.get("elsewhere", {})
+#: key -> entry: the wording this table pins
+WORDING = {key: entry for key, entry in TABLE.items() if key != "elsewhere"}
 
 
 def test_the_wording_table_names_real_codes_only():
     # a key is a code, or a code and the variant of its message (`DSV501 test file`)
     codes = {key.split()[0] for key in WORDING}
     assert codes <= set(CODES), sorted(codes - set(CODES))
+    assert set(ELSEWHERE) <= set(CODES), sorted(set(ELSEWHERE) - set(CODES))
 
 
-def _items(entry: dict, tmp_path: Path):
+def test_every_code_s_wording_is_pinned_once():
+    """Each code of the table of codes has its wording pinned: an entry of wording.yaml, or a
+    line of its `elsewhere:` naming the test file that pins it (which must exist and name the
+    code), never both."""
+    here = {key.split()[0] for key in WORDING}
+    unpinned = [code for code in CODES if code not in here and code not in ELSEWHERE]
+    assert not unpinned, f"no wording pin for {unpinned}: add an entry to wording.yaml, or name the test that pins it under `elsewhere:`"
+    twice = sorted(here & set(ELSEWHERE))
+    assert not twice, f"pinned both in wording.yaml and elsewhere: {twice}"
+    for code, name in ELSEWHERE.items():
+        path = TESTS / name
+        assert path.is_file(), f"{code}: {name} does not exist"
+        assert code in path.read_text(), f"{code}: {name} does not mention {code}"
+
+
+def test_dsv399_is_only_the_fallback():
+    # DSV399 is internal, never a stage's: the code of a RuleError without problems and of a
+    # finding kind the table of codes lacks (mypy's Kind holds every kind, so neither happens)
+    assert kind_code("no such kind") == "DSV399"  # type: ignore[arg-type]
+    setters = [path.relative_to(REPO).as_posix() for path in sorted(Path(REPO, "dsv4sel").rglob("*.py"))
+               if "DSV399" in path.read_text()]
+    assert setters == ["dsv4sel/engine/codes.py", "dsv4sel/errors.py"], setters
+
+
+def _items(entry: dict, tmp_path: Path, monkeypatch):
     """The problems or findings of one entry's input, in a fresh working directory ``tmp_path``."""
+    if "host_site" in entry:  # a folder where the host's distribution is installed (its metadata only)
+        monkeypatch.syspath_prepend(str(TESTS / entry["host_site"]))
+    if "cases" in entry:  # `dsv4sel test`'s failures, as its --format github and sarif give them
+        from dsv4sel.cli.render.test import diagnostics
+        from dsv4sel.tools.testcases import load_cases, run_tests
+
+        for name in entry["cases"]:
+            shutil.copy(TESTS / name, tmp_path / Path(name).name)
+        cases, files = load_cases([Path(name).name for name in entry["cases"]])
+        return diagnostics(run_tests(dsv4sel.default_rules(), cases, files=files))
     if "test_files" in entry:  # `dsv4sel test`'s problems with test files, named as given
         from dsv4sel.tools.testcases import TestFileError, load_cases
 
@@ -178,14 +218,21 @@ def _items(entry: dict, tmp_path: Path):
     return dsv4sel.verify(paths).findings
 
 
+def _at(item) -> str:
+    """Where a problem, finding or `dsv4sel test` diagnostic is, as ``file:line[:column]``."""
+    loc = getattr(item, "loc", None)
+    return str(loc if loc is not None else Loc(item.file, item.line, item.column))
+
+
 @pytest.mark.parametrize("key", sorted(WORDING))
 def test_each_code_s_wording(key, tmp_path, monkeypatch):
     """The message of a code as a user reads it, from the input the table names: ``rules``,
     folders under tests/ copied in order into ``rules/``, or ``test_files`` (under tests/) copied
-    beside it, in a fresh working directory; at the place the table gives."""
+    beside it, or ``cases`` (test files run against the shipped rules), in a fresh working
+    directory, with ``host_site`` (a folder under tests/) on sys.path; at the place the table gives."""
     entry = WORDING[key]
     monkeypatch.chdir(tmp_path)
-    items = _items(entry, tmp_path)
-    hits = [f for f in items if f.code == key.split()[0] and str(f.loc) == entry["at"]]
+    items = _items(entry, tmp_path, monkeypatch)
+    hits = [f for f in items if f.code == key.split()[0] and _at(f) == entry["at"]]
     assert hits, [str(f) for f in items]
     assert entry["says"] in hits[0].message, hits[0].message
