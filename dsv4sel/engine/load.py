@@ -77,6 +77,14 @@ class _BadScalar(Exception):
     """A scalar that is refused; becomes one Problem at the scalar, and loading goes on."""
 
 
+
+def _is_merge_key(node: yaml.Node) -> bool:
+    """A YAML merge key: tagged ``!!merge``, or a plain ``<<``, which YAML 1.1 readers (and users)
+    take as one although the core schema this loader reads calls it an ordinary key; a quoted
+    ``"<<"`` stays a key (a plain scalar's style is None, or "" from the C loader)."""
+    return node.tag == "tag:yaml.org,2002:merge" or (
+        isinstance(node, yaml.ScalarNode) and node.value == "<<" and not node.style)
+
 def _scalar(node: yaml.ScalarNode) -> Any:
     """The value of a core-schema scalar node (the tag is already resolved)."""
     tag, text = node.tag.rsplit(":", 1)[-1], node.value
@@ -222,7 +230,7 @@ def load_text(text: str, file: str) -> tuple[LoadedFile | None, list[Problem]]:
     def mapping(node: yaml.Node, path: Path, depth: int) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
+            if _is_merge_key(key_node):
                 problems.append(located(key_node, "DSV105", "merge keys (<<) are not supported; "
                                                   "repeat the fields or use `defaults:`"))
                 continue

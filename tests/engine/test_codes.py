@@ -236,3 +236,19 @@ def test_each_code_s_wording(key, tmp_path, monkeypatch):
     hits = [f for f in items if f.code == key.split()[0] and _at(f) == entry["at"]]
     assert hits, [str(f) for f in items]
     assert entry["says"] in hits[0].message, hits[0].message
+
+
+
+@pytest.mark.parametrize(("key", "code"), [("<<", "DSV105"), ("!!merge <<", "DSV105"), ('"<<"', "DSV203")])
+def test_a_merge_key_is_refused_however_it_is_spelt_and_a_quoted_one_is_a_key(key, code, tmp_path, monkeypatch):
+    # A plain `<<` is what users write after reading about YAML anchors; the core schema the
+    # loader reads would take it for an ordinary key, so it is refused as a merge key too.
+    monkeypatch.chdir(tmp_path)
+    source = (RULES / "merge_key" / "m.yaml").read_text()
+    assert "      <<: *fp8" in source
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "m.yaml").write_text(source.replace("<<: *fp8", f"{key}: *fp8"))
+    report = dsv4sel.verify([gather(tmp_path / "rules", SMALL)])
+    assert [(f.code, str(f.loc)) for f in report.findings if f.code in ("DSV105", "DSV203")] == \
+        [(code, "rules/m.yaml:17:7")], [str(f) for f in report.findings]
