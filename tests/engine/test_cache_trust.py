@@ -67,17 +67,23 @@ def the_entry() -> Path:
     return path
 
 
-def test_every_single_byte_flip_of_an_entry_is_detected(truth):
-    dsv4sel.load_rules()
-    raw = the_entry().read_bytes()
-    rng = random.Random(20261201)
+def undetected_flips(raw: bytes, decode, seed: int) -> list[int]:
+    """The offsets of ``FLIPS`` random one-byte flips of ``raw`` that ``decode`` still accepts."""
+    rng = random.Random(seed)
     missed = []
     for _ in range(FLIPS):
         i = rng.randrange(len(raw))
         flipped = bytearray(raw)
         flipped[i] ^= rng.randrange(1, 256)
-        if cache.decode(bytes(flipped)) is not None:
+        if decode(bytes(flipped)) is not None:
             missed.append(i)
+    return missed
+
+
+def test_every_single_byte_flip_of_an_entry_is_detected(truth):
+    dsv4sel.load_rules()
+    raw = the_entry().read_bytes()
+    missed = undetected_flips(raw, cache.decode, seed=20261201)
     assert missed == [], f"{len(missed)} of {FLIPS} flips were not detected"
 
 
@@ -106,14 +112,7 @@ def test_a_damaged_packaged_artifact_is_never_served(tmp_path):
     assert api._from_entry(cache.decode_packaged(raw), fingerprint, allowed, verified=True) is not None
     entry = cache.decode_packaged(raw)  # the same value, types included, as the JSON form decodes to
     assert repr(cache.decode(cache.encode(entry.data, bytes(entry.blob))).data) == repr(entry.data)
-    rng = random.Random(20261205)
-    missed = []
-    for _ in range(FLIPS):
-        i = rng.randrange(len(raw))
-        flipped = bytearray(raw)
-        flipped[i] ^= rng.randrange(1, 256)
-        if cache.decode_packaged(bytes(flipped)) is not None:
-            missed.append(i)
+    missed = undetected_flips(raw, cache.decode_packaged, seed=20261205)
     assert missed == [], f"{len(missed)} of {FLIPS} flips were not detected"
 
 

@@ -575,16 +575,22 @@ def _fake_decode(q, k_cache, extra_k_cache=None, extra_indices_in_kvcache=None, 
 
 
 
-@pytest.mark.parametrize("heads", [64, 20])
-def test_flashmla_run_calls_the_interfaces_kernel_op_with_the_planned_schedule(fake_flash_mla, gen, heads) -> None:
+def _planned_with_the_kernel_op(fake_flash_mla, gen, heads):
+    """A FlashMLA impl planned for 3 sequences over the fake interface whose kernel op records its
+    calls; its two layers' inputs and the plan's two length tensors."""
     _fake_sparse_decode_fwd.calls = []
     fake_flash_mla.flash_mla_cuda = SimpleNamespace(sparse_decode_fwd=_fake_sparse_decode_fwd)
-    b, s = 3, 1
-    layers = _layers(gen, 2, b, s, heads)
+    layers = _layers(gen, 2, 3, 1, heads)
     lengths = [torch.tensor([12, 5, 0]), torch.tensor([20, 7, 13])]
     impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 16, platform="cuda", capability=(9, 0))
-    plan = impl.plan(batch=b, heads=heads, topk=12, extra_topk=20, softmax_scale=SCALE,
+    plan = impl.plan(batch=3, heads=heads, topk=12, extra_topk=20, softmax_scale=SCALE,
                      topk_length=lengths[0], extra_topk_length=lengths[1], device="cpu")
+    return impl, plan, layers, lengths
+
+
+@pytest.mark.parametrize("heads", [64, 20])
+def test_flashmla_run_calls_the_interfaces_kernel_op_with_the_planned_schedule(fake_flash_mla, gen, heads) -> None:
+    impl, plan, layers, lengths = _planned_with_the_kernel_op(fake_flash_mla, gen, heads)
     assert plan.state["op"] is _fake_sparse_decode_fwd
     for layer in layers:
         got = impl.run(**layer)
@@ -607,14 +613,8 @@ def test_flashmla_run_calls_the_interfaces_kernel_op_with_the_planned_schedule(f
 def test_flashmla_runs_bound_path_equals_the_general_path_and_declines_the_rest(fake_flash_mla, gen, heads) -> None:
     """plan.fast_run (run's per-call work bound once) gives the general path's outputs bit for bit, and
     returns None (the general path converts, memoizes or raises) for what it does not take."""
-    fake_flash_mla.flash_mla_cuda = SimpleNamespace(sparse_decode_fwd=_fake_sparse_decode_fwd)
-    _fake_sparse_decode_fwd.calls = []
-    b, s = 3, 1
-    layers = _layers(gen, 2, b, s, heads)
-    lengths = [torch.tensor([12, 5, 0]), torch.tensor([20, 7, 13])]
-    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 16, platform="cuda", capability=(9, 0))
-    plan = impl.plan(batch=b, heads=heads, topk=12, extra_topk=20, softmax_scale=SCALE,
-                     topk_length=lengths[0], extra_topk_length=lengths[1], device="cpu")
+    impl, plan, layers, lengths = _planned_with_the_kernel_op(fake_flash_mla, gen, heads)
+    b, s = 3, 1  # the helper's batch and query length
     bound, taken = plan.fast_run, []
 
     def spy(*args):
