@@ -43,6 +43,8 @@ class SelectFields:
 PROFILE = Profile(
     subject="DeepSeek-V4 attention",
     key=("model", "platform", "capability", "backend", "kv_cache_dtype"),
+    # a Query names these (dsv4/selection.py); an input added to `key` needs only a `default:`
+    normalized=("model", "platform", "capability", "backend", "kv_cache_dtype"),
     select_fields=declared_fields(SelectFields),
     # the cache dtype string is left out: `auto` and `bfloat16` on a bf16-row
     # backend keep different strings for the same bytes

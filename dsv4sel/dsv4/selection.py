@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # importing typing costs ~5 ms; with postponed annotations it
 
 #: The inputs a :class:`Query` names, each normalized in its own way by
 #: :meth:`~dsv4sel.dsv4.rules.RuleSet.normalize` (spellings, enum backends, case).
-NAMED_INPUTS = ("model", "platform", "capability", "backend", "kv_cache_dtype")
+NAMED_INPUTS = PROFILE.normalized
 
 
 class Query(Frozen):

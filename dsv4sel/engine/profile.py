@@ -34,10 +34,13 @@ class Profile(Frozen):
     of the rule files' JSON Schema; ``allowed_impl_modules`` the modules impl
     classes may come from by default. ``spellings`` pairs an input with a function that gives
     the declared value another spelling means, or None (queries may accept ``sm90`` for
-    ``9.0``; rules write the declared value, and the compiler's error names it)."""
+    ``9.0``; rules write the declared value, and the compiler's error names it).
+    ``normalized`` lists the inputs of ``key`` the domain's queries normalize themselves
+    (spellings, enums, case); every other input, built-in or a pack's, is read as given or at
+    its declared default, so the compiler requires it to declare one (DSV305)."""
 
     __slots__ = ("subject", "key", "select_fields", "same_result", "restates", "schema", "allowed_impl_modules",
-                 "spellings")
+                 "spellings", "normalized")
     _defaults = {"spellings": ()}
     subject: str
     key: tuple[str, ...]
@@ -47,6 +50,7 @@ class Profile(Frozen):
     schema: str
     allowed_impl_modules: tuple[str, ...]
     spellings: tuple
+    normalized: tuple[str, ...]
 
     @property
     def builtin_inputs(self) -> tuple[str, ...]:

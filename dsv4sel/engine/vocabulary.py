@@ -146,7 +146,7 @@ def _declare_input(ctx: Compilation, merged: dict[str, Slot], ordered: list[str]
         if scoped is None:
             return None
     _check_named_values(ctx, name, slot)
-    if name not in ctx.profile.builtin_inputs and slot["default"] is None:
+    if name not in ctx.profile.normalized and slot["default"] is None:
         ctx.error(f, path, "DSV305", f"input {name!r} needs a `default:` so that callers who do not "
                   "pass it still get a decision", key=True)
     if slot["probe"] is not None:

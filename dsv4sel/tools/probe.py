@@ -120,7 +120,7 @@ def default_extra(rules: RuleSet) -> tuple[tuple[str, str], ...]:
     out = []
     for name in rules.plain_inputs:
         default = rules.default_of(name)
-        assert default is not None, "the compiler requires a default of every pack-declared input (DSV305); a built-in one needs a `default:` too"
+        assert default is not None, "the compiler requires a default of every input a query carries in extra (DSV305)"
         out.append((name, default))
     return tuple(out)
 
