@@ -40,11 +40,14 @@ class SelectFields:
     block_size: int
 
 
+#: The inputs a Query names and normalizes itself (dsv4/selection.py); today the whole key.
+_NORMALIZED = ("model", "platform", "capability", "backend", "kv_cache_dtype")
+
 PROFILE = Profile(
     subject="DeepSeek-V4 attention",
-    key=("model", "platform", "capability", "backend", "kv_cache_dtype"),
-    # a Query names these (dsv4/selection.py); an input added to `key` needs only a `default:`
-    normalized=("model", "platform", "capability", "backend", "kv_cache_dtype"),
+    key=_NORMALIZED,
+    # an input added to `key` beyond these needs only a `default:` in the vocabulary
+    normalized=_NORMALIZED,
     select_fields=declared_fields(SelectFields),
     # the cache dtype string is left out: `auto` and `bfloat16` on a bf16-row
     # backend keep different strings for the same bytes
