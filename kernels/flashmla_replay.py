@@ -99,6 +99,7 @@ class EagerReplay:
         self.capturing = torch.cuda.is_current_stream_capturing
         self.raw_stream = torch._C._cuda_getCurrentRawStream
         self.empty_like = torch.empty_like
+        self.why_not = ""  # why this plan stopped replaying (empty while it replays)
         self.usable = self.stage is not None and self.stage_indices is not None and bool(STATE[0])
 
     def __call__(self, q: Any, pages: Any, indices: Any, extra_pages: Any, extra_indices: Any, sink: Any,
@@ -153,12 +154,12 @@ class EagerReplay:
             if got[0].data_ptr() != self.out.data_ptr():
                 raise RuntimeError("the op did not write the given out")
             unstage = bind_unstage(self.out, lse, self.heads)
-        except Exception:  # noqa: BLE001 - any failure to capture: this plan calls the op directly from now on
+        except Exception as exc:  # noqa: BLE001 - any failure to capture: this plan calls the op directly from now on
             current.wait_stream(self.side)
-            self.usable = False
+            self.usable, self.why_not = False, f"capture failed: {type(exc).__name__}: {exc}"
             return None
         if unstage is None:
-            self.usable = False
+            self.usable, self.why_not = False, "the unstage copy has no direct launch"
             return None
         if len(self.graphs) >= MAX_GRAPHS:
             self.graphs.clear()

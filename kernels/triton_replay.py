@@ -68,11 +68,12 @@ def _unstage_kernel(out, lse, rows, heads, out_src, lse_src, h_pad, s_q, COLS: t
     else:
         offs = (pid - rows) * BLOCK + tl.arange(0, BLOCK)
         live = offs < rows
-        token = offs // heads
-        head = offs - token * heads
-        b = token // s_q
-        s = token - b * s_q
-        tl.store(lse + offs, tl.load(lse_src + (b * h_pad + head) * s_q + s, mask=live), mask=live)
+        # vectors here: names of their own (Triton types a name once across an if / else)
+        tokens = offs // heads
+        heads_at = offs - tokens * heads
+        batch_at = tokens // s_q
+        query_at = tokens - batch_at * s_q
+        tl.store(lse + offs, tl.load(lse_src + (batch_at * h_pad + heads_at) * s_q + query_at, mask=live), mask=live)
 
 
 _stage = Launcher(_stage_kernel, head=9)
