@@ -43,7 +43,7 @@ REPLAY_ENV = "DSV4SEL_FLASHMLA_REPLAY"
 MAX_GRAPHS = 256
 #: Query rows (batch x query length x padded heads) up to which eager ``run`` replays a graph; above it
 #: the op's GPU time exceeds its host time, and the two copies would only add to it (see docs/kernels.md).
-MAX_REPLAY_ROWS = 1024
+MAX_REPLAY_ROWS = 2048
 
 _new_output = tuple.__new__
 

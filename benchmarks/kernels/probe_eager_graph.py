@@ -50,6 +50,7 @@ def main() -> None:
                                               extra_topk_length=etl)
 
         raw()
+        tag = f"b{batch}h{heads}"
 
         def planned():
             return impl.plan(batch=batch, heads=heads, topk=WINDOW, extra_topk=TOPK, softmax_scale=scale,
@@ -68,10 +69,10 @@ def main() -> None:
         def run_direct():
             return run(direct)
 
-        for _ in range(4):
-            a, b = run(), run_direct()
-            assert torch.equal(a.out, b.out) and torch.equal(a.lse, b.lse)
-        tag = f"b{batch}h{heads}"
+        for _ in range(2):
+            for la in layers:
+                a, b = impl.run(**la, plan=plan), impl.run(**la, plan=direct)
+                assert torch.equal(a.out, b.out) and torch.equal(a.lse, b.lse), tag
         rows = []
         for rnd in range(5):
             vals = {n: wall(f, calls=240) for n, f in (("raw", raw), ("run replay", run), ("run direct", run_direct))}
