@@ -8,8 +8,9 @@ graph costs one graph launch. :class:`EagerReplay` does that for a plan's eager 
 * per plan, static inputs the graphs read: the padded query buffer (or, without padding, a staging
   buffer), an index buffer for ``indices`` and one for ``extra_indices``; one output buffer, which
   every graph of the plan writes as the op's ``out``;
-* per (window cache, extra cache, sink) one graph, captured on the first eager call that has them
-  (a few milliseconds; at most :data:`MAX_GRAPHS` per plan, then they are dropped and captured again);
+* per (window cache, extra cache, sink) one graph, captured on the plan's second eager call that has
+  them (a capture costs milliseconds: a plan made per step and used once per layer never captures;
+  at most :data:`MAX_GRAPHS` per plan, then they are dropped and captured again);
 * per call: one launch copies ``q``, ``indices`` and ``extra_indices`` into the static inputs
   (:func:`~dsv4sel.kernels.triton_replay.bind_stage`), the graph replays, one launch copies ``out``'s
   live heads and ``lse`` (transposed) into fresh contiguous tensors
@@ -91,6 +92,7 @@ class EagerReplay:
         # q already in the plan's query buffer: only the indices move (no q rows).
         self.stage_indices: Any = bind_stage(q_example[:, :, :0], self.idx, self.eidx, self.q_stage, self.idx, self.eidx)
         self.graphs: dict[tuple[int, int, int], tuple] = {}
+        self.seen: set[tuple[int, int, int]] = set()  # keys called once: the next call captures
         self.pool = torch.cuda.graph_pool_handle()
         self.side = torch.cuda.Stream(device)
         self.replays = 0  # graphs replayed (the tests and the benchmark read it)
@@ -111,14 +113,20 @@ class EagerReplay:
             if self.home is not None:
                 return None
             self.home = stream
+        key = (id(pages), id(extra_pages), id(sink))
+        entry: Any = self.graphs.get(key)
+        fresh = entry is None or entry[3] is not pages or entry[4] is not extra_pages or entry[5] is not sink
+        if fresh and key not in self.seen:
+            # A capture costs milliseconds: only for a plan that runs these caches again (a plan kept
+            # across steps), not for one made per step and used once per layer.
+            self.seen.add(key)
+            return None
         eptr = indices.data_ptr() if extra_indices is None else extra_indices.data_ptr()
         staged = self.stage_indices(0, indices.data_ptr(), eptr) if q_is_staged else \
             self.stage(q.data_ptr(), indices.data_ptr(), eptr)
         if not staged:  # declined (hooks, another current device): nothing launched
             return None
-        key = (id(pages), id(extra_pages), id(sink))
-        entry = self.graphs.get(key)
-        if entry is None or entry[3] is not pages or entry[4] is not extra_pages or entry[5] is not sink:
+        if fresh:
             entry = self._capture(key, pages, extra_pages, sink)
             if entry is None:  # the static inputs hold this call's tensors: the direct call reads the caller's
                 return None
@@ -163,5 +171,6 @@ class EagerReplay:
             return None
         if len(self.graphs) >= MAX_GRAPHS:
             self.graphs.clear()
+            self.seen.clear()
         entry = self.graphs[key] = (graph, unstage, lse, pages, extra_pages, sink)
         return entry
