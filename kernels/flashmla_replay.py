@@ -106,13 +106,8 @@ class EagerReplay:
 
     def __call__(self, q: Any, pages: Any, indices: Any, extra_pages: Any, extra_indices: Any, sink: Any,
                  q_is_staged: bool) -> Any:
-        if not self.usable or self.capturing():
+        if not self.usable or self.capturing() or not self._on_home_stream():
             return None
-        stream = self.raw_stream(self.device_index)
-        if stream != self.home:
-            if self.home is not None:
-                return None
-            self.home = stream
         key = (id(pages), id(extra_pages), id(sink))
         entry: Any = self.graphs.get(key)
         fresh = entry is None or entry[3] is not pages or entry[4] is not extra_pages or entry[5] is not sink
@@ -121,10 +116,7 @@ class EagerReplay:
             # across steps), not for one made per step and used once per layer.
             self.seen.add(key)
             return None
-        eptr = indices.data_ptr() if extra_indices is None else extra_indices.data_ptr()
-        staged = self.stage_indices(0, indices.data_ptr(), eptr) if q_is_staged else \
-            self.stage(q.data_ptr(), indices.data_ptr(), eptr)
-        if not staged:  # declined (hooks, another current device): nothing launched
+        if not self._stage(q, indices, extra_indices, q_is_staged):
             return None
         if fresh:
             entry = self._capture(key, pages, extra_pages, sink)
@@ -137,6 +129,23 @@ class EagerReplay:
             out.copy_(self.out.narrow(2, 0, self.heads))
             lse.copy_(entry[2].transpose(1, 2).narrow(2, 0, self.heads))
         return _new_output(DecodeOutput, (out, lse))
+
+    def _on_home_stream(self) -> bool:
+        """Whether the current stream is the one this plan replays on (the first one it replayed on)."""
+        stream = self.raw_stream(self.device_index)
+        if stream != self.home:
+            if self.home is not None:
+                return False
+            self.home = stream
+        return True
+
+    def _stage(self, q: Any, indices: Any, extra_indices: Any, q_is_staged: bool) -> bool:
+        """Copy this call's ``q`` (unless staged already) and indices into the graphs' static inputs in
+        one launch; False when the launch is declined (hooks, another current device): nothing moved."""
+        eptr = indices.data_ptr() if extra_indices is None else extra_indices.data_ptr()
+        if q_is_staged:
+            return bool(self.stage_indices(0, indices.data_ptr(), eptr))
+        return bool(self.stage(q.data_ptr(), indices.data_ptr(), eptr))
 
     def _capture(self, key: tuple, pages: Any, extra_pages: Any, sink: Any) -> "tuple | None":
         """The graph of the op over these caches and sink (and its bound unstage), or None (and the plan
