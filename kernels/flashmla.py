@@ -73,6 +73,7 @@ from typing import Any, ClassVar, Mapping
 
 from .availability import library_label
 from .flashmla_fast import fast_run
+from .flashmla_replay import EagerReplay, worth_replaying
 from .base import DecodeOutput, DecodePlan, SparseMLAImpl, padded_heads
 from .flashmla_build import (FLASHMLA_INSTALL_HINT, VLLM_FLASHMLA_DIR_ENV, FlashMLABuild, flashmla_build,
                              load_flashmla, load_vllm_flashmla)
@@ -288,6 +289,7 @@ class DeepseekV4FlashMLASparseImpl(UsesFlashMLABuild, SparseMLAImpl):
         st["lse_view"] = ((b, s_q, h), (h_pad * s_q, 1, s_q))
         st["meta"] = self._schedule(plan)
         st["op"] = self._direct_op(plan)
+        st["replay"] = EagerReplay(plan, st["op"]) if st["op"] is not None and worth_replaying(plan, h_pad) else None
         plan.fast_run = fast_run(plan, _query)
 
     def _direct_op(self, plan: DecodePlan) -> Any:

@@ -13,7 +13,8 @@ tens of microseconds of it, and everything ``run`` adds shows in the ratio to th
   (:meth:`~dsv4sel.kernels.triton_launch.Launcher.bind`: the plan's buffer and sizes bound, ``q``'s
   pointer given per call), the sink is the impl's padded copy;
 * the op (probed by the plan) is called with the planned schedule, and its outputs are returned as
-  views (one ``as_strided`` each), as the general path does.
+  views (one ``as_strided`` each), as the general path does; or, for a plan small enough to be
+  host-bound, a graph of that call is replayed (:mod:`~dsv4sel.kernels.flashmla_replay`).
 
 The results are the general path's, bit for bit: the same op with the same arguments.
 
@@ -53,6 +54,7 @@ def fast_run(plan: DecodePlan, general_query: Callable[[dict, Any], Any]) -> Any
         want += (plan.extra_indices_shape, torch.int32, device, True)
     padded, q_buf, q_live, copy = st["padded"], st.get("q_buf"), st.get("q_live"), st.get("fast_copy")
     lse_view, out_view, sink_shape = st["lse_view"], st["out_view"], plan.sink_shape
+    replay = st.get("replay")
 
     def finish(impl: Any, q: Any, pages: Any, indices: Any, extra_pages: Any, extra_indices: Any,
                attn_sink: Any) -> Any:
@@ -63,6 +65,10 @@ def fast_run(plan: DecodePlan, general_query: Callable[[dict, Any], Any]) -> Any
             return None
         else:
             sink = impl._sink(st, attn_sink, plan.device)
+        if replay is not None:
+            got = replay(q, pages, indices, extra_pages, extra_indices, sink, q is q_live)
+            if got is not None:
+                return got
         if padded:
             if q is not q_live and (copy is None or not copy(q.data_ptr())):
                 general_query(st, q)

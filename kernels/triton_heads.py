@@ -56,7 +56,7 @@ def bind_copy(q: torch.Tensor, buf: torch.Tensor) -> "Callable[[int], bool] | No
     launched, copy with :func:`copy_heads`). ``q`` (contiguous bf16, on ``buf``'s device) is copied twice
     now, so it must hold what ``buf``'s live heads may hold (zeros, for a plan's fresh buffer)."""
     b, s, h, cols = q.shape
-    return _copy.bind(b * s * h, 2, (q, q.stride(1), q.stride(2), h), _tail(buf), (cols,), 0)
+    return _copy.bind(b * s * h, 2, (q, q.stride(1), q.stride(2), h), _tail(buf), (cols,))
 
 
 def copy_heads(q: torch.Tensor, buf: torch.Tensor) -> bool:

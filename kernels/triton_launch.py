@@ -159,15 +159,16 @@ class Launcher:
         self.hooked = _hooked(_runtime.launch_enter_hook) or _hooked(_runtime.launch_exit_hook)
 
     def bind(self, grid0: int, num_warps: int, head: tuple, tail: Tail, consts: tuple,
-             at: int) -> "Callable[[int], bool] | None":
-        """This launch with one head tensor, ``head[at]``, given per call as its pointer.
+             per_call: int = 1) -> "Callable[..., bool] | None":
+        """This launch with the head's first ``per_call`` entries (1 to 3 tensors) given per call as pointers.
 
-        ``launch(ptr)`` launches on the current stream and returns True, or launches nothing and
-        returns False where the direct path does not apply (off, hooked, ``ptr`` not 16-byte aligned
-        as the example's is, another current device); the caller then launches through ``__call__``.
-        The caller guarantees that the tensor has the example's dtype. ``bind`` itself launches twice
+        ``launch(*ptrs)`` launches on the current stream and returns True, or launches nothing and
+        returns False where the direct path does not apply (off, hooked, a pointer not 16-byte aligned
+        as the example's are, another current device); the caller then launches through ``__call__``.
+        The caller guarantees that the tensors have the examples' dtypes. ``bind`` itself launches twice
         with ``head`` (Triton compiles, then the direct path is tried), so those arguments must be
-        harmless to run. None where the direct path is off or the example is not aligned."""
+        harmless to run. None where the direct path is off or an example is not aligned."""
+        assert 1 <= per_call <= 3
         for _ in range(2):
             self(grid0, num_warps, head, tail, consts)
         if not STATE[0]:
@@ -175,21 +176,42 @@ class Launcher:
         device = _current_device()
         key, values = _key(device, num_warps, head, tail, consts)
         call = self.variants.get(key)
-        if call is None or values[at] & 15:
+        if call is None or any(v & 15 for v in values[:per_call]):
             return None
-        before, after = tuple(values[:at]), (*values[at + 1:], *tail.values, *consts)
+        after = (*values[per_call:], *tail.values, *consts)
 
-        def launch(ptr: int) -> bool:
+        # One closure per arity, the checks inline: they are most of the Python left per launch.
+        def launch1(p: int) -> bool:
             self.calls += 1
             if not self.calls & 255:
                 self._look()
-            if ptr & 15 or self.hooked or not STATE[0] or _current_device() != device:
+            if p & 15 or self.hooked or not STATE[0] or _current_device() != device:
                 return False
-            call(grid0, _stream(device), (*before, ptr, *after))
+            call(grid0, _stream(device), (p, *after))
             self.fast += 1
             return True
 
-        return launch
+        def launch2(p: int, r: int) -> bool:
+            self.calls += 1
+            if not self.calls & 255:
+                self._look()
+            if (p | r) & 15 or self.hooked or not STATE[0] or _current_device() != device:
+                return False
+            call(grid0, _stream(device), (p, r, *after))
+            self.fast += 1
+            return True
+
+        def launch3(p: int, r: int, t: int) -> bool:
+            self.calls += 1
+            if not self.calls & 255:
+                self._look()
+            if (p | r | t) & 15 or self.hooked or not STATE[0] or _current_device() != device:
+                return False
+            call(grid0, _stream(device), (p, r, t, *after))
+            self.fast += 1
+            return True
+
+        return (launch1, launch2, launch3)[per_call - 1]
 
 
 def _key(device: int, num_warps: int, head: tuple, tail: Tail, consts: tuple) -> tuple[tuple, list]:

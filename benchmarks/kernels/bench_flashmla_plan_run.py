@@ -15,8 +15,11 @@ Timed, per call:
   reused (what an engine that plans once per step calls), page views made once;
 * ``raw, fresh meta``: the same with a new ``sched_meta`` every call (FlashMLA
   then re-runs its planning kernel);
-* ``run``: ``impl.run(...)`` with one ``impl.plan(...)``;
-* ``forward_decode``: the one-shot API (plan + run every call);
+* ``run``: ``impl.run(...)`` with one ``impl.plan(...)`` (eager, for a plan of at most
+  ``MAX_REPLAY_ROWS`` query rows: the replay of a graph captured once per cache pair,
+  ``flashmla_replay``);
+* ``run, op called directly``: the same on a plan made with ``$DSV4SEL_FLASHMLA_REPLAY=off``;
+* ``forward_decode``: the one-shot API, called again with the same shapes (its kept plan's run);
 * ``plan``: ``impl.plan(...)`` alone (once per step, shared by every layer).
 
 Eager: ``--calls`` back-to-back calls (distinct layers' caches and indices,
@@ -30,6 +33,7 @@ graph, replayed; CUDA-event time / calls. Every figure is the median of
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -37,6 +41,7 @@ import torch
 from _timing import dump, machine, markdown
 
 from dsv4sel.kernels.flashmla import DeepseekV4FlashMLASparseImpl, flashmla_build
+from dsv4sel.kernels.flashmla_replay import REPLAY_ENV
 
 WINDOW, TOPK, BLOCK = 128, 512, 64
 
@@ -117,6 +122,13 @@ def bench_shape(batch, heads, args, device):
     raw_call(0, raw_meta)  # plans raw_meta once
     plan = impl.plan(batch=batch, heads=heads, topk=WINDOW, extra_topk=TOPK, softmax_scale=scale,
                      topk_length=topk_length, extra_topk_length=extra_topk_length)
+    # The same plan with eager run calling the op directly (no graph replay), for comparison.
+    os.environ[REPLAY_ENV] = "off"
+    try:
+        direct = impl.plan(batch=batch, heads=heads, topk=WINDOW, extra_topk=TOPK, softmax_scale=scale,
+                           topk_length=topk_length, extra_topk_length=extra_topk_length)
+    finally:
+        del os.environ[REPLAY_ENV]
 
     # Same numbers first: the adapter's run is the raw call.
     ref_out, ref_lse = raw_call(0, raw_meta)
@@ -125,6 +137,8 @@ def bench_shape(batch, heads, args, device):
     fwd = impl.forward_decode(softmax_scale=scale, topk_length=topk_length, extra_topk_length=extra_topk_length,
                               **layers[0])
     same = same and torch.equal(fwd.out, got.out) and torch.equal(fwd.lse, got.lse)
+    got = impl.run(**layers[0], plan=direct)
+    same = same and torch.equal(got.out, fwd.out) and torch.equal(got.lse, fwd.lse)
 
     for _ in range(3):  # forward_decode's first call plans; the timed ones reuse that plan
         impl.forward_decode(softmax_scale=scale, topk_length=topk_length, extra_topk_length=extra_topk_length,
@@ -133,6 +147,7 @@ def bench_shape(batch, heads, args, device):
         "raw": lambda i: raw_call(i, raw_meta),
         "raw, fresh meta": lambda i: raw_call(i, lib.get_mla_metadata()[0]),
         "run": lambda i: impl.run(**layers[i % len(layers)], plan=plan),
+        "run, op called directly": lambda i: impl.run(**layers[i % len(layers)], plan=direct),
         "forward_decode (again, same shapes)": lambda i: impl.forward_decode(
             softmax_scale=scale, topk_length=topk_length, extra_topk_length=extra_topk_length,
             **layers[i % len(layers)],

@@ -1278,3 +1278,25 @@ def test_flashmla_package_comes_first_and_missing_builds_are_explained(without_f
     build = flashmla_build()
     assert build.source == "flash_mla" and build.version == "9.9" and build.describe().startswith("FlashMLA package")
     assert DeepseekV4FlashMLASparseImpl.build() == build
+
+
+def test_eager_replay_is_chosen_for_small_cuda_plans_unless_turned_off(monkeypatch) -> None:
+    """flashmla_replay.worth_replaying: CUDA plans up to MAX_REPLAY_ROWS query rows (padded heads
+    counted) replay graphs in eager mode; larger ones, other devices, no fused launches, or
+    $DSV4SEL_FLASHMLA_REPLAY=off call the op directly."""
+    from dsv4sel.kernels import codec_support
+    from dsv4sel.kernels.flashmla_replay import MAX_REPLAY_ROWS, REPLAY_ENV, worth_replaying
+
+    def plan(batch, device="cuda"):
+        return SimpleNamespace(device=torch.device(device), batch=batch, seq_q=1)
+
+    monkeypatch.setattr(codec_support, "fused_unavailable", lambda device: None)
+    fits = MAX_REPLAY_ROWS // 64
+    assert worth_replaying(plan(fits), 64) and worth_replaying(plan(fits // 4), 64)
+    assert not worth_replaying(plan(fits + 1), 64)
+    assert not worth_replaying(plan(fits, "cpu"), 64)
+    monkeypatch.setenv(REPLAY_ENV, "off")
+    assert not worth_replaying(plan(1), 64)
+    monkeypatch.delenv(REPLAY_ENV)
+    monkeypatch.setattr(codec_support, "fused_unavailable", lambda device: "no Triton")
+    assert not worth_replaying(plan(1), 64)

@@ -123,3 +123,75 @@ def test_flashmla_plan_run_and_cuda_graph_replay_match_the_reference(heads) -> N
     impl.replan(plan, topk_length=new_lengths[0].to(device), extra_topk_length=new_lengths[1].to(device))
     graph.replay()
     check(captured, layers[0], *new_lengths)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [64, 16])
+def test_flashmla_eager_run_replays_a_graph_bit_for_bit_and_steps_aside_where_it_must(heads, monkeypatch) -> None:
+    """Eager run of a small plan replays a graph per cache pair (flashmla_replay): the direct call's
+    outputs bit for bit, tensors of its own each call, across layers, query_buffer, replan and an in-place
+    sink change; another stream and a caller's own capture call the op directly."""
+    from dsv4sel.kernels.flashmla_replay import REPLAY_ENV
+
+    ok, reason = DeepseekV4FlashMLASparseImpl.is_available()
+    if not ok:
+        pytest.skip(f"DeepseekV4FlashMLASparseImpl cannot run here: {reason}")
+    device, batch, scale = "cuda", 4, 512**-0.5
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 64)
+    gen = torch.Generator().manual_seed(5)
+    layers = [_decode_batch(impl, batch, heads, gen) for _ in range(3)]
+    lengths = [torch.tensor([128, 100, 7, 1]).to(device), torch.tensor([512, 0, 300, 512]).to(device)]
+
+    def make_plan():
+        return impl.plan(batch=batch, heads=heads, topk=128, extra_topk=512, softmax_scale=scale,
+                         topk_length=lengths[0].clone(), extra_topk_length=lengths[1].clone())
+
+    monkeypatch.setenv(REPLAY_ENV, "off")
+    direct = make_plan()
+    monkeypatch.delenv(REPLAY_ENV)
+    plan = make_plan()
+    replay = plan.state["replay"]
+    assert direct.state["replay"] is None and replay is not None and replay.usable
+
+    def same(layer, **over):
+        got, want = impl.run(**{**layer, **over}, plan=plan), impl.run(**layer, plan=direct)
+        assert torch.equal(got.out, want.out) and torch.equal(got.lse, want.lse)
+        assert got.out.shape == (batch, 1, heads, 512) and got.lse.shape == (batch, 1, heads)
+        return got
+
+    first = [same(layer) for layer in layers]
+    kept = [(g.out.clone(), g.lse.clone()) for g in first]
+    for _ in range(2):
+        for layer in layers:
+            same(layer)
+    assert all(torch.equal(g.out, k[0]) and torch.equal(g.lse, k[1]) for g, k in zip(first, kept)), \
+        "a later call must not overwrite an earlier call's outputs"
+    # a cache's first call takes the general path (it makes the cache's page view), its second on the
+    # plan calls the op directly (a plan used once per layer never pays a capture), the third captures
+    assert len(replay.graphs) == 3 and replay.replays == 3
+    if plan.query_buffer is not None:
+        plan.query_buffer.copy_(layers[0]["q"])
+        same(layers[0], q=plan.query_buffer)
+    new = [torch.tensor([5, 128, 128, 64]).to(device), torch.tensor([1, 512, 17, 0]).to(device)]
+    for p in (plan, direct):
+        impl.replan(p, topk_length=new[0], extra_topk_length=new[1])
+    same(layers[1])
+    layers[2]["attn_sink"].mul_(-2.0)  # a weight changed in place: seen at the next eager run
+    same(layers[2])
+    count = replay.replays
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        got = impl.run(**layers[0], plan=plan)
+    torch.cuda.current_stream().wait_stream(side)
+    want = impl.run(**layers[0], plan=direct)
+    assert torch.equal(got.out, want.out) and replay.replays == count, "another stream calls the op directly"
+    static = {k: v.clone() for k, v in layers[1].items()}
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        captured = impl.run(**static, plan=plan)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph.replay()
+    want = impl.run(**layers[1], plan=direct)
+    assert torch.equal(captured.out, want.out) and replay.replays == count, "a caller's capture records the op"
