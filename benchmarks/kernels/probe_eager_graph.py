@@ -9,11 +9,11 @@ import os
 
 import torch
 from _timing import dump, machine
-from bench_flashmla_plan_run import BLOCK, TOPK, WINDOW, make_layer
-from probe_host_costs import wall
+from bench_flashmla_plan_run import TOPK, WINDOW
+from probe_host_costs import SCALE, flashmla_setup, wall
 
 import dsv4sel.kernels.flashmla_replay as replay_mod
-from dsv4sel.kernels.flashmla import DeepseekV4FlashMLASparseImpl, flashmla_build
+from dsv4sel.kernels.flashmla import flashmla_build
 
 SHAPES = ((4, 16), (1, 64), (4, 64), (16, 64), (32, 64), (64, 64), (128, 64), (128, 128))
 
@@ -27,33 +27,11 @@ def main() -> None:
     results = {}
     print(machine("cuda"))
     for batch, heads in SHAPES:
-        gen = torch.Generator().manual_seed(batch * 1000 + heads)
-        impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", BLOCK)
-        layers = [make_layer(impl, batch, heads, gen, "cuda") for _ in range(4)]
-        scale = 512**-0.5
-        tl_ = torch.full((batch,), WINDOW, dtype=torch.int32, device="cuda")
-        etl = torch.randint(256, TOPK + 1, (batch,), generator=gen, dtype=torch.int32).to("cuda")
-        pages = [(impl._pages(la["kv_cache"]), impl._pages(la["extra_kv_cache"])) for la in layers]
-        hp = max(heads, 64)
-        sinks = [torch.nn.functional.pad(la["attn_sink"].float(), (0, hp - heads)).contiguous() for la in layers]
-        raw_q = [torch.nn.functional.pad(la["q"], (0, 0, 0, hp - heads)).contiguous() for la in layers]
-        meta = lib.get_mla_metadata()[0]
-        c = [0]
-
-        def raw(meta=meta):
-            i = c[0] = (c[0] + 1) & 3
-            la, (kc, ec) = layers[i], pages[i]
-            return lib.flash_mla_with_kvcache(raw_q[i], kc, None, None, 512, meta, num_splits=None,
-                                              softmax_scale=scale, causal=False, is_fp8_kvcache=True,
-                                              indices=la["indices"], attn_sink=sinks[i], extra_k_cache=ec,
-                                              extra_indices_in_kvcache=la["extra_indices"], topk_length=tl_,
-                                              extra_topk_length=etl)
-
-        raw()
+        impl, layers, tl_, etl, raw, c = flashmla_setup(lib, batch, heads)
         tag = f"b{batch}h{heads}"
 
         def planned():
-            return impl.plan(batch=batch, heads=heads, topk=WINDOW, extra_topk=TOPK, softmax_scale=scale,
+            return impl.plan(batch=batch, heads=heads, topk=WINDOW, extra_topk=TOPK, softmax_scale=SCALE,
                              topk_length=tl_, extra_topk_length=etl)
 
         os.environ[replay_mod.REPLAY_ENV] = "off"

@@ -6,13 +6,15 @@
 Each figure is wall time per call over back-to-back calls, then one synchronize (so the larger of
 host and GPU time per call), median of ``--rounds`` rounds; ``graph`` figures are CUDA-event time per
 call of a CUDA graph of 20 calls. Sections: allocation and view ops, the codecs' 64-token read taken
-apart, and FlashMLA's ``run`` at b = 4, h = 16 (padded to 64) with each way of copying ``q`` into the
-padded buffer (Triton kernel, torch ``copy_``, ``cudaMemcpy2DAsync``).
+apart, and FlashMLA's ``run`` at b = 4, h = 16 (padded to 64) calling the op directly (the eager replay
+turned off: ``probe_eager_graph.py`` times it) with each way of copying ``q`` into the padded buffer
+(Triton kernel, torch ``copy_``, ``cudaMemcpy2DAsync``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 import types
@@ -25,6 +27,43 @@ from dsv4sel.kernels.codec_support import cache_info, check_slots
 from dsv4sel.kernels.layouts import LAYOUTS
 
 RESULTS: dict = {}
+
+
+SCALE = 512**-0.5
+
+
+def flashmla_setup(lib, batch, heads, copies=4):
+    """``(impl, layers, topk_length, extra_topk_length, raw, counter)`` for FlashMLA at one shape:
+    ``copies`` layers (fp8_ds_mla caches, top-k WINDOW + TOPK), and ``raw()``, the raw interface call
+    over the next layer (q and sink padded to 64 heads once, outside the timing; ``counter[0]`` is the
+    layer index it and the caller's own callables cycle through), called once."""
+    from bench_flashmla_plan_run import BLOCK, TOPK, WINDOW, make_layer
+
+    from dsv4sel.kernels.flashmla import DeepseekV4FlashMLASparseImpl
+
+    gen = torch.Generator().manual_seed(batch * 1000 + heads)
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", BLOCK)
+    layers = [make_layer(impl, batch, heads, gen, "cuda") for _ in range(copies)]
+    tl_ = torch.full((batch,), WINDOW, dtype=torch.int32, device="cuda")
+    etl = torch.randint(256, TOPK + 1, (batch,), generator=gen, dtype=torch.int32).to("cuda")
+    pages = [(impl._pages(la["kv_cache"]), impl._pages(la["extra_kv_cache"])) for la in layers]
+    h_pad = max(heads, 64)
+    sinks = [torch.nn.functional.pad(la["attn_sink"].float(), (0, h_pad - heads)).contiguous() for la in layers]
+    raw_q = [torch.nn.functional.pad(la["q"], (0, 0, 0, h_pad - heads)).contiguous() for la in layers]
+    meta = lib.get_mla_metadata()[0]
+    counter = [0]
+
+    def raw():
+        i = counter[0] = (counter[0] + 1) % copies
+        la, (kc, ec) = layers[i], pages[i]
+        return lib.flash_mla_with_kvcache(raw_q[i], kc, None, None, 512, meta, num_splits=None, softmax_scale=SCALE,
+                                          causal=False, is_fp8_kvcache=True, indices=la["indices"],
+                                          attn_sink=sinks[i], extra_k_cache=ec,
+                                          extra_indices_in_kvcache=la["extra_indices"], topk_length=tl_,
+                                          extra_topk_length=etl)
+
+    raw()
+    return impl, layers, tl_, etl, raw, counter
 
 
 def wall(fn, calls=400, rounds=7):
@@ -185,10 +224,11 @@ def memcpy2d_copier(fn):
 
 # -- FlashMLA run at b = 4, h = 16 ---------------------------------------------
 def flashmla():
-    from bench_flashmla_plan_run import BLOCK, TOPK, WINDOW, make_layer
+    from bench_flashmla_plan_run import TOPK, WINDOW
 
     from dsv4sel.kernels import triton_heads
     from dsv4sel.kernels.flashmla import DeepseekV4FlashMLASparseImpl, flashmla_build
+    from dsv4sel.kernels.flashmla_replay import REPLAY_ENV
 
     ok, why = DeepseekV4FlashMLASparseImpl.is_available()
     if not ok:
@@ -196,30 +236,14 @@ def flashmla():
         return
     lib = flashmla_build().module
     for batch, heads in ((4, 16), (4, 64)):
-        gen = torch.Generator().manual_seed(batch * 1000 + heads)
-        impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", BLOCK)
-        layers = [make_layer(impl, batch, heads, gen, "cuda") for _ in range(4)]
-        scale = 512**-0.5
-        tl_ = torch.full((batch,), WINDOW, dtype=torch.int32, device="cuda")
-        etl = torch.randint(256, TOPK + 1, (batch,), generator=gen, dtype=torch.int32).to("cuda")
-        pages = [(impl._pages(la["kv_cache"]), impl._pages(la["extra_kv_cache"])) for la in layers]
-        sinks = [torch.nn.functional.pad(la["attn_sink"].float(), (0, 64 - heads)).contiguous() for la in layers]
-        raw_q = [torch.nn.functional.pad(la["q"], (0, 0, 0, 64 - heads)).contiguous() for la in layers]
-        meta = lib.get_mla_metadata()[0]
-        counter = [0]
-
-        def raw(meta=meta):
-            i = counter[0] = (counter[0] + 1) & 3
-            la, (kc, ec) = layers[i], pages[i]
-            return lib.flash_mla_with_kvcache(raw_q[i], kc, None, None, 512, meta, num_splits=None, softmax_scale=scale,
-                                              causal=False, is_fp8_kvcache=True, indices=la["indices"],
-                                              attn_sink=sinks[i], extra_k_cache=ec,
-                                              extra_indices_in_kvcache=la["extra_indices"], topk_length=tl_,
-                                              extra_topk_length=etl)
-
-        raw()
-        plan = impl.plan(batch=batch, heads=heads, topk=WINDOW, extra_topk=TOPK, softmax_scale=scale,
-                         topk_length=tl_, extra_topk_length=etl)
+        impl, layers, tl_, etl, raw, counter = flashmla_setup(lib, batch, heads)
+        # the op called directly: these are the costs of that path (probe_eager_graph.py times the replay)
+        os.environ[REPLAY_ENV] = "off"
+        try:
+            plan = impl.plan(batch=batch, heads=heads, topk=WINDOW, extra_topk=TOPK, softmax_scale=SCALE,
+                             topk_length=tl_, extra_topk_length=etl)
+        finally:
+            del os.environ[REPLAY_ENV]
 
         def run():
             i = counter[0] = (counter[0] + 1) & 3
