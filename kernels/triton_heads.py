@@ -25,13 +25,9 @@ __all__ = ["bind_copy", "copy_heads"]
 
 
 @triton.jit
-def _copy_heads_kernel(q, s_stride, h_stride, heads, out, h_pad, COLS: tl.constexpr, PDL: tl.constexpr):
+def _copy_heads_kernel(q, s_stride, h_stride, heads, out, h_pad, COLS: tl.constexpr):
     """Program ``r`` copies head row ``r`` (token ``r // heads``, head ``r % heads``) of ``q`` (token rows
-    ``s_stride`` apart: q's batch and sequence dimensions flattened) into ``out``'s padded rows. With
-    ``PDL`` (launched as a programmatic dependent) it first waits for the kernel before it on the
-    stream, the one that may still be writing ``q``, to finish."""
-    if PDL:
-        tl.extra.cuda.gdc_wait()
+    ``s_stride`` apart: q's batch and sequence dimensions flattened) into ``out``'s padded rows."""
     r = tl.program_id(0).to(tl.int64)
     token = r // heads
     head = r - token * heads
@@ -41,22 +37,6 @@ def _copy_heads_kernel(q, s_stride, h_stride, heads, out, h_pad, COLS: tl.conste
 
 
 _copy = Launcher(_copy_heads_kernel, head=4)
-# SM90 and newer: a programmatic dependent launch. The copy's blocks are placed while the kernel
-# before it (the one writing q) still runs and start the moment it ends, which takes the copy's
-# launch gap off a CUDA graph's critical path (see docs/kernels.md, "The padded-head copy").
-_copy_pdl = Launcher(_copy_heads_kernel, head=4, launch_pdl=True)
-_pdl_devices: dict[int, bool] = {}
-
-
-def _launcher(buf: torch.Tensor) -> tuple[Launcher, bool]:
-    """The copy's launcher for ``buf``'s device, and whether it launches as a programmatic dependent."""
-    index = buf.get_device()
-    pdl = _pdl_devices.get(index)
-    if pdl is None:
-        pdl = _pdl_devices[index] = torch.cuda.get_device_capability(index) >= (9, 0)
-    return (_copy_pdl if pdl else _copy), pdl
-
-
 _tails: dict[int, tuple[Any, Tail]] = {}
 
 
@@ -76,8 +56,7 @@ def bind_copy(q: torch.Tensor, buf: torch.Tensor) -> "Callable[[int], bool] | No
     launched, copy with :func:`copy_heads`). ``q`` (contiguous bf16, on ``buf``'s device) is copied twice
     now, so it must hold what ``buf``'s live heads may hold (zeros, for a plan's fresh buffer)."""
     b, s, h, cols = q.shape
-    launcher, pdl = _launcher(buf)
-    return launcher.bind(b * s * h, 2, (q, q.stride(1), q.stride(2), h), _tail(buf), (cols, pdl))
+    return _copy.bind(b * s * h, 2, (q, q.stride(1), q.stride(2), h), _tail(buf), (cols,))
 
 
 def copy_heads(q: torch.Tensor, buf: torch.Tensor) -> bool:
@@ -88,6 +67,5 @@ def copy_heads(q: torch.Tensor, buf: torch.Tensor) -> bool:
     sb, ss, sh, sc = q.stride()
     if sc != 1 or (b > 1 and sb != s * ss):
         return False
-    launcher, pdl = _launcher(buf)
-    launcher(b * s * h, 2, (q, ss, sh, h), _tail(buf), (cols, pdl))  # 2 warps: 64 threads x 16 bytes = one row
+    _copy(b * s * h, 2, (q, ss, sh, h), _tail(buf), (cols,))  # 2 warps: 64 threads x 16 bytes = one row
     return True

@@ -121,10 +121,9 @@ class Launcher:
     """A Triton kernel whose parameters are ``head + tail + constexprs``, launched by
     ``launcher(grid0, num_warps, head, tail, consts)`` (see the module docstring)."""
 
-    def __init__(self, fn: Any, head: int, **options: Any) -> None:
+    def __init__(self, fn: Any, head: int) -> None:
         self.fn = fn
         self.head = head
-        self.options = options  # Triton launch options for every launch (``launch_pdl=True``)
         self.variants: dict[Any, Any] = {}
         self.calls = 255  # the first call looks Triton's launch hooks up, then every 256th
         self.hooked = False
@@ -133,7 +132,7 @@ class Launcher:
     def __call__(self, grid0: int, num_warps: int, head: tuple, tail: Tail, consts: tuple) -> None:
         assert len(head) == self.head
         if not STATE[0]:
-            self.fn[(grid0,)](*head, *tail.objects, *consts, num_warps=num_warps, **self.options)
+            self.fn[(grid0,)](*head, *tail.objects, *consts, num_warps=num_warps)
             return
         self.calls += 1
         if not self.calls & 255:
@@ -149,7 +148,7 @@ class Launcher:
             except TypeError as exc:  # this Triton's launcher takes other arguments: its own path from now on
                 STATE[0] = False
                 STATE.append(f"disabled: {exc}")
-        kernel = self.fn[(grid0,)](*head, *tail.objects, *consts, num_warps=num_warps, **self.options)
+        kernel = self.fn[(grid0,)](*head, *tail.objects, *consts, num_warps=num_warps)
         if call is None and kernel is not None:
             made = _direct_call(kernel)
             if made is not None:

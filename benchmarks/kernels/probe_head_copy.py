@@ -143,23 +143,13 @@ def main() -> None:
             print(f"{name}: FAILED {type(exc).__name__}: {exc}", flush=True)
     q_rows = [la["q"] for la in layers]
     c = [0]
-    from dsv4sel.kernels import triton_heads
 
-    index = buf.get_device()
-    pdl = triton_heads._pdl_devices.get(index)
-    triton_heads._pdl_devices[index] = False
-    plain = impl.plan(batch=batch, heads=heads, topk=WINDOW, extra_topk=TOPK, softmax_scale=SCALE,
-                      topk_length=tl_, extra_topk_length=etl)
-    triton_heads._pdl_devices[index] = pdl
-    print("copy launched as a programmatic dependent:", pdl, flush=True)
-
-    for name, p in (("run (plan, under the graph)", plan), ("run, copy not pdl", plain)):
-        def run_step(p=p):
-            i = c[0] = (c[0] + 1) & 3
-            impl.run(q=q_rows[i], kv_cache=layers[0]["kv_cache"], indices=layers[0]["indices"],
-                     extra_kv_cache=layers[0]["extra_kv_cache"], extra_indices=layers[0]["extra_indices"],
-                     attn_sink=layers[0]["attn_sink"], plan=p)
-        timers[name] = graph_us(run_step)
+    def run_step():
+        i = c[0] = (c[0] + 1) & 3
+        impl.run(q=q_rows[i], kv_cache=layers[0]["kv_cache"], indices=layers[0]["indices"],
+                 extra_kv_cache=layers[0]["extra_kv_cache"], extra_indices=layers[0]["extra_indices"],
+                 attn_sink=layers[0]["attn_sink"], plan=plan)
+    timers["run (plan, under the graph)"] = graph_us(run_step)
     times: dict[str, list[float]] = {name: [] for name in timers}
     for _ in range(ROUNDS):
         for name, (_, timed) in timers.items():

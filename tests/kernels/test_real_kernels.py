@@ -199,10 +199,10 @@ def test_flashmla_eager_run_replays_a_graph_bit_for_bit_and_steps_aside_where_it
 
 @pytest.mark.gpu
 def test_flashmla_padded_run_reads_the_q_the_kernel_before_it_just_wrote() -> None:
-    """At 16 heads run() copies q into the plan's 64-head buffer; on SM90 that copy is launched as a
-    programmatic dependent (it may start while the kernel before it runs) and must still read the q
-    that kernel writes: a GEMM writes q in the same CUDA graph (and eagerly), run's outputs equal a
-    run on a finished copy of q, replay after replay."""
+    """At 16 heads run() first copies q into the plan's 64-head buffer (eagerly the replay's stage
+    kernel or the copy kernel, under a caller's capture the copy kernel): it reads the q the kernel
+    just before it wrote, in a CUDA graph too. A GEMM writes q; run's outputs equal a run on a copy
+    of q taken once the GPU is idle, call after call and replay after replay."""
     ok, reason = DeepseekV4FlashMLASparseImpl.is_available()
     if not ok:
         pytest.skip(f"DeepseekV4FlashMLASparseImpl cannot run here: {reason}")
@@ -210,7 +210,7 @@ def test_flashmla_padded_run_reads_the_q_the_kernel_before_it_just_wrote() -> No
     impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 64)
     gen = torch.Generator().manual_seed(13)
     layer = _decode_batch(impl, batch, heads, gen)
-    plan = impl.plan(batch=batch, heads=heads, topk=128, extra_topk=512, softmax_scale=scale)
+    plan = impl.plan(batch=batch, heads=heads, topk=128, extra_topk=512, softmax_scale=scale, device=device)
     # q as a projection writes it: a long GEMM whose last output tiles land just before run's copy
     x = torch.empty(batch * heads, 8192, dtype=torch.bfloat16, device=device)
     w = (torch.randn(8192, 512, generator=gen) / 90).to(torch.bfloat16).to(device)
