@@ -195,3 +195,52 @@ def test_flashmla_eager_run_replays_a_graph_bit_for_bit_and_steps_aside_where_it
     graph.replay()
     want = impl.run(**layers[1], plan=direct)
     assert torch.equal(captured.out, want.out) and replay.replays == count, "a caller's capture records the op"
+
+
+@pytest.mark.gpu
+def test_flashmla_padded_run_reads_the_q_the_kernel_before_it_just_wrote() -> None:
+    """At 16 heads run() first copies q into the plan's 64-head buffer (eagerly the replay's stage
+    kernel or the copy kernel, under a caller's capture the copy kernel): it reads the q the kernel
+    just before it wrote, in a CUDA graph too. A GEMM writes q; run's outputs equal a run on a copy
+    of q taken once the GPU is idle, call after call and replay after replay."""
+    ok, reason = DeepseekV4FlashMLASparseImpl.is_available()
+    if not ok:
+        pytest.skip(f"DeepseekV4FlashMLASparseImpl cannot run here: {reason}")
+    device, batch, heads, scale = "cuda", 4, 16, 512**-0.5
+    impl = DeepseekV4FlashMLASparseImpl("fp8_ds_mla", 64)
+    gen = torch.Generator().manual_seed(13)
+    layer = _decode_batch(impl, batch, heads, gen)
+    plan = impl.plan(batch=batch, heads=heads, topk=128, extra_topk=512, softmax_scale=scale, device=device)
+    # q as a projection writes it: a long GEMM whose last output tiles land just before run's copy
+    x = torch.empty(batch * heads, 8192, dtype=torch.bfloat16, device=device)
+    w = (torch.randn(8192, 512, generator=gen) / 90).to(torch.bfloat16).to(device)
+    q = layer["q"]
+
+    def step():
+        torch.matmul(x, w, out=q.view(batch * heads, 512))
+        return impl.run(**layer, plan=plan)
+
+    def finished():  # run on a copy of q taken once the GPU is idle
+        torch.cuda.synchronize()
+        want = impl.run(**{**layer, "q": q.clone()}, plan=plan)
+        torch.cuda.synchronize()
+        return want
+
+    for _ in range(3):  # eager
+        x.copy_(torch.randn(x.shape, generator=gen).to(torch.bfloat16))
+        got = step()
+        got = (got.out.clone(), got.lse.clone())
+        want = finished()
+        assert torch.equal(got[0], want.out) and torch.equal(got[1], want.lse)
+    step()
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        captured = step()
+    torch.cuda.current_stream().wait_stream(stream)
+    for _ in range(5):
+        x.copy_(torch.randn(x.shape, generator=gen).to(torch.bfloat16))
+        graph.replay()
+        got = (captured.out.clone(), captured.lse.clone())
+        want = finished()
+        assert torch.equal(got[0], want.out) and torch.equal(got[1], want.lse)
