@@ -1,4 +1,3 @@
-# ruff: noqa: B023 - every closure is called inside the iteration that made it
 """Probe (issue 21): what the padded-head copy costs beside FlashMLA's decode inside a CUDA graph.
 
     python benchmarks/kernels/probe_head_copy.py [--json out.json]
@@ -20,7 +19,8 @@ import torch
 import triton
 import triton.language as tl
 from _timing import dump, machine
-from probe_host_costs import flashmla_setup
+from bench_flashmla_plan_run import TOPK, WINDOW, graphed
+from probe_host_costs import SCALE, flashmla_setup
 
 from dsv4sel.kernels.flashmla import flashmla_build
 
@@ -51,31 +51,6 @@ def _empty_pdl(x):
     tl.extra.cuda.gdc_wait()
 
 
-def graph_us(step, calls=CALLS):
-    """A timer of one replay of a graph of ``calls`` calls of ``step`` (µs per call)."""
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-        for _ in range(calls):
-            step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph.replay()
-    torch.cuda.synchronize()
-
-    def timed():
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1e3 / calls
-
-    return graph, timed
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
@@ -84,10 +59,7 @@ def main() -> None:
     print(machine("cuda"), flush=True)
     lib = flashmla_build().module
     batch, heads = args.batch, 16
-    impl, layers, tl_, etl, raw, counter = flashmla_setup(lib, batch, heads)
-    from bench_flashmla_plan_run import TOPK, WINDOW
-    from probe_host_costs import SCALE
-
+    impl, layers, tl_, etl, raw, _ = flashmla_setup(lib, batch, heads)
     plan = impl.plan(batch=batch, heads=heads, topk=WINDOW, extra_topk=TOPK, softmax_scale=SCALE,
                      topk_length=tl_, extra_topk_length=etl)
     q_src = layers[0]["q"]
@@ -120,41 +92,26 @@ def main() -> None:
             prep()
             torch.cuda.synchronize()
             assert torch.equal(buf[:, :, :heads], q_src) and not buf[:, :, heads:].any(), name
-    pages = (impl._pages(layers[0]["kv_cache"]), impl._pages(layers[0]["extra_kv_cache"]))
-    sink = torch.nn.functional.pad(layers[0]["attn_sink"].float(), (0, 64 - heads)).contiguous()
-    meta = lib.get_mla_metadata()[0]
-
-    def decode():
-        la = layers[0]
-        return lib.flash_mla_with_kvcache(buf, pages[0], None, None, 512, meta, num_splits=None, softmax_scale=SCALE,
-                                          causal=False, is_fp8_kvcache=True, indices=la["indices"], attn_sink=sink,
-                                          extra_k_cache=pages[1], extra_indices_in_kvcache=la["extra_indices"],
-                                          topk_length=tl_, extra_topk_length=etl)
-
-    decode()
-    timers = {}
+    timers = {}  # name: a timer of one replay (seconds per call)
     for name, prep in variants.items():
-        def step(prep=prep):
+        def step(_, prep=prep):
             prep()
-            decode()
+            raw(buf)  # the raw call on the padded buffer
         try:
-            timers[name] = graph_us(step)
+            timers[name] = graphed(step, CALLS)[1]
         except Exception as exc:  # noqa: BLE001 - one variant that cannot be captured must not cost the call
             print(f"{name}: FAILED {type(exc).__name__}: {exc}", flush=True)
-    q_rows = [la["q"] for la in layers]
     c = [0]
 
-    def run_step():
+    def run_step(_):
         i = c[0] = (c[0] + 1) & 3
-        impl.run(q=q_rows[i], kv_cache=layers[0]["kv_cache"], indices=layers[0]["indices"],
-                 extra_kv_cache=layers[0]["extra_kv_cache"], extra_indices=layers[0]["extra_indices"],
-                 attn_sink=layers[0]["attn_sink"], plan=plan)
-    timers["run (plan, under the graph)"] = graph_us(run_step)
+        impl.run(**layers[i], plan=plan)
+    timers["run (plan, under the graph)"] = graphed(run_step, CALLS)[1]
     times: dict[str, list[float]] = {name: [] for name in timers}
     for _ in range(ROUNDS):
-        for name, (_, timed) in timers.items():
+        for name, timed in timers.items():
             times[name].append(timed())
-    med = {name: statistics.median(v) for name, v in times.items()}
+    med = {name: statistics.median(v) * 1e6 for name, v in times.items()}
     base = med["raw"]
     results = {}
     for name, us in med.items():

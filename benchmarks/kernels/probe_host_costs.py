@@ -34,9 +34,10 @@ SCALE = 512**-0.5
 
 def flashmla_setup(lib, batch, heads, copies=4):
     """``(impl, layers, topk_length, extra_topk_length, raw, counter)`` for FlashMLA at one shape:
-    ``copies`` layers (fp8_ds_mla caches, top-k WINDOW + TOPK), and ``raw()``, the raw interface call
-    over the next layer (q and sink padded to 64 heads once, outside the timing; ``counter[0]`` is the
-    layer index it and the caller's own callables cycle through), called once."""
+    ``copies`` layers (fp8_ds_mla caches, top-k WINDOW + TOPK), and ``raw(q=None)``, the raw interface
+    call over the next layer (q and sink padded to 64 heads once, outside the timing; ``q``, a padded
+    query of the same shape, stands in for the layer's; ``counter[0]`` is the layer index it and the
+    caller's own callables cycle through), called once."""
     from bench_flashmla_plan_run import BLOCK, TOPK, WINDOW, make_layer
 
     from dsv4sel.kernels.flashmla import DeepseekV4FlashMLASparseImpl
@@ -53,10 +54,10 @@ def flashmla_setup(lib, batch, heads, copies=4):
     meta = lib.get_mla_metadata()[0]
     counter = [0]
 
-    def raw():
+    def raw(q=None):
         i = counter[0] = (counter[0] + 1) % copies
         la, (kc, ec) = layers[i], pages[i]
-        return lib.flash_mla_with_kvcache(raw_q[i], kc, None, None, 512, meta, num_splits=None, softmax_scale=SCALE,
+        return lib.flash_mla_with_kvcache(raw_q[i] if q is None else q, kc, None, None, 512, meta, num_splits=None, softmax_scale=SCALE,
                                           causal=False, is_fp8_kvcache=True, indices=la["indices"],
                                           attn_sink=sinks[i], extra_k_cache=ec,
                                           extra_indices_in_kvcache=la["extra_indices"], topk_length=tl_,
