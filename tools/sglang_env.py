@@ -10,7 +10,7 @@ sgl-kernel, flash-mla, deep-gemm, cutlass-dsl, ... - are compiled kernels the su
 dsv4sel itself (editable, no deps). The venv, the pin, the wheel and the stamp are
 tools/host_env.py's, shared with tools/vllm_env.py.
 
-    python3 tools/sglang_env.py [--venv .venv-sglang] [--wheel PATH]
+    python3 tools/sglang_env.py [--venv .venv-sglang] [--wheel PATH] [--log FILE]
 
 The wheel comes from $SGLANG_WHEEL or --wheel when given, else `pip download --no-deps
 sglang==0.5.23` into the venv's download folder.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from host_env import ROOT, TORCH, prologue, run  # noqa: E402
+from host_env import ROOT, TORCH, main_guard, parse_args, prologue, step  # noqa: E402
 
 SGLANG_VERSION = "0.5.23"
 # Installed without their dependencies: each declares torch (or a CUDA toolchain) itself.
@@ -44,14 +44,17 @@ STAMP_NAME = ".dsv4sel-sglang-env"
 
 
 def main() -> int:
-    env = prologue(__doc__, "sglang", SGLANG_VERSION, ".venv-sglang", "SGLANG_WHEEL", STAMP_NAME)
+    args = parse_args(__doc__ or "", ".venv-sglang", "SGLANG_WHEEL")
+    env = prologue(args, "sglang", SGLANG_VERSION, STAMP_NAME)
     if env is None:
         return 0
-    run(*env.pip, "--no-deps", str(env.wheel), *NO_DEPS)
-    run(*env.pip, TORCH, *IMPORT_CHAIN, *DSV4SEL_DEPS)
-    run(*env.pip, "--no-deps", "-e", str(ROOT))
+    step(f"install sglang {SGLANG_VERSION}, triton, compressed-tensors (--no-deps)",
+         *env.pip, "--no-deps", str(env.wheel), *NO_DEPS)
+    step("install the import chain's pure-Python packages (the longest step)",
+         *env.pip, TORCH, *IMPORT_CHAIN, *DSV4SEL_DEPS)
+    step("install dsv4sel (editable, --no-deps)", *env.pip, "--no-deps", "-e", str(ROOT))
     return env.finish("import torch, importlib.metadata as m; print(torch.__version__, m.version('sglang'))")
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main_guard(main))

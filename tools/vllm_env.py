@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""Build the vLLM 0.33.0 test environment (.venv-vllm/) for the differential suite.
+"""Build a vLLM release's CPU test environment for the differential suite.
 
-CPU only: torch 2.13.0 (the local CPU wheel; vLLM's own pin torch==2.14.0 is never resolved),
-vllm, xgrammar and compressed-tensors with --no-deps, then vLLM's pure-Python requirements
-read from the wheel's METADATA (GPU/CUDA packages and torch's companions skipped), then
-dsv4sel itself (editable). The venv, the torch pin (a constraint file on every pip call), the
-wheel and the stamp are tools/host_env.py's, shared with tools/sglang_env.py.
+One recipe for every release the suite tests (RELEASES): torch 2.13.0 CPU (the local CPU wheel;
+vLLM's own pin, torch==2.14.0, is never resolved), vllm, xgrammar and compressed-tensors with
+--no-deps, then vLLM's pure-Python requirements read from the release's wheel METADATA (GPU/CUDA
+packages and torch's companions skipped), then dsv4sel itself (editable). The venv, the torch pin
+(a constraint file on every pip call), the wheel, the stamp and the step lines are
+tools/host_env.py's, shared with tools/sglang_env.py.
 
-    python3 tools/vllm_env.py [--venv .venv-vllm] [--wheel PATH]
+    python3 tools/vllm_env.py [--version 0.33.0|0.34.0] [--venv PATH] [--wheel PATH] [--log FILE]
 
-The wheel comes from $VLLM_WHEEL or --wheel when given, else `pip download --no-deps
-vllm==0.33.0` into the venv's download folder.
+Each release has its own environment folder (.venv-vllm for 0.33.0, .venv-vllm-0.34 for 0.34.0),
+so the suites of both releases run side by side. The wheel comes from $VLLM_WHEEL or --wheel when
+given, else `pip download --no-deps vllm==VERSION` into the venv's download folder. Every step
+prints one line when it starts and one when it ends; with --log, pip's output goes to the log.
 """
 from __future__ import annotations
 
@@ -20,9 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from host_env import ROOT, TORCH, prologue, run  # noqa: E402
+from host_env import ROOT, TORCH, main_guard, parse_args, prologue, step  # noqa: E402
 
-VLLM_VERSION = "0.33.0"
+#: Every release the suite builds an environment for, first the default: its venv folder.
+RELEASES = {"0.33.0": ".venv-vllm", "0.34.0": ".venv-vllm-0.34"}
 # Requirements that need a GPU toolchain or drag in another torch; vLLM's DSv4 selection and
 # layer construction import none of them on a CPU machine.
 SKIP = {
@@ -63,17 +67,29 @@ def requirements(wheel: Path) -> tuple[list[str], list[str]]:
     return plain, no_deps
 
 
+def _default_venv(argv: list[str]) -> str:
+    """The release's own folder when --venv is not given (the release read before parsing)."""
+    for i, word in enumerate(argv):
+        if word == "--version" and i + 1 < len(argv):
+            return RELEASES.get(argv[i + 1], RELEASES["0.33.0"])
+        if word.startswith("--version="):
+            return RELEASES.get(word.split("=", 1)[1], RELEASES["0.33.0"])
+    return RELEASES["0.33.0"]
+
+
 def main() -> int:
-    env = prologue(__doc__, "vllm", VLLM_VERSION, ".venv-vllm", "VLLM_WHEEL", STAMP_NAME)
+    args = parse_args(__doc__ or "", _default_venv(sys.argv[1:]), "VLLM_WHEEL", tuple(RELEASES))
+    env = prologue(args, "vllm", args.version, STAMP_NAME)
     if env is None:
         return 0
     plain, no_deps = requirements(env.wheel)
-    run(*env.pip, "--no-deps", str(env.wheel), *no_deps)
+    step(f"install vllm {args.version}, {', '.join(sorted(NO_DEPS))} (--no-deps)",
+         *env.pip, "--no-deps", str(env.wheel), *no_deps)
     # torch stays pinned: the constraint file, and a requirement that asks for torch sees 2.13.0 installed.
-    run(*env.pip, TORCH, *plain, *EXTRA)
-    run(*env.pip, "--no-deps", "-e", str(ROOT))
+    step(f"install vLLM's {len(plain)} pure-Python requirements (the longest step)", *env.pip, TORCH, *plain, *EXTRA)
+    step("install dsv4sel (editable, --no-deps)", *env.pip, "--no-deps", "-e", str(ROOT))
     return env.finish("import torch, vllm; print(torch.__version__, vllm.__version__)")
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main_guard(main))
