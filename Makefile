@@ -66,7 +66,7 @@ bench: $(STAMP)
 
 docs: $(STAMP)
 	$(BIN)/dsv4sel table --format md > docs/backends.md
-	$(BIN)/python tools/gen_compat_vllm033.py
+	$(BIN)/python tools/gen_compat.py --all
 	$(BIN)/python tools/vllm_fix_cubes.py
 	$(BIN)/python tools/doc_samples.py --write
 

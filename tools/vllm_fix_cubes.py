@@ -3,7 +3,7 @@
 
 Every input whose outcome differs between the compat set (vLLM 0.33's decisions) and the
 shipped rules is assigned the fix that the compat rule deciding it names (F1-F5 in its
-description, written by tools/gen_compat_vllm033.py), then each fix's inputs are merged into
+description, written by tools/compat/vllm_0_33.py), then each fix's inputs are merged into
 cubes as `dsv4sel diff` prints them. `--check FILE` exits 1 when FILE is stale.
 """
 from __future__ import annotations

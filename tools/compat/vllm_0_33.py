@@ -28,7 +28,7 @@ from vllm_tables import (
     v41_ignored,
 )
 
-RELEASE = Release(version="0.33.0", name="vLLM 0.33", tag="vllm033", generator="tools/gen_compat_vllm033.py")
+RELEASE = Release(version="0.33.0", name="vLLM 0.33", tag="vllm033", generator="tools/gen_compat.py --host vllm --version 0.33.0")
 OUT = RELEASE.folder
 HAND_WRITTEN = frozenset({"README.md"})
 

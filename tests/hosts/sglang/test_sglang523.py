@@ -48,8 +48,8 @@ def _skip_reason() -> str | None:
 
 
 def test_the_compat_generator_is_not_stale():
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_compat_sglang0523.py"), "--check"],
-                          capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_compat.py"), "--host", "sglang", "--version",
+                           "0.5.23", "--check"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
 
