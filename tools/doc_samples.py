@@ -8,7 +8,7 @@ Usage::
     python tools/doc_samples.py --write [FILE.md ...]   # regenerate them in place (`make docs`)
 
 Without files it reads README.md and every docs/*.md except the files generated whole
-(docs/backends.md, docs/vllm-0.33-fixes.md, which have their own generators). Three kinds of
+(docs/backends.md, docs/vllm-X-fixes.md, which have their own generators). Three kinds of
 generated text, each marked in the Markdown itself so that a reader sees where it comes from:
 
 **Console samples.** A fenced block whose info string starts with ``console`` and whose first
@@ -53,8 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-#: Generated whole by their own tools (`dsv4sel table`, tools/vllm_fix_cubes.py).
-WHOLE_FILE_GENERATED = {"docs/backends.md", "docs/vllm-0.33-fixes.md"}
+#: Generated whole by their own tools (`dsv4sel table`, tools/vllm_fix_cubes.py: one per vLLM release).
+WHOLE_FILE_GENERATED = {"docs/backends.md", "docs/vllm-*-fixes.md"}
 FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+)(?P<info>[^`]*)$")
 FACT = re.compile(r"<!-- fact (?P<name>[\w.]+)(?P<fmt>:,)? -->(?P<text>.*?)<!-- /fact -->")
 RUN_CLI = "import sys; from dsv4sel.cli import main; sys.exit(main())"
@@ -288,7 +288,7 @@ def _facts(line: str, facts: Facts) -> str:
 
 def default_files() -> list[Path]:
     docs = sorted(p for p in (REPO / "docs").glob("*.md")
-                  if p.relative_to(REPO).as_posix() not in WHOLE_FILE_GENERATED)
+                  if not any(p.relative_to(REPO).match(pattern) for pattern in WHOLE_FILE_GENERATED))
     return [REPO / "README.md", *docs]
 
 

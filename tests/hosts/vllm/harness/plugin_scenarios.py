@@ -1,6 +1,6 @@
-"""The dsv4sel plugin as vLLM 0.33 loads it, one scenario per process (runs in .venv-vllm only).
+"""The dsv4sel plugin as a vLLM release loads it, one scenario per process (runs in its vLLM environment only).
 
-    DSV4SEL_TEST_PLATFORM=cuda .venv-vllm/bin/python tests/vllm33/plugin_scenarios.py load
+    DSV4SEL_TEST_PLATFORM=cuda VENV/bin/python tests/hosts/vllm/harness/plugin_scenarios.py load
     ... plugin_scenarios.py config MODEL_DIR [--kv-cache-dtype D] [--attention-backend B]
     ... plugin_scenarios.py model DIR ARCH [DIR ARCH ...]  # writes tiny HF configs (no weights)
 

@@ -1,6 +1,6 @@
-"""Whole-space differential: vLLM 0.33's own decisions, layers built for real, against dsv4sel rule sets.
+"""Whole-space differential: a vLLM release's own decisions, layers built for real, against dsv4sel rule sets.
 
-    .venv-vllm/bin/python tests/vllm33/differential.py PLATFORM [--model M] [--rules NAME=DIR ...] [--out FILE]
+    VENV/bin/python tests/hosts/vllm/harness/differential.py PLATFORM [--model M] [--rules NAME=DIR ...] [--out FILE]
 
 Enumerates every input of the shipped rules' decision space on PLATFORM (each model, or only
 ``--model``; each capability, backend choice, kv-cache dtype and pack input), asks vLLM
@@ -38,6 +38,11 @@ SELECT_KEYS = ("class", "cache_dtype", "torch_dtype", "cache_config", "bytes_per
 def _pcp(extra: dict) -> int:
     """vLLM's prefill_context_parallel_size for the rules' input."""
     return 2 if extra.get("prefill_context_parallel") == "on" else 1
+
+
+def _lora(extra: dict) -> str:
+    """LoRA on or off for the rules' input (a rule set without the input: off, vLLM's default)."""
+    return extra.get("lora", "off")
 
 
 def dsv4sel_outcome(rules, model, platform, capability, backend, kv, extra) -> dict:
@@ -83,7 +88,7 @@ def plugin_outcome(plugin, model, platform, capability, backend, kv, extra, d) -
     oracle._MEGA["available"] = mega
     stubs.set_flashinfer_sm120(fi)
     try:
-        cfg = oracle.vllm_config(backend, kv, pcp=_pcp(extra), model=model)
+        cfg = oracle.vllm_config(backend, kv, pcp=_pcp(extra), model=model, lora=_lora(extra))
     except Exception:  # noqa: BLE001 - any refusal of vLLM's config classes
         return {"kind": "refused"}  # vLLM's config refused the value: dsv4sel is never asked
     config_module._current_vllm_config = cfg
@@ -135,7 +140,7 @@ def vllm_pass(sets: dict, platform: str, inputs: list, report: dict) -> tuple[di
     verdict: dict = {}
     for key, model, cap, backend, kv, extra in inputs:
         v = oracle.decide(model, platform, cap, backend, kv, extra.get("mega_attn", "unavailable"), _pcp(extra),
-                          extra.get("flashinfer_sm120", "available"))
+                          extra.get("flashinfer_sm120", "available"), _lora(extra))
         label = v["kind"] + ("" if v["kind"] != "reject" else f"_at_{v['at']}")
         report["vllm"][label] = report["vllm"].get(label, 0) + 1
         for name, rules in sets.items():
@@ -155,7 +160,8 @@ def vllm_pass(sets: dict, platform: str, inputs: list, report: dict) -> tuple[di
 
 
 def plugin_pass(shipped, platform: str, inputs: list) -> dict:
-    """The same inputs through vLLM with the plugin installed (shipped rules)."""
+    """The same inputs through vLLM with the plugin installed (shipped rules). A plugin that refuses
+    this vLLM (its PluginError) is the report's ``refused_install``: nothing else was asked."""
     # The plugin raises the rules' SelectionError; its "Would work:" suggestions come from dsv4sel's
     # nearest-alternative search (2-3 ms per rejection, tested on its own in tests/tools/test_explain.py).
     # Here only where and how the plugin rejects is compared, so the search is left out.
@@ -163,7 +169,10 @@ def plugin_pass(shipped, platform: str, inputs: list) -> dict:
     from dsv4sel.dsv4 import alternatives
 
     alternatives.nearest = lambda rules, query, limit=alternatives.LIMIT: ()
-    replaced = plugin.install(shipped)
+    try:
+        replaced = plugin.install(shipped)
+    except plugin.PluginError as exc:
+        return {"refused_install": str(exc), "replaced": [], "disagree": []}
     oracle.clear_configs()  # AttentionConfig objects built from now on pass the patched __post_init__
     out = {"replaced": [f"{m}.{a}" for m, a in replaced], "agree": 0, "refused": 0, "selects": 0, "rejects": 0,
            "disagree": []}

@@ -1,4 +1,4 @@
-"""Stand-ins for what vLLM 0.33 reads from hardware, for a CPU machine (used in .venv-vllm only).
+"""Stand-ins for what vLLM reads from hardware, for a CPU machine (runs in a release's vLLM environment only).
 
 Only hardware is stubbed: the compiled CUDA extension modules (they need libcuda), the three
 import-time CUTLASS feature probes registered as ``torch.ops._C`` ops, the flash-attention and
@@ -7,12 +7,17 @@ dispatch table has DeepSeek-V4's specialization is the input ``flashinfer_sm120`
 :data:`FLASHINFER_SM120`), and the device capability / ROCm gfx arch. Everything that decides --
 vLLM's selection functions, its resolvers, its config classes and layer classes -- is vLLM's
 own code, imported from the installed wheel. ``setup(platform)`` must run before any other
-vLLM import: vLLM fixes its platform object on first use.
+vLLM import: vLLM fixes its platform object on first use. A release that needs a stand-in of its
+own has it in its folder (``tests/hosts/vllm/v0_XX/stubs.py``, a ``setup(platform)`` run last):
+:func:`release_folder` finds it from the installed vLLM's version.
 """
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import sys
 import types
+from pathlib import Path
 
 #: What the stubbed device reports; the oracle sets it per input.
 DEVICE = {"capability": (9, 0), "gcn_arch": "gfx942:sramecc+:xnack-"}
@@ -91,6 +96,25 @@ def setup(platform: str) -> None:
         cls.get_device_capability = classmethod(capability)
     platforms.current_platform = cls()
     _done.append(platform)
+    _release_stubs(platform)
+
+
+def release_folder() -> Path:
+    """The test folder of the installed vLLM's release (``tests/hosts/vllm/v0_34`` for 0.34.x),
+    read from its metadata (importing vLLM here would fix its platform)."""
+    major, minor = importlib.metadata.version("vllm").split(".")[:2]
+    return Path(__file__).resolve().parents[1] / f"v{major}_{minor}"
+
+
+def _release_stubs(platform: str) -> None:
+    path = release_folder() / "stubs.py"
+    if not path.exists():
+        return
+    spec = importlib.util.spec_from_file_location(f"release_stubs_{path.parent.name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.setup(platform)
 
 
 class _SM120Dispatch:
@@ -103,7 +127,7 @@ class _SM120Dispatch:
 
 
 def _flashinfer() -> None:
-    """An installed FlashInfer with its cubins (what vLLM 0.33 requires on CUDA): packages that
+    """An installed FlashInfer with its cubins (what vLLM requires on CUDA): packages that
     import, whose kernels need a GPU, and the SM120 dispatch table as the input says. vLLM's own
     ``vllm.utils.flashinfer`` probes run against it unchanged."""
     import importlib.machinery

@@ -1,6 +1,6 @@
-"""What ``pip install 'dsv4sel[vllm]'`` would install next to the vLLM 0.33.0 of .venv-vllm (runs there).
+"""What ``pip install 'dsv4sel[vllm]'`` would install next to the vLLM of a release's environment (runs there).
 
-    .venv-vllm/bin/python tests/vllm33/extra_resolve.py REPO STANDINS_DIR
+    VENV/bin/python tests/hosts/vllm/harness/extra_resolve.py REPO STANDINS_DIR
 
 The suite's vLLM is installed with ``--no-deps`` (the CPU recipe, tools/vllm_env.py): its own
 requirements that need a GPU (torch 2.14.0, FlashInfer, the CUDA kernel packages) are missing,

@@ -1,6 +1,6 @@
-"""Run vLLM 0.33's own command line (``vllm ...``) on a stubbed platform (runs in .venv-vllm only).
+"""Run a vLLM release's own command line (``vllm ...``) on a stubbed platform (runs in its vLLM environment only).
 
-    DSV4SEL_TEST_PLATFORM=cuda .venv-vllm/bin/python tests/vllm33/serve.py serve MODEL_DIR ...
+    DSV4SEL_TEST_PLATFORM=cuda VENV/bin/python tests/hosts/vllm/harness/serve.py serve MODEL_DIR ...
 
 The platform stand-in (:mod:`stubs`) is installed at import, so the engine processes vLLM
 spawns (which import this file as ``__mp_main__``) get it too; with ``DSV4SEL_TEST_PLATFORM``

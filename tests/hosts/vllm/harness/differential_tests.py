@@ -1,25 +1,43 @@
-"""Differential suite against the real vLLM 0.33.0 (installed in .venv-vllm by `make vllm-env`).
+"""The differential against a real vLLM release, written once; each release folder's
+``test_differential.py`` imports these tests and so runs them for its release.
 
-Each platform runs in its own process of the vLLM environment (vLLM fixes its platform on first
-import): ``tests/vllm33/differential.py PLATFORM`` enumerates the whole decision space there and
+Each platform runs in its own process of the release's environment (vLLM fixes its platform on
+first import): ``harness/differential.py PLATFORM`` enumerates the whole decision space there and
 asks vLLM's own selection code, each rule set, and vLLM with the dsv4sel plugin installed. The
-assertions here read its report. Skipped, with the reason, when the environment is missing
-(``make test`` builds it first; a failed build leaves its log in .venv-vllm.log).
+assertions here read its report. Skipped, with the reason, when the release's environment is
+missing (``make vllm-env`` builds it; a failed build leaves its log beside it).
 """
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/, for _vllm33
-import _vllm33  # noqa: E402
-from _vllm33 import COMPAT, PLATFORMS, PYTHON, ROOT, RUNS  # noqa: E402,F401
+from harness import runner
+from harness.releases import VllmRelease, of_module
+from harness.runner import PLATFORMS, RUNS
 
-_skip_reason = _vllm33.skip_reason
-pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
+__all__ = [
+    "hostcheck", "release", "reports", "skip_without_env", "test_check_reports_a_vllm_class_that_does_not_exist",
+    "test_check_resolves_every_vllm_class_the_rules_name", "test_compat_and_shipped_differ_only_by_the_deliberate_fixes",
+    "test_compat_rules_equal_vllm_where_it_decides", "test_plugin_builds_what_the_shipped_rules_name",
+    "test_plugin_replaces_the_functions_vllm_decides_in", "test_the_vocabulary_has_every_backend_and_kv_dtype_of_vllm",
+    "test_vllm_decides_on_every_platform",
+]
+
+
+@pytest.fixture(scope="module")
+def release(request) -> VllmRelease:
+    """The release of the test module these tests run in (its folder's ``RELEASE``)."""
+    return of_module(request.module.__name__)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def skip_without_env(release):
+    reason = release.skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
 
 
 def _merge(parts: list[dict]) -> dict:
@@ -43,21 +61,25 @@ def _merge(parts: list[dict]) -> dict:
     return merged
 
 
+def summary(found: dict) -> dict:
+    """Each platform's counts, as the suite prints them."""
+    return {p: {"inputs": r["inputs"], "vllm": r["vllm"], "seconds": r["seconds"],
+                "layers": [r["layers_built"], r["layers_built_with_plugin"]],
+                "sets": {n: {"agree": s["agree"], "disagree": len(s["disagree"]),
+                             "undecided": sum(s["undecided"].values())} for n, s in r["sets"].items()},
+                "plugin": {k: (len(v) if k == "disagree" else v) for k, v in r["plugin"].items()
+                           if k != "replaced"},
+                "diff": {k: (v if isinstance(v, int) else len(v)) for k, v in r.get("diff", {}).items()}}
+            for p, r in found.items()}
+
+
 @pytest.fixture(scope="module")
-def reports(request, tmp_path_factory):
-    """Each platform's differential report (the processes run side by side: tests/_vllm33.py)."""
-    _vllm33.start(request.session, tmp_path_factory)
-    done = [(platform, _vllm33.result(f"differential:{platform}:{model}")) for platform, model in RUNS]
+def reports(request, tmp_path_factory, release):
+    """Each platform's differential report (the processes run side by side: harness/runner.py)."""
+    runner.start(request.session, tmp_path_factory)
+    done = [(platform, runner.result(release, f"differential:{platform}:{model}")) for platform, model in RUNS]
     found = {p: _merge([r for q, r in done if q == p]) for p in PLATFORMS}
-    summary = {p: {"inputs": r["inputs"], "vllm": r["vllm"], "seconds": r["seconds"],
-                   "layers": [r["layers_built"], r["layers_built_with_plugin"]],
-                   "sets": {n: {"agree": s["agree"], "disagree": len(s["disagree"]),
-                                "undecided": sum(s["undecided"].values())} for n, s in r["sets"].items()},
-                   "plugin": {k: (len(v) if k == "disagree" else v) for k, v in r["plugin"].items()
-                              if k != "replaced"},
-                   "diff": {k: (v if isinstance(v, int) else len(v)) for k, v in r.get("diff", {}).items()}}
-               for p, r in found.items()}
-    sys.stderr.write("\nvLLM 0.33 differential: " + json.dumps(summary) + "\n")
+    sys.stderr.write(f"\n{release.label} differential: " + json.dumps(summary(found)) + "\n")
     return found
 
 
@@ -82,13 +104,15 @@ def test_plugin_builds_what_the_shipped_rules_name(reports, platform):
     class the shipped rules name, with their cache dtype, torch dtype, rewrite, bytes per token
     (the real KV-cache spec) and block size (the platform's) -- on every input vLLM's config accepts."""
     p = reports[platform]["plugin"]
+    assert "refused_install" not in p, p["refused_install"]
     assert p["disagree"] == [], f"{len(p['disagree'])} inputs differ, e.g.:\n{_first(p['disagree'])}"
     assert p["selects"] > 0 and p["rejects"] > 0, p
     assert p["agree"] + p["refused"] + p.get("vllm_raises_first", 0) == reports[platform]["inputs"]
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
-def test_plugin_replaces_the_functions_vllm_033_decides_in(reports, platform):
+def test_plugin_replaces_the_functions_vllm_decides_in(reports, platform):
+    assert "refused_install" not in reports[platform]["plugin"], reports[platform]["plugin"]["refused_install"]
     replaced = reports[platform]["plugin"]["replaced"]
     select = {"cuda": ["vllm.models.deepseek_v4.nvidia.model._select_dsv4_attn_cls",
                        "vllm.models.deepseek_v41.nvidia.model._select_dsv4_attn_cls"],
@@ -103,20 +127,21 @@ def test_plugin_replaces_the_functions_vllm_033_decides_in(reports, platform):
         "vllm.models.deepseek_v41.attention._resolve_dsv4_kv_cache_dtype"])
 
 
-@pytest.mark.skipif(not COMPAT.is_dir(), reason="rules/compat/vllm-0.33 is not in this checkout")
 @pytest.mark.parametrize("platform", PLATFORMS)
-def test_compat_rules_equal_vllm_where_it_decides(reports, platform):
+def test_compat_rules_equal_vllm_where_it_decides(reports, platform, release):
+    assert release.compat.is_dir(), f"{release.compat} is missing (tools/gen_compat.py --host vllm --version " \
+                                    f"{release.version} writes it)"
     s = reports[platform]["sets"]["compat"]
     assert s["disagree"] == [], f"{len(s['disagree'])} inputs differ, e.g.:\n{_first(s['disagree'])}"
     assert s["agree"] > 0
 
 
-@pytest.mark.skipif(not COMPAT.is_dir(), reason="rules/compat/vllm-0.33 is not in this checkout")
 @pytest.mark.parametrize("platform", PLATFORMS)
-def test_compat_and_shipped_differ_only_by_the_deliberate_fixes(reports, platform):
-    """`dsv4sel diff rules/compat/vllm-0.33 rules`, input by input: every changed input is one
-    where vLLM decides, the compat set agrees with it and the shipped rules do not (or both reject
-    by different rules)."""
+def test_compat_and_shipped_differ_only_by_the_deliberate_fixes(reports, platform, release):
+    """`dsv4sel diff rules/compat/vllm-X rules`, input by input: every changed input is one where
+    vLLM decides, the compat set agrees with it and the shipped rules do not (or both reject by
+    different rules)."""
+    assert release.compat.is_dir(), f"{release.compat} is missing"
     r = reports[platform]
     d = r["diff"]
     assert d["changed_not_a_fix"] == [], d["changed_not_a_fix"][:5]
@@ -124,16 +149,16 @@ def test_compat_and_shipped_differ_only_by_the_deliberate_fixes(reports, platfor
 
 
 @pytest.fixture(scope="module")
-def hostcheck(request, tmp_path_factory):
-    _vllm33.start(request.session, tmp_path_factory)
-    return _vllm33.result("hostcheck")
+def hostcheck(request, tmp_path_factory, release):
+    runner.start(request.session, tmp_path_factory)
+    return runner.result(release, "hostcheck")
 
 
-def test_check_resolves_every_vllm_class_the_rules_name(hostcheck):
-    """`dsv4sel check`'s host check against the installed vLLM 0.33: all 11 classes import
-    (on a ROCm platform object, where vLLM's ROCm modules import too)."""
+def test_check_resolves_every_vllm_class_the_rules_name(hostcheck, release):
+    """`dsv4sel check`'s host check against the installed vLLM: every class the rules name for it
+    imports (on a ROCm platform object, where vLLM's ROCm modules import too)."""
     assert hostcheck["host_findings"] == []
-    assert len(hostcheck["classes"]) == 11, hostcheck["classes"]
+    assert len(hostcheck["classes"]) == release.host_classes, hostcheck["classes"]
 
 
 def test_check_reports_a_vllm_class_that_does_not_exist(hostcheck):
@@ -141,6 +166,6 @@ def test_check_reports_a_vllm_class_that_does_not_exist(hostcheck):
     assert len(findings) == 1 and "has no class 'NoSuchAttention'" in findings[0], findings
 
 
-def test_the_vocabulary_has_every_backend_and_kv_dtype_of_vllm_033(hostcheck):
+def test_the_vocabulary_has_every_backend_and_kv_dtype_of_vllm(hostcheck):
     """Vocabulary sync: a new vLLM enum member or cache dtype cannot reach users undecided."""
     assert hostcheck["enum_missing"] == [] and hostcheck["cache_dtype_missing"] == [], hostcheck

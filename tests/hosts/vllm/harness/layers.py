@@ -1,4 +1,4 @@
-"""Real DeepSeek-V4 attention layers of vLLM 0.33, built once per distinct input (runs in .venv-vllm only).
+"""Real DeepSeek-V4 attention layers of vLLM, built once per distinct input (runs in a release's vLLM environment only).
 
 :func:`build` constructs the layer class vLLM chose, exactly as vLLM's decoder layer does: a
 real ``VllmConfig`` (``CacheConfig``, ``AttentionConfig``), vLLM's one-rank gloo process group,

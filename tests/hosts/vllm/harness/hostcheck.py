@@ -1,6 +1,6 @@
-"""`dsv4sel check`'s host-class check where vLLM 0.33 is installed (one platform).
+"""`dsv4sel check`'s host-class check where a vLLM release is installed (one platform).
 
-    .venv-vllm/bin/python tests/vllm33/hostcheck.py PLATFORM [--rules DIR]
+    VENV/bin/python tests/hosts/vllm/harness/hostcheck.py PLATFORM [--rules DIR]
 
 Runs the verifier on the shipped rules (and, under ``with_pack``, on the shipped rules plus DIR as
 a pack) with vLLM's platform stubbed, and prints the ``host`` findings as JSON, with the members of vLLM's AttentionBackendEnum and

@@ -1,15 +1,17 @@
-"""vLLM 0.33's own DeepSeek-V4 decision for one dsv4sel input (runs in .venv-vllm only).
+"""vLLM's own DeepSeek-V4 decision for one dsv4sel input (runs in a release's vLLM environment only).
 
 For an input (model, platform, capability, backend, kv-cache dtype and the hardware inputs) this
 builds vLLM's real config objects (``AttentionConfig``, ``CacheConfig``: once per value, they are
-only read), asks vLLM's own ``_select_dsv4_attn_cls`` for the layer class where vLLM 0.33 has one
+only read), asks vLLM's own ``_select_dsv4_attn_cls`` for the layer class where vLLM has one
 (NVIDIA V4.0 and V4.1, AMD V4.1; AMD/CPU/XPU V4.0 build the class their model module names), then
 builds that layer for real (:mod:`layers`): its whole ``__init__`` (which calls vLLM's own
 ``_resolve_dsv4_kv_cache_dtype`` and checks its kernels), its KV-cache spec and the platform's
 block size. Nothing of vLLM's logic is copied; only hardware answers are stubbed (:mod:`stubs`):
 the device capability / gfx arch, whether FlashMLA's mega-attention kernels are built
 (``mega_attn``) and whether FlashInfer has the SM120 specialization (``flashinfer_sm120``). The
-model topology is real config data: 64 heads in 8 ``wo_a`` groups at TP 1.
+model topology is real config data: 64 heads in 8 ``wo_a`` groups at TP 1. LoRA (the input
+``lora``) is vLLM's own ``LoRAConfig`` (its defaults) in ``vllm_config.lora_config``, or None:
+a release that does not read it (0.33) decides the same either way.
 
 An outcome is a dict: ``{"kind": "select", "class", "cache_dtype", "torch_dtype", "cache_config",
 "bytes_per_token", "block_size"}`` (what the built layer holds), ``{"kind": "reject", "error",
@@ -108,7 +110,20 @@ def _config_part(kind, value):
     return got
 
 
-def vllm_config(backend, kv, *, tp=1, pcp=1, model="deepseek_v4"):
+def lora_config(lora: str):
+    """vLLM's ``LoRAConfig`` (built once, with its defaults) for ``lora="on"``, None for off."""
+    if lora == "off":
+        return None
+    if lora != "on":
+        raise ValueError(f"lora={lora!r}")
+    if ("lora", "on") not in _configs:
+        from vllm.config import LoRAConfig
+
+        _configs[("lora", "on")] = LoRAConfig()
+    return _configs[("lora", "on")]
+
+
+def vllm_config(backend, kv, *, tp=1, pcp=1, model="deepseek_v4", lora="off"):
     """vLLM's config objects for one input; raises what vLLM's config classes raise."""
     attention = _config_part("attention", backend)
     cache = _config_part("cache", kv)
@@ -116,14 +131,14 @@ def vllm_config(backend, kv, *, tp=1, pcp=1, model="deepseek_v4"):
     arch = ARCHITECTURE[model]
     model_config = types.SimpleNamespace(hf_config=hf_config(), architectures=[arch], architecture=arch)
     return types.SimpleNamespace(attention_config=attention, cache_config=cache, parallel_config=parallel,
-                                 model_config=model_config)
+                                 model_config=model_config, lora_config=lora_config(lora))
 
 
 def _layer_class(model: str, platform: str, cfg):
     if model == "deepseek_v4":
         if platform == "cuda":
             return importlib.import_module("vllm.models.deepseek_v4.nvidia.model")._select_dsv4_attn_cls(cfg)
-        # vLLM 0.33 hard-codes these; read the name each model module builds
+        # vLLM hard-codes these; read the name each model module builds
         module, name = {
             "rocm": ("vllm.models.deepseek_v4.amd.model", "DeepseekV4ROCMAiterMLAAttention"),
             "cpu": ("vllm.models.deepseek_v4.cpu.model", "DeepseekV4CPUAttention"),
@@ -135,8 +150,8 @@ def _layer_class(model: str, platform: str, cfg):
 
 
 def decide(model: str, platform: str, capability: str, backend: str | None, kv: str, mega_attn: str,
-           pcp: int = 1, flashinfer_sm120: str = "available") -> dict:
-    """vLLM 0.33's whole decision for one input: its config classes, its selection function (or
+           pcp: int = 1, flashinfer_sm120: str = "available", lora: str = "off") -> dict:
+    """vLLM's whole decision for one input: its config classes, its selection function (or
     the class the platform's model module hard-codes), then the chosen layer built for real
     (:func:`layers.build`: its whole ``__init__``, its KV-cache spec, the platform block size).
     A config class refusing the value, or a ValueError from the selection or the layer, is vLLM
@@ -147,7 +162,7 @@ def decide(model: str, platform: str, capability: str, backend: str | None, kv: 
     _MEGA["available"] = mega_attn == "available"
     stubs.set_flashinfer_sm120(flashinfer_sm120 == "available")
     try:
-        cfg = vllm_config(backend, kv, pcp=pcp, model=model)
+        cfg = vllm_config(backend, kv, pcp=pcp, model=model, lora=lora)
     except Exception as exc:  # noqa: BLE001 - pydantic ValidationError (a ValueError) or KeyError from the enum lookup
         return {"kind": "reject", "error": type(exc).__name__, "message": str(exc).splitlines()[0][:200],
                 "at": "config"}

@@ -1,0 +1,81 @@
+"""The record a vLLM release folder declares (``tests/hosts/vllm/v0_XX/__init__.py``: ``RELEASE``),
+and how a harness test finds the release it runs for (the folder of its test module)."""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from _host_env import env_skip_reason
+
+ROOT = Path(__file__).resolve().parents[4]
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class VllmRelease:
+    """One vLLM release the suite tests against its real package.
+
+    ``version``: the release (``0.34.0``); ``venv``: its CPU test environment, relative to the
+    repository (tools/vllm_env.py ``--version`` builds it); ``other_version``: a vLLM the plugin
+    is not written for (the version scenarios make the installed vLLM say it); ``host_classes``:
+    how many vLLM classes the shipped rules name on this release; ``acknowledged``: the DSV408
+    warnings its compat set acknowledges (a vLLM bug reproduced, not endorsed)."""
+
+    version: str
+    venv: str
+    other_version: str
+    host_classes: int
+    acknowledged: int
+
+    @property
+    def minor(self) -> str:
+        """``0.34``: how folders and file names name the release."""
+        return ".".join(self.version.split(".")[:2])
+
+    @property
+    def label(self) -> str:
+        return f"vLLM {self.version}"
+
+    @property
+    def env(self) -> Path:
+        return ROOT / self.venv
+
+    @property
+    def python(self) -> Path:
+        return self.env / "bin" / "python"
+
+    @property
+    def stamp(self) -> Path:
+        return self.env / ".dsv4sel-vllm-env"
+
+    @property
+    def compat(self) -> Path:
+        return ROOT / "rules" / "compat" / f"vllm-{self.minor}"
+
+    @property
+    def fixes_doc(self) -> Path:
+        return ROOT / "docs" / f"vllm-{self.minor}-fixes.md"
+
+    @property
+    def folder(self) -> Path:
+        """The release's test folder (``tests/hosts/vllm/v0_34``)."""
+        return HERE.parent / ("v" + self.minor.replace(".", "_"))
+
+    def skip_reason(self) -> str | None:
+        """None when its environment is built, else why its tests skip (and how to build it)."""
+        return env_skip_reason(self.label, self.env, self.stamp, "vllm-env",
+                               f"tools/vllm_env.py --version {self.version}")
+
+
+def of_package(package: str) -> VllmRelease:
+    """The release a release folder's package (``v0_34``) declares: its ``RELEASE``."""
+    return importlib.import_module(package).RELEASE
+
+
+def of_module(module_name: str) -> VllmRelease:
+    """The release of a test module (``v0_34.test_differential``): its folder's ``RELEASE``."""
+    package = module_name.rpartition(".")[0]
+    if not package:
+        raise LookupError(f"{module_name} is not in a release folder (tests/hosts/vllm/v0_XX/)")
+    return of_package(package)

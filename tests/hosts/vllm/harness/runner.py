@@ -1,0 +1,223 @@
+"""The vLLM processes of the host suite, started together once per pytest session, per release.
+
+Each vLLM process imports vLLM (about 10 s of CPU) and the differential's five take most of the
+suite's time, so the test files do not run them one after another: the first vLLM test's fixture
+calls :func:`start`, which launches every process the collected test files need, for every
+release collected (the differential's five, the host check, the plugin scenarios, one ``vllm
+serve``, the pip resolver run), on one bounded pool, longest first; each test then waits only for
+its own results. Every process runs in its release's environment with its own temporary
+directory and dsv4sel cache directory (the differential's five share one, compiled once before
+they start: only read there), under :mod:`harness.limits`' time limits. No result depends on timing.
+"""
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from harness import limits
+from harness.releases import ROOT, VllmRelease, of_package
+
+SCRIPTS = Path(__file__).resolve().parent
+#: the packs the host suite loads, as YAML files: nosuch/ (a vLLM class vLLM does not have), demo/
+#: (a backend whose impl lives in the pack's own module, and its default rule)
+RULES = SCRIPTS.parent / "rules"
+PLATFORMS = ("cuda", "rocm", "cpu", "xpu")
+#: The differential's processes: (platform, model or None for every model), longest first. CUDA's
+#: space is split by model so that the longest run is not one process.
+RUNS = (("cuda", "deepseek_v4_1"), ("cuda", "deepseek_v4"), ("rocm", None), ("cpu", None), ("xpu", None))
+#: Environment variables a user may have set that would change what the processes decide.
+USER_ENV = ("DSV4SEL_RULES_PATH", "DSV4SEL_ALLOW_IMPL_MODULES", "VLLM_PLUGINS", "VLLM_LOGGING_LEVEL",
+            "VLLM_CONFIGURE_LOGGING", "VLLM_LOGGING_CONFIG_PATH")
+#: At most this many vLLM processes at once (each holds about 0.7 GB).
+WORKERS = 8
+#: The test modules of a release folder, by what they need run.
+DIFFERENTIAL, PLUGIN, INSTALL = "test_differential", "test_plugin", "test_install"
+
+_jobs: dict[tuple[str, str], Future] = {}
+_pool: list[ThreadPoolExecutor] = []
+
+
+class Child:
+    """How one release's processes run: its python, a clean environment, its time limits."""
+
+    def __init__(self, release: VllmRelease, rerun: str):
+        self.release = release
+        self.rerun = rerun
+
+    def run(self, args: list, env: dict, cwd: Path = ROOT) -> limits.Finished:
+        return limits.run([str(self.release.python), *map(str, args)], env=env, cwd=cwd, rerun=self.rerun)
+
+
+def rerun_command(release: VllmRelease, module: str) -> str:
+    """The command that reruns one test file of ``release`` alone."""
+    return f"python -m pytest -q -p no:xdist {release.folder.relative_to(ROOT)}/{module}.py"
+
+
+def clean_env(cache: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in USER_ENV and not k.startswith("DSV4SEL_TEST_")}
+    env.update(PYTHONPATH=str(ROOT), DSV4SEL_CACHE_DIR=str(cache), NO_COLOR="1")
+    env.update(extra)
+    return env
+
+
+# ------------------------------------------------------------------ the differential
+def _differential(child: Child, out: Path, cache: Path, warm: Future, platform: str, model: str | None) -> dict:
+    warm.result()
+    path = out / f"{platform}-{model or 'all'}.json"
+    compat = child.release.compat
+    rules = ["--rules", f"compat={compat}"] if compat.is_dir() else []
+    proc = child.run([SCRIPTS / "differential.py", platform, *(["--model", model] if model else []), *rules,
+                      "--out", path], clean_env(cache))
+    assert proc.returncode == 0, f"{platform}: differential run failed:\n{proc.stderr[-4000:]}"
+    return json.loads(path.read_text())
+
+
+def _warm_cache(child: Child, cache: Path) -> None:
+    """Compile the rule sets the differential reads into its cache, once (each of its processes
+    would otherwise compile the compat set itself)."""
+    code = "import sys, dsv4sel; dsv4sel.default_rules(); [dsv4sel.load_rules(paths=[p]) for p in sys.argv[1:]]"
+    compat = child.release.compat
+    proc = child.run(["-c", code, *([compat] if compat.is_dir() else [])], clean_env(cache))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+# ------------------------------------------------------------------ the host check
+def _hostcheck(child: Child, out: Path) -> dict:
+    """``dsv4sel check``'s host check on a ROCm platform object, for the shipped rules and for the
+    shipped rules plus a pack naming a class vLLM does not have."""
+    pack = RULES / "nosuch"  # X_DSV4 names vllm.models.deepseek_v4.nvidia.flashmla:NoSuchAttention
+    proc = child.run([SCRIPTS / "hostcheck.py", "rocm", "--rules", pack], clean_env(out / "cache"))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------------ the plugin scenarios
+def _models(child: Child, out: Path) -> tuple[Path, Path, Path]:
+    """Tiny Hugging Face configs (no weights), a DeepSeek-V4 and a Llama model written in one
+    process, and the pack: ``(models, pack rules, pack source)``."""
+    models = out / "models"
+    proc = child.run([SCRIPTS / "plugin_scenarios.py", "model", models / "v4", "DeepseekV4ForCausalLM",
+                      models / "llama", "LlamaForCausalLM"], clean_env(out / "cache"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return (models, *pack(out / "demo"))
+
+
+def pack(directory: Path) -> tuple[Path, Path]:
+    """A rule pack whose backend's impl lives in the pack's own module (not dsv4sel.kernels):
+    ``(rules directory, source directory)``."""
+    module = directory / "src" / "demo_dsv4_kernels"
+    module.mkdir(parents=True)
+    (module / "__init__.py").write_text("class DemoSparseImpl:\n    '''A pack's own kernel.'''\n")
+    return RULES / "demo", directory / "src"
+
+
+def scenario(child: Child, directory: Path, args: list, platform: str | None = "cuda", capability: str = "9.0",
+             script="plugin", **env: str) -> tuple[int, list[str], list[dict], str]:
+    """One scenario process (``plugin_scenarios.py`` or, with ``script="serve"``, vLLM's own CLI):
+    (exit status, its dsv4sel log lines, its JSON result lines, stderr)."""
+    extra = dict(env)
+    if platform:
+        extra.update(DSV4SEL_TEST_PLATFORM=platform, DSV4SEL_TEST_CAPABILITY=capability)
+    file = SCRIPTS / ("serve.py" if script == "serve" else "plugin_scenarios.py")
+    proc = child.run([file, *args], clean_env(directory / "cache", **extra), cwd=directory)
+    text = proc.stdout + proc.stderr
+    lines = [line for line in text.splitlines() if "dsv4sel" in line and "== config" not in line]
+    out = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return proc.returncode, lines, out, proc.stderr
+
+
+def _scenarios(child: Child, out: Path, models: Future) -> dict[str, tuple]:
+    """The jobs of the plugin scenarios, by name: ``(args, keywords for scenario())``."""
+    m, rules, src = models.result()
+    pack_env = {"DSV4SEL_RULES_PATH": str(rules), "PYTHONPATH": f"{ROOT}{os.pathsep}{src}"}
+    other = child.release.other_version
+    return {
+        # four engine configurations in one process (vLLM loads the plugins once per process)
+        "configs": (["config", m / "v4", "+", m / "v4", "--kv-cache-dtype", "bfloat16", "+",
+                     m / "v4", "--attention-backend", "CUTLASS_MSA", "+", m / "llama"], {}),
+        "no-platform": (["load"], {"platform": None}),
+        "no-platform-asked": (["load"], {"platform": None, "VLLM_PLUGINS": "dsv4sel"}),
+        "version": (["load"], {"DSV4SEL_TEST_FAKE_VERSION": other}),
+        "version-asked": (["load"], {"DSV4SEL_TEST_FAKE_VERSION": other, "VLLM_PLUGINS": "dsv4sel"}),
+        "pack": (["config", m / "v4"], pack_env),
+        "pack-allowed": (["config", m / "v4"], {**pack_env, "DSV4SEL_ALLOW_IMPL_MODULES": "demo_dsv4_kernels"}),
+        # vLLM's own `vllm serve` (SM90 stubbed): its start-up and decision lines, docs/vllm.md
+        "serve": (["serve", m / "v4", "--max-model-len", "1024", "--load-format", "dummy", "--skip-tokenizer-init"],
+                  {"script": "serve"}),
+    }
+
+
+def _one_scenario(child: Child, out: Path, models: Future, name: str) -> tuple:
+    args, kw = _scenarios(child, out, models)[name]
+    directory = out / name
+    directory.mkdir()
+    return scenario(child, directory, args, **kw)
+
+
+SCENARIOS = ("serve", "configs", "no-platform", "no-platform-asked", "version", "version-asked", "pack",
+             "pack-allowed")
+
+
+# ------------------------------------------------------------------ pip's resolver
+def _install(child: Child, out: Path) -> dict:
+    proc = child.run([SCRIPTS / "extra_resolve.py", ROOT, out / "standins"], clean_env(out / "cache"), cwd=out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------------ starting and waiting
+def start(session, tmp_path_factory) -> None:
+    """Launch every process the collected vLLM test files need, for every release (once per session)."""
+    if not _pool:
+        launch({getattr(item.module, "__name__", "") for item in session.items}, tmp_path_factory.mktemp("vllm"))
+
+
+def launch(collected: set[str], root: Path) -> None:
+    """Launch the processes of the release test files named in ``collected`` (module names such as
+    ``v0_34.test_differential``), under ``root``; a release whose environment is missing is left out."""
+    pool = ThreadPoolExecutor(max_workers=WORKERS)
+    _pool.append(pool)
+    wanted: dict[str, set[str]] = {}
+    for name in sorted(collected):
+        package, _, module = name.rpartition(".")
+        if module in (DIFFERENTIAL, PLUGIN, INSTALL) and package.startswith("v"):
+            wanted.setdefault(package, set()).add(module)
+    releases = [(of_package(package), modules) for package, modules in sorted(wanted.items())]
+    releases = [(r, m) for r, m in releases if r.skip_reason() is None]
+    # longest first, across releases: the differentials, then the plugin scenarios, the rest
+    for release, modules in releases:
+        if DIFFERENTIAL in modules:
+            _launch_differential(pool, release, root / release.version)
+    for release, modules in releases:
+        if PLUGIN in modules:
+            child = Child(release, rerun_command(release, PLUGIN))
+            out = root / release.version / "plugin"
+            out.mkdir(parents=True)
+            models = pool.submit(_models, child, out)
+            for name in SCENARIOS:
+                _jobs[(release.version, f"scenario:{name}")] = pool.submit(_one_scenario, child, out, models, name)
+    for release, modules in releases:
+        if DIFFERENTIAL in modules:
+            child = Child(release, rerun_command(release, DIFFERENTIAL))
+            (root / release.version / "hostcheck").mkdir(parents=True)
+            _jobs[(release.version, "hostcheck")] = pool.submit(_hostcheck, child, root / release.version / "hostcheck")
+        if INSTALL in modules:
+            child = Child(release, rerun_command(release, INSTALL))
+            (root / release.version / "install").mkdir(parents=True)
+            _jobs[(release.version, "install")] = pool.submit(_install, child, root / release.version / "install")
+
+
+def _launch_differential(pool: ThreadPoolExecutor, release: VllmRelease, root: Path) -> None:
+    child = Child(release, rerun_command(release, DIFFERENTIAL))
+    out = root / "differential"
+    out.mkdir(parents=True)
+    warm = pool.submit(_warm_cache, child, out / "cache")
+    for platform, model in RUNS:
+        _jobs[(release.version, f"differential:{platform}:{model}")] = pool.submit(
+            _differential, child, out, out / "cache", warm, platform, model)
+
+
+def result(release: VllmRelease, name: str):
+    return _jobs[(release.version, name)].result()
