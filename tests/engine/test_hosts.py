@@ -1,5 +1,5 @@
 """Host classes (`hosts:`): version specs, compile-time checks, and the vLLM plugin's refusals
-(with a stand-in `vllm` module: the real-vLLM tests are tests/hosts/vllm/test_vllm33.py)."""
+(with a stand-in `vllm` module: the real-vLLM tests are tests/hosts/vllm/v0_33/test_differential.py)."""
 from __future__ import annotations
 
 import sys

@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-#: CPU seconds one child may use (the longest, the CUDA V4.1 differential, uses a few minutes).
-CPU_SECONDS = 3600
+#: CPU seconds one child may use: about ten times what the longest (a CUDA differential) uses.
+CPU_SECONDS = 1200
 #: Wall-clock seconds one child may take, however loaded the machine.
 WALL_SECONDS = 3600
 
@@ -71,7 +71,9 @@ def run(cmd: list[str], *, env: dict[str, str], cwd: Path, rerun: str, cpu_secon
 
 
 def _message(cmd: list[str], what: str, rerun: str, wall: float, err: str) -> str:
-    script = next((Path(part).name for part in cmd[1:] if part.endswith(".py")), cmd[0])
+    # the script the child runs, else its program and first argument (`python -c`)
+    script = next((Path(part).name for part in cmd[1:] if part.endswith(".py")),
+                  " ".join([Path(cmd[0]).name, *cmd[1:2]]))
     tail = "\n".join(err.strip().splitlines()[-15:])
     return (f"time limit: {script} was stopped because {what} (after {wall:.0f} s of wall time). These limits "
             "guard against a hang; they are far above what a slow or busy machine needs, so this is most "
