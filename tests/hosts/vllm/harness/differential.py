@@ -133,14 +133,43 @@ def _inputs(space, platform: str, model: str | None):
         yield key, m, cap, backend, kv, dict(zip(extra_names, extra_values))
 
 
+def _vllm_says(v: dict) -> tuple:
+    """What vLLM decided, as compared across inputs: the kind and, for a built layer, its fields."""
+    return (v["kind"], *(v.get(k) for k in SELECT_KEYS))
+
+
+def lora_effect(outcomes: dict, extra_names: tuple) -> dict:
+    """Where vLLM's own decision changes with LoRA alone: every input with ``lora=on`` against the
+    same input with ``lora=off`` (``outcomes``: key -> vLLM's outcome). ``pairs`` compared,
+    ``differ`` and the first differences, LoRA off then on."""
+    if "lora" not in extra_names:
+        return {"pairs": 0, "differ": 0, "changes": []}
+    at = 5 + extra_names.index("lora")
+    pairs, changes = 0, []
+    for key, on in outcomes.items():
+        if key[at] != "on":
+            continue
+        off = outcomes.get((*key[:at], "off", *key[at + 1:]))
+        if off is None:
+            continue
+        pairs += 1
+        if _vllm_says(on) != _vllm_says(off):
+            changes.append({"input": list(key), "lora_off": off, "lora_on": on})
+    return {"pairs": pairs, "differ": len(changes), "changes": changes}
+
+
 def vllm_pass(sets: dict, platform: str, inputs: list, report: dict) -> tuple[dict, dict]:
     """vLLM's own decision on every input against each rule set: ``(per_set, verdict)``, where
-    ``verdict[(set, key)]`` is True / False (agrees or not) or None (vLLM decides nothing)."""
+    ``verdict[(set, key)]`` is True / False (agrees or not) or None (vLLM decides nothing).
+    Records in ``report["lora"]`` where LoRA alone changes vLLM's decision (:func:`lora_effect`)."""
     per_set = {name: {"agree": 0, "disagree": [], "undecided": {}} for name in sets}
     verdict: dict = {}
+    outcomes: dict = {}
     for key, model, cap, backend, kv, extra in inputs:
         v = oracle.decide(model, platform, cap, backend, kv, extra.get("mega_attn", "unavailable"), _pcp(extra),
                           extra.get("flashinfer_sm120", "available"), _lora(extra))
+        if "lora" in extra:
+            outcomes[key] = v
         label = v["kind"] + ("" if v["kind"] != "reject" else f"_at_{v['at']}")
         report["vllm"][label] = report["vllm"].get(label, 0) + 1
         for name, rules in sets.items():
@@ -156,6 +185,7 @@ def vllm_pass(sets: dict, platform: str, inputs: list, report: dict) -> tuple[di
             else:
                 d.pop("identity", None)
                 slot["disagree"].append({"input": _row(model, cap, backend, kv, extra), "vllm": v, "dsv4sel": d})
+    report["lora"] = lora_effect(outcomes, tuple(sets["shipped"].extra_inputs))
     return per_set, verdict
 
 
@@ -226,6 +256,7 @@ def _summary(report: dict) -> dict:
             "layers": [report["layers_built"], report["layers_built_with_plugin"]],
             "diff": {k: (v if isinstance(v, int) else len(v)) for k, v in report.get("diff", {}).items()},
             "plugin": {k: (len(v) if k == "disagree" else v) for k, v in report["plugin"].items() if k != "replaced"},
+            "lora": {k: v for k, v in report["lora"].items() if k != "changes"},
             "seconds": report["seconds"]}
 
 

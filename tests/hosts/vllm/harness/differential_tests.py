@@ -23,7 +23,7 @@ __all__ = [
     "test_check_resolves_every_vllm_class_the_rules_name", "test_compat_and_shipped_differ_only_by_the_deliberate_fixes",
     "test_compat_rules_equal_vllm_where_it_decides", "test_plugin_builds_what_the_shipped_rules_name",
     "test_plugin_replaces_the_functions_vllm_decides_in", "test_the_vocabulary_has_every_backend_and_kv_dtype_of_vllm",
-    "test_vllm_decides_on_every_platform",
+    "test_lora_changes_vllms_decision_exactly_where_the_release_reads_it", "test_vllm_decides_on_every_platform",
 ]
 
 
@@ -146,6 +146,21 @@ def test_compat_and_shipped_differ_only_by_the_deliberate_fixes(reports, platfor
     d = r["diff"]
     assert d["changed_not_a_fix"] == [], d["changed_not_a_fix"][:5]
     assert d["fixes"] == len(r["sets"]["shipped"]["disagree"])  # every shipped/vLLM difference is in the diff
+
+
+def test_lora_changes_vllms_decision_exactly_where_the_release_reads_it(reports, release):
+    """LoRA reaches vLLM (the oracle sets a real ``LoRAConfig``) and changes its decision exactly as
+    the release's code says: only the layer class ``lora_classes`` names (its dtypes following),
+    and on a release that does not read LoRA, nowhere."""
+    effect = [(p, c) for p in PLATFORMS for c in reports[p]["lora"]["changes"]]
+    expected = dict(release.lora_classes)
+    if not any(reports[p]["lora"]["pairs"] for p in PLATFORMS):
+        assert not expected, f"LoRA decides on {release.label}, but the shipped rules declare no lora input"
+        pytest.skip("the shipped rules declare no lora input, and this release does not read LoRA")
+    for platform, change in effect:
+        off, on = change["lora_off"], change["lora_on"]
+        assert (off.get("class"), on.get("class")) in expected.items(), (platform, change)
+    assert bool(effect) == bool(expected), f"{len(effect)} inputs change with LoRA alone"
 
 
 @pytest.fixture(scope="module")

@@ -20,13 +20,16 @@ class VllmRelease:
     repository (tools/vllm_env.py ``--version`` builds it); ``other_version``: a vLLM the plugin
     is not written for (the version scenarios make the installed vLLM say it); ``host_classes``:
     how many vLLM classes the shipped rules name on this release; ``acknowledged``: the DSV408
-    warnings its compat set acknowledges (a vLLM bug reproduced, not endorsed)."""
+    warnings its compat set acknowledges (a vLLM bug reproduced, not endorsed); ``lora_classes``:
+    where LoRA decides, the class vLLM builds without LoRA -> the one it builds with LoRA instead
+    (empty: this release does not read LoRA for DeepSeek-V4)."""
 
     version: str
     venv: str
     other_version: str
     host_classes: int
     acknowledged: int
+    lora_classes: tuple[tuple[str, str], ...] = ()
 
     @property
     def minor(self) -> str:
