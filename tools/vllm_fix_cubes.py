@@ -5,7 +5,7 @@
     python3 tools/vllm_fix_cubes.py --all [--check]              # every vLLM release's
 
 Every input whose outcome differs between a vLLM release's compat set (its own decisions) and the
-shipped rules is assigned the fix that the compat rule deciding it names (F1-F5 in its
+shipped rules is assigned the fix that the compat rule deciding it names (F1-F6 in its
 description, written by that release's module in tools/compat/), then each fix's inputs are
 merged into cubes as `dsv4sel diff` prints them. `--check` changes nothing and exits 1 when the
 doc is stale.
@@ -26,7 +26,8 @@ sys.path.insert(0, ROOT)
 
 import dsv4sel  # noqa: E402
 from dsv4sel.cli.render.diff import outcome  # noqa: E402
-from dsv4sel.tools.diff import cubes, summarizer  # noqa: E402
+from dsv4sel.engine.hosts import version_matches  # noqa: E402
+from dsv4sel.tools.diff import Outcome, cubes, summarizer  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "tools", "compat"))
 from compat import RELEASES  # noqa: E402
@@ -40,6 +41,8 @@ FIXES = {
           "nvfp4_ds_mla off mega-attention)",
     "F5": "a platform's default layer may also be named (`--attention-backend CPU_V4_MLA_SPARSE` / "
           "`XPU_V4_MLA_SPARSE`; {vllm}'s AttentionConfig refuses these names, though it builds the class)",
+    "F6": "LoRA adapters never meet mega-attention's fused kernel ({vllm} builds mega-attention with LoRA "
+          "on, where an adapter on wo_a would not apply)",
 }
 
 
@@ -67,7 +70,7 @@ class Target:
 
 
 VERSIONS = tuple(v for host, v in sorted(RELEASES) if host == "vllm")
-TAG = re.compile(r"\bF([1-5])\b")
+TAG = re.compile(r"\bF([1-6])\b")
 
 
 def rule_tags(compat_dir: str) -> dict[str, tuple[str, ...]]:
@@ -89,13 +92,16 @@ E4M3_ALIASES = {"fp8_e5m2", "fp8_inc", "fp8_per_token_head"}
 PLAIN = {"auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_ds_mla"}
 
 
-def _fix(named: set[str], kv: str, before, shipped_serves) -> str:
+def _fix(named: set[str], kv: str, before, shipped_serves, lora_alone) -> str:
     """The fix one changed input belongs to: F5 or F1 when the compat path goes through a rule
-    naming it (a default layer named, a backend vLLM ignores); else F2 when the shipped rules
-    select nothing there for any kv dtype; else F3 for the e4m3 aliases; else F4."""
+    naming it (a default layer named, a backend vLLM ignores); F6 when only LoRA makes the
+    difference (``lora_alone()``); else F2 when the shipped rules select nothing there for any kv
+    dtype; else F3 for the e4m3 aliases; else F4."""
     for tag in ("F5", "F1"):
         if tag in named:
             return tag
+    if lora_alone():
+        return "F6"
     if not shipped_serves():
         return "F2"
     if kv in E4M3_ALIASES:
@@ -105,8 +111,29 @@ def _fix(named: set[str], kv: str, before, shipped_serves) -> str:
     return "other"
 
 
-def categorize(compat, shipped, tags):
-    """Group the changed inputs by fix (:func:`_fix`)."""
+def as_release(rules, version: str):
+    """``summarizer(rules)`` as vLLM ``version`` meets the rules: a selection names only that
+    release's vLLM class, with the block size its host entry sets (a compat set states one release
+    already; the shipped rules name a class per release)."""
+    at = summarizer(rules)
+
+    def view(key):
+        found, group = at(key)
+        if found.kind != "select":
+            return found, group
+        raw = rules.row(key)
+        hosts = tuple(h for h in raw.hosts if h[0] != "vllm" or version_matches(version, h[2]))
+        block = next((dict(pairs)["block_size"] for host, versions, pairs in raw.host_settings
+                      if host == "vllm" and version_matches(version, versions) and "block_size" in dict(pairs)),
+                     found.row.block_size)
+        seen = Outcome(found.row._replace(hosts=hosts, block_size=block))
+        return seen, (seen,)
+
+    return view
+
+
+def categorize(compat, shipped, tags, version: str):
+    """Group the changed inputs, ``shipped`` as release ``version`` meets it, by fix (:func:`_fix`)."""
     names = compat.key_inputs
     kv_at = names.index("kv_cache_dtype")
     domains = [dict() for _ in names]
@@ -124,15 +151,27 @@ def categorize(compat, shipped, tags):
                                for kv in kvs)
         return serves[head]
 
+    compat_at, shipped_at = as_release(compat, version), as_release(shipped, version)
+    lora_at = names.index("lora") if "lora" in names else None
+
+    def lora_alone(key):
+        """With LoRA on, the shipped rules decide otherwise than with it off, vLLM does not, and
+        with it off the two agree: LoRA alone makes this input differ."""
+        if lora_at is None or key[lora_at] != "on":
+            return False
+        off = key[:lora_at] + ("off",) + key[lora_at + 1:]
+        return (compat_at(off)[0] == shipped_at(off)[0]
+                and compat_at(key)[0] == compat_at(off)[0] and shipped_at(key)[0] != shipped_at(off)[0])
+
     groups: dict[tuple, list] = {}
     examples: dict[tuple, tuple] = {}
-    compat_at, shipped_at = summarizer(compat), summarizer(shipped)
     for key in keys:
         (before, group_before), (after, group_after) = compat_at(key), shipped_at(key)
         if before == after:
             continue
         named = {tag for i in compat.row(key).path for tag in tags.get(compat.rule(i).id, ())}
-        fix = _fix(named, key[kv_at], before, functools.partial(shipped_serves, key))
+        fix = _fix(named, key[kv_at], before, functools.partial(shipped_serves, key),
+                   functools.partial(lora_alone, key))
         box = tuple(1 << d[v] for d, v in zip(domains, key))
         group = (fix, group_before, group_after)
         groups.setdefault(group, []).append(box)
@@ -143,7 +182,7 @@ def categorize(compat, shipped, tags):
 def render(target: Target) -> str:
     compat = dsv4sel.load_rules(paths=[target.compat])
     shipped = dsv4sel.default_rules()
-    names, domains, groups, examples = categorize(compat, shipped, rule_tags(target.compat))
+    names, domains, groups, examples = categorize(compat, shipped, rule_tags(target.compat), target.version)
     total = sum(len(b) for b in groups.values())
     vllm = f"vLLM {target.minor}"
     out = [f"<!-- Generated by `python3 tools/vllm_fix_cubes.py --version {target.version}` (make docs); do not edit.",

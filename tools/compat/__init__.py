@@ -18,5 +18,6 @@ from __future__ import annotations
 #: (engine, release) -> the module under tools/compat/ that writes its set.
 RELEASES = {
     ("vllm", "0.33.0"): "vllm_0_33",
+    ("vllm", "0.34.0"): "vllm_0_34",
     ("sglang", "0.5.23"): "sglang_0_5_23",
 }

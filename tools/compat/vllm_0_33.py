@@ -1,8 +1,9 @@
 """vLLM 0.33.0's compat set (rules/compat/vllm-0.33/): the shipped rules, each deliberate fix reverted.
 
-Each edit below names the fix it reverts (F1-F5, :mod:`vllm_tables`) and says, as rules, what
+Each edit below names the fix it reverts (F1-F6, :mod:`vllm_tables`) and says, as rules, what
 vLLM 0.33 does where dsv4sel decides differently on purpose. Later releases start from these
-edits (:func:`edit`, :func:`split_not_dsv4`, :func:`build` take the release they speak for).
+edits (:func:`edit`, :func:`split_not_dsv4` and :func:`build_files` take the release they speak
+for); :func:`ignore_lora` is 0.33's alone: it does not read LoRA.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import copy
 
 from vllm_tables import (
     FP8,
+    for_release,
     FP8_ROWS_V41,
     FP8_V4_PACKED,
     OLD_CUDA,
@@ -34,9 +36,11 @@ HAND_WRITTEN = frozenset({"README.md"})
 
 # kv dtypes vLLM 0.33's CacheConfig refuses (it decides nothing for them): kept as shipped
 REFUSED_KV = ["int8"]
-# backend names vLLM 0.33's AttentionConfig refuses (TREE_ATTN, XFORMERS): the DeepSeek-V4 code
-# never sees them, so vLLM decides nothing for them; kept as shipped
+# backend names vLLM's AttentionConfig refuses (TREE_ATTN, XFORMERS: older names): the DeepSeek-V4
+# code never sees them, so vLLM decides nothing for them; kept as shipped
 REFUSED_BACKENDS = ["TREE_ATTN", "XFORMERS"]
+# members vLLM 0.34 added to its backend enum: vLLM 0.33's AttentionConfig refuses them too
+ADDED_IN_034 = ["FLASHINFER_TS", "KIMI_K3_KV_BALANCED_MLA"]
 # MiniMax's MSA decode aliases: vLLM's AttentionConfig turns them into "no backend", so the
 # DeepSeek-V4 code builds its default class: the compat set decides them as the default decision
 MSA_ALIASES = ["CUTLASS_MSA", "TRITON_MSA"]
@@ -44,8 +48,10 @@ MSA_ALIASES = ["CUTLASS_MSA", "TRITON_MSA"]
 V32 = ["FLASHINFER_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM120"]
 
 
-def edit(rel: Release, name, t: Table):
-    """The edits of shipped file ``name`` (its rules in ``t``), as vLLM 0.33 decides."""
+def edit(rel: Release, name, t: Table, v41_when=None):
+    """The edits of shipped file ``name`` (its rules in ``t``) that revert F1-F5, as vLLM 0.33
+    decides and later releases still do. ``v41_when``: conditions under which a release's V4.1
+    default takes mega-attention, besides the kernels being there (0.34: LoRA off)."""
     tag, vname = rel.tag, rel.name
     if name == "defaults.yaml":
         t.insert_before("default-cuda-unsupported", [use(
@@ -130,14 +136,14 @@ def edit(rel: Release, name, t: Table):
             moved += [sm100, v4] if rid == "mega-dsv41-fp8-ds-mla" else [sm100]
         t.insert_before("mega-dsv41-not-sm10x", moved)
     elif name == "rocm.yaml":
-        t.insert_before("rocm-other-model", v41_ignored(rel, f"{tag}-rocm"))
+        t.insert_before("rocm-other-model", v41_ignored(rel, f"{tag}-rocm", v41_when))
         t.when("rocm-fp8-ds-mla", "F2", capability={"not": "unknown"})
         t.when("rocm-fp8", "F2/F3", capability={"not": "unknown"}, kv_cache_dtype=FP8_V4_PACKED)
         t.when("rocm-unknown-arch-fp8", "F3", kv_cache_dtype=FP8_V4_PACKED)
         t.insert_before("rocm-not-rocm", v4_ignored(rel, f"{tag}-rocm", skip=("rocm",)))
     elif name == "rocm_dsv41.yaml":
         t.insert_before("rocm-dsv41-other-model", v4_ignored(rel, f"{tag}-rocm-dsv41"))
-        t.insert_before("rocm-dsv41-not-rocm", v41_ignored(rel, f"{tag}-rocm-dsv41"))
+        t.insert_before("rocm-dsv41-not-rocm", v41_ignored(rel, f"{tag}-rocm-dsv41", v41_when))
         t.when("rocm-dsv41-fp8-ds-mla", "F2", capability={"not": "unknown"})
         t.when("rocm-dsv41-fp8", "F2", capability={"not": "unknown"})
         # nvfp4_ds_mla: vLLM's resolver keeps it, the ROCm V4.1 layer's __init__ raises ValueError
@@ -157,6 +163,19 @@ def edit(rel: Release, name, t: Table):
     elif name == "not_dsv4.yaml":
         raise AssertionError("split by split_not_dsv4()")
     return t.data
+
+
+def ignore_lora(rel: Release, name, t: Table) -> None:
+    """F6 reverted: vLLM 0.33 does not read LoRA, so mega-attention serves with LoRA on exactly as
+    with it off (named, or as the SM100 default), though an adapter on ``wo_a`` would not apply.
+    Named on ROCm, where vLLM refuses mega-attention anyway, the shipped refusal stays."""
+    if name == "deepseek_v4_1.defaults.yaml":
+        t.remove("default-v41-cuda-sm10x-lora")
+    elif name == "flashmla_mega_dsv41.yaml":
+        r = t.rule("mega-dsv41-lora")
+        r["when"] = {**r["when"], "platform": "rocm"}
+        r["description"] = (f"F6: {rel.name} does not read LoRA; named on ROCm, mega-attention is refused "
+                            "either way (this rule's reason kept as shipped).")
 
 
 def split_not_dsv4(rel: Release, data, refused=REFUSED_BACKENDS, v41_when=None):
@@ -183,13 +202,15 @@ def split_not_dsv4(rel: Release, data, refused=REFUSED_BACKENDS, v41_when=None):
 def build_files(rel: Release, edit_file, split) -> dict[str, str]:
     """Every file of ``rel``'s compat set: the vocabulary files as shipped, each rule file through
     ``edit_file(name, Table)``, not_dsv4.yaml through ``split(data)`` (three tables) and the
-    MiniMax aliases' table from the edited default rules."""
+    MiniMax aliases' table from the edited default rules; every selection naming ``rel``'s class."""
     out = {}
     defaults: list[dict] = []
     for name, text, data in shipped_files():
         if data.get("kind") == "vocabulary":
             out[name] = text  # the same decision space
-        elif name == "not_dsv4.yaml":
+            continue
+        for_release(rel, data)
+        if name == "not_dsv4.yaml":
             ignored, v32, refused = split(data)
             out["not_dsv4.yaml"] = render(rel, name, ignored)
             out["v32_flashinfer.yaml"] = render(rel, name, v32)
@@ -203,5 +224,10 @@ def build_files(rel: Release, edit_file, split) -> dict[str, str]:
     return out
 
 
+def _edit_file(name, t: Table):
+    ignore_lora(RELEASE, name, t)
+    return edit(RELEASE, name, t)
+
+
 def build() -> dict[str, str]:
-    return build_files(RELEASE, lambda name, t: edit(RELEASE, name, t), lambda data: split_not_dsv4(RELEASE, data))
+    return build_files(RELEASE, _edit_file, lambda data: split_not_dsv4(RELEASE, data, REFUSED_BACKENDS + ADDED_IN_034))

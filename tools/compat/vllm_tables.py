@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 from dataclasses import dataclass
 
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED = os.path.join(ROOT, "rules")
+sys.path.insert(0, ROOT)
+
+from dsv4sel.engine.hosts import version_matches  # noqa: E402
 
 FP8 = ["fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "fp8_per_token_head"]  # startswith("fp8")
 FP8_V4_PACKED = ["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_per_token_head"]
@@ -158,6 +162,29 @@ def _changed(when, changes):
         else:
             w[k] = v
     return w
+
+
+def for_release(rel: Release, data) -> None:
+    """Keep, in every selection of a rule file (its ``defaults`` and each rule's ``select``), only
+    the vLLM host entry for ``rel``: a compat set states one release. A ``block_size`` that entry's
+    settings give (a release whose kernel block size differs) becomes the selection's own, so
+    ``dsv4sel diff`` between two releases' compat sets shows it as what it is."""
+    for owner, select in [("defaults", data.get("defaults")),
+                          *((r["id"], r.get("select")) for r in data.get("rules", []))]:
+        hosts = (select or {}).get("hosts") or {}
+        if "vllm" not in hosts:
+            continue
+        entries = hosts["vllm"] if isinstance(hosts["vllm"], list) else [hosts["vllm"]]
+        mine = [dict(e) for e in entries if version_matches(rel.version, e["versions"])]
+        if len(mine) != 1:
+            raise AssertionError(f"{owner}: {len(mine)} vLLM host entries for {rel.version}, not one")
+        entry = mine[0]
+        settings = dict(entry.pop("settings", None) or {})
+        if "block_size" in settings:
+            select["block_size"] = settings.pop("block_size")
+        if settings:
+            entry["settings"] = settings
+        hosts["vllm"] = entry
 
 
 def spec_584(rel: Release, rule, kv, rows):

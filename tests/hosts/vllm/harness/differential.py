@@ -21,6 +21,7 @@ import.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import sys
@@ -33,6 +34,9 @@ import oracle
 import stubs
 
 SELECT_KEYS = ("class", "cache_dtype", "torch_dtype", "cache_config", "bytes_per_token", "block_size")
+#: The installed vLLM release: a rule set's host entry for it says the class and any setting.
+VERSION = importlib.metadata.version("vllm")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
 
 def _pcp(extra: dict) -> int:
@@ -56,10 +60,11 @@ def dsv4sel_outcome(rules, model, platform, capability, backend, kv, extra) -> d
     sel = rules.outcome(query, notes)
     if sel.__class__ is not Selection:
         return {"kind": "reject", "rule": sel.rule.location if sel.rule else None}
-    host = sel.host_class("vllm")
+    host = sel.host_class("vllm", VERSION)
+    block = sel.settings_for("vllm", VERSION).get("block_size", sel.block_size)
     return {"kind": "select", "class": host[0] if host else None, "cache_dtype": sel.cache_dtype,
             "torch_dtype": sel.torch_dtype_name, "cache_config": sel.rewrites.get("cache_dtype", kv),
-            "bytes_per_token": sel.bytes_per_token, "block_size": sel.block_size, "layout": sel.layout,
+            "bytes_per_token": sel.bytes_per_token, "block_size": block, "layout": sel.layout,
             "rule": sel.rule.location, "identity": (sel.cache_dtype, sel.torch_dtype_name,
                                                     tuple(sorted(sel.rewrites.items())), sel.rule.location)}
 
@@ -134,8 +139,9 @@ def _inputs(space, platform: str, model: str | None):
 
 
 def _vllm_says(v: dict) -> tuple:
-    """What vLLM decided, as compared across inputs: the kind and, for a built layer, its fields."""
-    return (v["kind"], *(v.get(k) for k in SELECT_KEYS))
+    """What vLLM decided, as compared across inputs: the class its selection chose, the outcome's
+    kind and, for a built layer, its fields."""
+    return (v.get("chose"), v["kind"], *(v.get(k) for k in SELECT_KEYS))
 
 
 def lora_effect(outcomes: dict, extra_names: tuple) -> dict:
@@ -224,11 +230,14 @@ def plugin_pass(shipped, platform: str, inputs: list) -> dict:
 
 
 def diff_pass(sets: dict, inputs: list, verdict: dict) -> dict:
-    """``dsv4sel diff compat shipped``, input by input: every change must be a deliberate fix, i.e.
-    an input where vLLM decides, the compat set agrees with it and the shipped rules do not."""
-    from dsv4sel.tools.diff import summarizer
+    """``dsv4sel diff compat shipped``, input by input, the shipped rules as this release meets
+    them (tools/vllm_fix_cubes.py's view, the one docs/vllm-X-fixes.md lists): every change must be
+    a deliberate fix, i.e. an input where vLLM decides, the compat set agrees with it and the
+    shipped rules do not."""
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    from vllm_fix_cubes import as_release
 
-    compat_at, shipped_at = summarizer(sets["compat"]), summarizer(sets["shipped"])
+    compat_at, shipped_at = as_release(sets["compat"], VERSION), as_release(sets["shipped"], VERSION)
     fixes: dict = {"fixes": 0, "changed_where_vllm_decides_nothing": [], "changed_not_a_fix": []}
     for key, *_ in inputs:
         if compat_at(key)[0] == shipped_at(key)[0]:

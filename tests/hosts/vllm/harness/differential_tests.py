@@ -150,8 +150,8 @@ def test_compat_and_shipped_differ_only_by_the_deliberate_fixes(reports, platfor
 
 def test_lora_changes_vllms_decision_exactly_where_the_release_reads_it(reports, release):
     """LoRA reaches vLLM (the oracle sets a real ``LoRAConfig``) and changes its decision exactly as
-    the release's code says: only the layer class ``lora_classes`` names (its dtypes following),
-    and on a release that does not read LoRA, nowhere."""
+    the release's code says: its selection chooses the other class ``lora_classes`` names (what
+    the layer then builds or refuses follows), and on a release that does not read LoRA, nowhere."""
     effect = [(p, c) for p in PLATFORMS for c in reports[p]["lora"]["changes"]]
     expected = dict(release.lora_classes)
     if not any(reports[p]["lora"]["pairs"] for p in PLATFORMS):
@@ -159,7 +159,7 @@ def test_lora_changes_vllms_decision_exactly_where_the_release_reads_it(reports,
         pytest.skip("the shipped rules declare no lora input, and this release does not read LoRA")
     for platform, change in effect:
         off, on = change["lora_off"], change["lora_on"]
-        assert (off.get("class"), on.get("class")) in expected.items(), (platform, change)
+        assert (off.get("chose"), on.get("chose")) in expected.items(), (platform, change)
     assert bool(effect) == bool(expected), f"{len(effect)} inputs change with LoRA alone"
 
 

@@ -17,7 +17,8 @@ An outcome is a dict: ``{"kind": "select", "class", "cache_dtype", "torch_dtype"
 "bytes_per_token", "block_size"}`` (what the built layer holds), ``{"kind": "reject", "error",
 "message", "at"}`` when vLLM refuses the input (its config classes at ``config``, a ValueError of
 the selection function or of the layer's ``__init__``), or ``{"kind": "undecided", ...}`` for any
-other exception (an assert, NotImplementedError...).
+other exception (an assert, NotImplementedError...). Once vLLM has chosen a class, the outcome also
+names it (``"chose"``), whatever the layer then does.
 """
 from __future__ import annotations
 
@@ -172,5 +173,6 @@ def decide(model: str, platform: str, capability: str, backend: str | None, kv: 
         return {"kind": "reject", "error": type(exc).__name__, "message": str(exc)[:200], "at": "select"}
     except Exception as exc:  # noqa: BLE001 - any other failure of vLLM's selection is no decision
         return {"kind": "undecided", "error": type(exc).__name__, "message": str(exc)[:200], "at": "select"}
-    return layers.build(cls, platform, capability, backend, kv, mega_attn == "available",
-                        flashinfer_sm120 == "available", pcp)
+    built = layers.build(cls, platform, capability, backend, kv, mega_attn == "available",
+                         flashinfer_sm120 == "available", pcp)
+    return {**built, "chose": _cls_path(cls)}
