@@ -7,10 +7,13 @@ states, for one host (its distribution name) and its versions:
   platform holds only on those platforms);
 - ``refuse``: host inputs refused before the rules are asked (first row whose ``when`` holds),
   each with its fix id and reason;
-- ``backend``, ``kv_cache_dtype``, ``extra``: the dsv4sel query an unrefused input means;
-- ``unbuildable``: the refusal of a selection whose rule names no class and settings for the host;
-- ``kv_layout_env``: the refusal of a host layout variable that asks for another record than the
-  decided one (``accepts``: the values that leave the decision in force).
+- ``backend``, ``kv_cache_dtype``, ``extra``: the dsv4sel query an unrefused input means (a row
+  gives a value, a map, or ``from``: the input's own value, for a host that uses the rules' words);
+- ``settings``: the settings every selection must give the host (optional), in display order;
+- ``unbuildable``: the refusal of a selection whose rule names the host no class for the
+  translation's ``versions`` (or not the ``settings``);
+- ``kv_layout_env`` (optional): the refusal of a host layout variable that asks for another record
+  than the decided one (``accepts``: the values that leave the decision in force).
 
 :func:`load` reads a file through the guarded YAML loader and the schema, then checks every name
 against the space; every problem is a :class:`~dsv4sel.errors.Problem` at ``file:line:column``
@@ -34,7 +37,6 @@ if TYPE_CHECKING:
 SCHEMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schema", "translation.schema.json")
 #: the dsv4sel query keywords a translation fills (the rest of its extra inputs go to ``extra``)
 QUERY_KEYS = ("platform", "capability", "model")
-_SETTINGS_ORDER = ("dsv4_attn_backend", "kv_layout", "kv_cache_dtype", "page_size", "kv_pool")
 
 
 class HostDecision(Frozen):
@@ -45,6 +47,13 @@ class HostDecision(Frozen):
     cls: str
     settings: dict[str, Any]
     selection: Selection
+
+
+class From(Frozen):
+    """A row's value that is the host input's own value (``from: INPUT``)."""
+
+    __slots__ = ("input",)
+    input: str
 
 
 class Row(Frozen):
@@ -83,7 +92,9 @@ class Translation:
         self.kv_cache_dtype = rows["kv_cache_dtype"]
         self.extra = {name: rows["extra." + name] for name in data["extra"]}
         self.unbuildable: dict[str, str] = data["unbuildable"]
-        self.kv_layout_env: dict[str, Any] = data["kv_layout_env"]
+        #: the settings every selection must give the host, in display order (may be empty)
+        self.settings: tuple[str, ...] = tuple(data.get("settings", ()))
+        self.kv_layout_env: dict[str, Any] | None = data.get("kv_layout_env")
         #: ``file:line`` of the top-level sections (``unbuildable``, ``kv_layout_env``)
         self.where = where
 
@@ -116,42 +127,58 @@ class Translation:
         hits = [next(r for r in self.backend if holds(r.when, point)),
                 next(r for r in self.kv_cache_dtype if holds(r.when, point))]
         q: dict[str, Any] = {k: point[k] for k in QUERY_KEYS}
-        q["backend"] = hits[0].value
-        q["kv_cache_dtype"] = hits[1].value[point["kv_cache_dtype"]]
+        q["backend"] = _value(hits[0], point)
+        kv = hits[1].value
+        q["kv_cache_dtype"] = point[kv.input] if isinstance(kv, From) else kv[point["kv_cache_dtype"]]
         extra = {}
         for name, rows in self.extra.items():
             hit = next((r for r in rows if holds(r.when, point)), None)
             if hit is not None:
-                extra[name] = hit.value
+                extra[name] = _value(hit, point)
                 hits.append(hit)
         q["extra"] = extra
         if used is not None:
             used.extend(r.where for r in hits)
         return q
 
+    def refuse_point(self, point: dict) -> None:
+        """Raise the refusal of the first ``refuse`` row that holds at ``point``, if one does."""
+        for row in self.refuse:
+            if holds(row.when, point):
+                raise self._refusal(point, row.value["reason"].format(**point), row.value["fix"], row.where)
+
     def decide(self, point: dict, rules, used: list[str] | None = None) -> HostDecision:
         """Decide one host input with ``rules`` (a RuleSet, or anything with its ``select``); raises
         SelectionError (``origin``: the ``file:line`` of the row or rule that refused). ``used``:
         see :meth:`query`."""
-        for row in self.refuse:
-            if holds(row.when, point):
-                raise self._refusal(point, row.value["reason"].format(**point), row.value["fix"], row.where)
+        self.refuse_point(point)
         sel = rules.select(**self.query(point, used))  # its SelectionError's origin is the deciding rule
         return self.build(point, sel)
 
+    def entry(self, sel: Selection) -> tuple[str, dict[str, Any]] | None:
+        """``(class, settings)`` of ``sel``'s host entry for this translation's release range
+        (the entry whose versions share a release with it), or None."""
+        from .engine.hosts import described, overlap
+
+        for host, cls, versions, settings in described(sel.hosts, sel.host_settings):
+            if host == self.host and overlap(versions, self.versions) is not None:
+                return cls, settings
+        return None
+
     def build(self, point: dict, sel: Selection) -> HostDecision:
         """What the host builds for ``sel``, or the translation's refusal of it."""
-        built, settings = sel.host_class(self.host), sel.settings_for(self.host)
+        entry = self.entry(sel)
         fields = {**point, "backend": sel.backend, "layout": sel.layout, "location": sel.rule.location}
-        if built is None or not settings:
+        if entry is None or any(k not in entry[1] for k in self.settings):
             u = self.unbuildable
             raise self._refusal(point, u["reason"].format(**fields), u["fix"], self.where["unbuildable"])
+        built, settings = entry
         env, rule = self.kv_layout_env, point.get("kv_layout_env", "unset")
-        if rule not in env["accepts"] and rule != settings["kv_layout"]:
+        if env is not None and rule not in env["accepts"] and rule != settings["kv_layout"]:
             raise self._refusal(point, env["reason"].format(**{**fields, "layout": settings["kv_layout"]}),
                                 env["fix"], self.where["kv_layout_env"])
-        ordered = {**{k: settings[k] for k in _SETTINGS_ORDER if k in settings}, **settings}
-        return HostDecision(built[0], ordered, sel)
+        ordered = {**{k: settings[k] for k in self.settings}, **settings}
+        return HostDecision(built, ordered, sel)
 
 
 def _names_problems(loaded, data: dict) -> list[Problem]:
@@ -175,14 +202,21 @@ def _names_problems(loaded, data: dict) -> list[Problem]:
                     at = path + ("when", name) + ((i,) if isinstance(want, list) else ())
                     problems.append(loaded.problem(at, "DSV601", f"{name} value {w.lstrip('!')!r} is not in the "
                                                                  f"translation's space ({', '.join(sorted(values_of(name)))})"))
+    def check_from(path, row):
+        if "from" in row and row["from"] not in space:
+            problems.append(loaded.problem(path + ("from",), "DSV601",
+                                           f"`from` names {row['from']!r}, which the translation's space does not "
+                                           f"declare (it has {', '.join(space)})"))
     for section in ("refuse", "backend", "kv_cache_dtype"):
         for i, row in enumerate(data[section]):
             check_when((section, i), row["when"])
+            check_from((section, i), row)
     for name, rows in data["extra"].items():
         for i, row in enumerate(rows):
             check_when(("extra", name, i), row["when"])
+            check_from(("extra", name, i), row)
     for i, row in enumerate(data["kv_cache_dtype"]):
-        for key in row["map"]:
+        for key in row.get("map", ()):
             if key not in values_of("kv_cache_dtype"):
                 problems.append(loaded.problem(("kv_cache_dtype", i, "map", key), "DSV601",
                                                f"kv_cache_dtype {key!r} is not in the translation's space", key=True))
@@ -213,14 +247,22 @@ def load(path: str, display: str | None = None) -> Translation:
     rows: dict[str, tuple[Row, ...]] = {}
     for section, payload in (("refuse", None), ("backend", "backend"), ("kv_cache_dtype", "map")):
         rows[section] = tuple(
-            Row(_norm(r["when"]), r if payload is None else r[payload], at((section, i)))
+            Row(_norm(r["when"]), r if payload is None else _payload(r, payload), at((section, i)))
             for i, r in enumerate(data[section]))
     for name, extra_rows in data["extra"].items():
-        rows["extra." + name] = tuple(Row(_norm(r["when"]), r["value"], at(("extra", name, i)))
+        rows["extra." + name] = tuple(Row(_norm(r["when"]), _payload(r, "value"), at(("extra", name, i)))
                                       for i, r in enumerate(extra_rows))
-    where = {k: at((k,)) for k in ("unbuildable", "kv_layout_env")}
+    where = {k: at((k,)) for k in ("unbuildable", "kv_layout_env") if k in data}
     return Translation(display, data, rows, where)
 
 
 def _norm(when: dict) -> dict[str, tuple[str, ...]]:
     return {k: tuple(v) if isinstance(v, list) else (v,) for k, v in when.items()}
+
+
+def _payload(row: dict, key: str) -> Any:
+    return From(row["from"]) if "from" in row else row[key]
+
+
+def _value(row: Row, point: dict) -> Any:
+    return point[row.value.input] if isinstance(row.value, From) else row.value

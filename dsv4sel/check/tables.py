@@ -179,10 +179,10 @@ def model_findings(ctx: CheckContext) -> Iterator[Finding]:
 
 def host_findings(ctx: CheckContext) -> Iterator[Finding]:
     """A warning (DSV412) for each backend table that selects on a platform a host serves
-    (:data:`dsv4sel.dsv4.profile.HOST_PLATFORMS`) with a rule naming no class for that host,
+    (:data:`dsv4sel.dsv4.host_registry.HOST_PLATFORMS`) with a rule naming no class for that host,
     in a rule set written for that host (some rule names it): the host's plugin refuses
     those selections, although ``check`` and ``test`` pass."""
-    from ..dsv4.profile import HOST_PLATFORMS
+    from ..dsv4.host_registry import HOST_PLATFORMS
 
     decl = ctx.program.inputs.get("platform")
     if decl is None:
@@ -225,7 +225,7 @@ def _hostless_finding(ctx: CheckContext, table, host: str, served: tuple[str, ..
                       platforms_declared: frozenset[str]) -> Finding | None:
     """The DSV412 warning for ``table`` and ``host``: its winning select rules that name no
     class for ``host`` on a platform of ``served``; None when every such rule names one."""
-    from ..dsv4.profile import HOST_NAMES
+    from ..dsv4.host_registry import HOST_NAMES
 
     won = ctx.flow.table_scan(table).won
     selecting = [rule for r, rule in enumerate(table.rules) if rule.outcome.kind == "select" and won[r]]

@@ -58,11 +58,3 @@ PROFILE = Profile(
     allowed_impl_modules=DEFAULT_ALLOWED_IMPL_MODULES,
     spellings=(("capability", _capability_spelling),),
 )
-
-#: The serving engines (hosts) whose dsv4sel plugin builds only the class a selection names
-#: under ``hosts:``, and the platforms each serves (vLLM 0.33: :mod:`dsv4sel.vllm_plugin`'s
-#: targets). ``dsv4sel check`` warns (DSV412) about a backend that selects on one of them but
-#: names no class for that host, in a rule set written for that host (one rule names it).
-HOST_PLATFORMS: dict[str, tuple[str, ...]] = {"vllm": ("cuda", "rocm", "cpu", "xpu")}
-#: How messages spell a host.
-HOST_NAMES: dict[str, str] = {"vllm": "vLLM"}

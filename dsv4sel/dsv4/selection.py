@@ -78,7 +78,7 @@ class Selection(SelectFields, Frozen):
     ``path`` lists every rule consulted, the default-backend rule first when one
     was used. ``hosts`` holds ``(host, "module:Class", versions)`` for each
     serving engine whose own class the rule names (see :mod:`dsv4sel.engine.hosts`);
-    ``host_settings`` ``(host, ((name, value), ...))`` for each host that must
+    ``host_settings`` ``(host, versions, ((name, value), ...))`` for each host entry that must
     also be told settings to build it (:meth:`settings_for`).
     """
 
@@ -105,7 +105,7 @@ class Selection(SelectFields, Frozen):
         return self.row.hosts
 
     @property
-    def host_settings(self) -> tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]:
+    def host_settings(self) -> tuple[tuple[str, str, tuple[tuple[str, Any], ...]], ...]:
         return self.row.host_settings
 
     @property
@@ -142,19 +142,30 @@ class Selection(SelectFields, Frozen):
         """True when the backend came from the default-backend decision."""
         return self.query.backend is None
 
-    def host_class(self, host: str) -> tuple[str, str] | None:
+    def host_class(self, host: str, version: str | None = None) -> tuple[str, str] | None:
         """``(class, versions)`` the rules name for ``host`` (a serving engine's
-        distribution name), or None when they name none. Never imported here:
-        the host's integration checks the version and imports it."""
-        for name, cls, versions in self.hosts:
-            if name == host:
-                return cls, versions
-        return None
+        distribution name) at release ``version``, or None when they name none for it.
+        Without ``version``: the entry of the newest release range the rules name. Never
+        imported here: the host's integration checks the version and imports it."""
+        entries = [(cls, versions) for name, cls, versions in self.hosts if name == host]
+        if version is not None:
+            from ..engine.hosts import version_matches
 
-    def settings_for(self, host: str) -> dict[str, str | int]:
-        """The settings the rules give ``host`` for this selection (``{}`` when none)."""
-        for name, pairs in self.host_settings:
-            if name == host:
+            return next((e for e in entries if version_matches(version, e[1])), None)
+        return _newest(entries)
+
+    def host_releases(self, host: str) -> tuple[str, ...]:
+        """The release ranges (version specs) the rules name a class for ``host`` in."""
+        return tuple(versions for name, _, versions in self.hosts if name == host)
+
+    def settings_for(self, host: str, version: str | None = None) -> dict[str, str | int]:
+        """The settings the rules give ``host`` for this selection at release ``version``
+        (``{}`` when none); without ``version``, those of the entry :meth:`host_class` picks."""
+        named = self.host_class(host, version)
+        if named is None:
+            return {}
+        for name, versions, pairs in self.host_settings:
+            if name == host and versions == named[1]:
                 return dict(pairs)
         return {}
 
@@ -246,3 +257,12 @@ def _read_from_row(name: str) -> property:
 for _name in PROFILE.field_names:
     if _name not in Selection.__dict__:
         setattr(Selection, _name, _read_from_row(_name))
+
+
+def _newest(entries: list[tuple[str, str]]) -> tuple[str, str] | None:
+    """The entry whose release range reaches highest (a spec without an upper bound first)."""
+    if len(entries) < 2:
+        return entries[0] if entries else None
+    from ..engine.hosts import upper_bound
+
+    return max(entries, key=lambda e: upper_bound(e[1]))

@@ -60,7 +60,7 @@ def select_row_type(fields: tuple[str, ...]) -> type[SelectRow]:
     on the path in order; ``path`` the indices of the rules consulted (the deciding rule last);
     ``hosts`` the serving engines' own classes, ``(host, "module:Class", versions)``
     (:mod:`dsv4sel.engine.hosts`); ``host_settings`` what a host must be told,
-    ``(host, ((name, value), ...))``.""")
+    ``(host, versions, ((name, value), ...))`` per host entry.""")
     return made
 
 
@@ -81,7 +81,7 @@ if TYPE_CHECKING:
         messages: tuple[tuple[str, str], ...]
         path: tuple[int, ...]
         hosts: tuple[tuple[str, str, str], ...]
-        host_settings: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
+        host_settings: tuple[tuple[str, str, tuple[tuple[str, Any], ...]], ...]
         _fields: tuple[str, ...]
 
         def _replace(self, **changes: Any) -> SelectRow: ...
@@ -371,6 +371,46 @@ class OutcomeTable:
             for start, length in spans:
                 found.update(ids[o + start:o + start + length].tolist())
         return found
+
+    def tally(self, key: tuple, vary: dict[int, tuple]) -> tuple[dict[int, int], dict[int, tuple], int]:
+        """Over ``key`` and every key that differs from it at the positions of ``vary``, each
+        to one of the (distinct) values given there: how many keys give each outcome index,
+        one such key per index, and how many of the keys lie outside the space. The counting
+        form of :meth:`around` (``dsv4sel check`` counts a host's space with it)."""
+        import collections
+        import math
+
+        allowed: dict[int, frozenset | None] = {position: frozenset(values) for position, values in vary.items()}
+        offsets = _steps(self._backends, (self._backend_at,), False, key, allowed)
+        spans = [(0, 1)]
+        for d, (at, fused, index) in enumerate(self._lookups):
+            steps = _steps(index, (at,) if fused is None else fused, fused is not None, key, allowed)
+            if d == self._contiguous:
+                spans = _spans(sorted(steps))
+            else:
+                offsets = [o + s for o in offsets for s in steps]
+        ids = self.ids
+        counts: collections.Counter = collections.Counter()
+        first: dict[int, int] = {}
+        for o in offsets:
+            for start, length in spans:
+                chunk = ids[o + start:o + start + length].tolist()
+                counts.update(chunk)
+                for value in set(chunk).difference(first):
+                    first[value] = o + start + chunk.index(value)
+        expected = math.prod(len(values) for values in vary.values())
+        return dict(counts), {i: self.key_at(o) for i, o in first.items()}, expected - sum(counts.values())
+
+    def key_at(self, offset: int) -> tuple:
+        """The key whose outcome sits at ``offset`` of the array (the inverse of :meth:`get`)."""
+        layout = self.layout
+        value_of: dict[str, Any] = {"backend": layout.backends[offset // layout.points]}
+        rest = offset % layout.points
+        for (names, values), stride in zip(layout.dims, layout.strides):
+            picked = values[(rest // stride) % len(values)]
+            for name, v in zip(names, picked):
+                value_of[name] = v
+        return tuple(value_of[name] for name in self.key_inputs)
 
     def __getitem__(self, key: tuple) -> int:
         value = self.get(key)

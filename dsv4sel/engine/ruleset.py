@@ -19,7 +19,7 @@ from .profile import Profile
 from .values import RuleRef, check_impl_allowed
 
 #: Version of the data ``dsv4sel.engine.lower.to_table`` writes and :class:`CompiledRules` reads.
-COMPILED_FORMAT = 4  # 4: the key order and select fields are stored, as the profile gave them
+COMPILED_FORMAT = 5  # 4: the key order and select fields are stored; 5: host settings per host entry (host, versions, pairs)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # importing typing costs ~5 ms; with postponed annotations it is not needed
@@ -63,8 +63,9 @@ def _rewrites_ok(rewrites: tuple, types: dict[str, type]) -> bool:
 
 def _hosts_ok(hosts: tuple, settings: tuple) -> bool:
     return (all(_host_ok(host) for host in hosts)
-            and all(type(host) is str and all(type(k) is str and type(v) in (str, int) for k, v in pairs)
-                    for host, pairs in settings))
+            and all(len(entry) == 3 and type(entry[0]) is str and type(entry[1]) is str
+                    and all(type(k) is str and type(v) in (str, int) for k, v in entry[2])
+                    for entry in settings))
 
 
 #: where each kind of stored outcome row holds its rule path (a select row's fields come first)
@@ -296,6 +297,13 @@ class CompiledRules:
         position = {name: i for i, name in enumerate(self.key_inputs)}
         return self._table.around(key, {position[name]: None if values is None else frozenset(values)
                                         for name, values in vary.items()})
+
+    def tally(self, key: tuple, **vary: tuple) -> tuple[dict[int, int], dict[int, tuple], int]:
+        """Over ``key`` and every key that differs from it in the inputs named in ``vary``, each
+        to one of the values given: ``({index into rows: how many keys}, {index: one such key},
+        how many keys lie outside the space)``. Counting many points without a lookup per point."""
+        position = {name: i for i, name in enumerate(self.key_inputs)}
+        return self._table.tally(key, {position[name]: tuple(values) for name, values in vary.items()})
 
     def row(self, key: tuple) -> Row | None:
         """The compiled outcome at ``key`` (see :meth:`index`)."""

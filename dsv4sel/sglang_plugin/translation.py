@@ -1,5 +1,5 @@
 """SGLang 0.5.23's vocabulary mapped onto the shipped rules: the data is
-``dsv4sel/sglang_plugin/sglang-0.5.23.yaml`` (a host translation, :mod:`dsv4sel.translation`).
+``dsv4sel/sglang_plugin/v0_5_23/sglang-0.5.23.yaml`` (a host translation, :mod:`dsv4sel.translation`).
 
 One SGLang input (a point of that file's ``space``: model, platform, capability,
 ``--dsv4-attn-backend``, ``--kv-cache-dtype``, ``SGLANG_DSV4_KV_LAYOUT``, the deployment and
@@ -13,23 +13,24 @@ never imports SGLang.
 from __future__ import annotations
 
 import functools
-import os
 
+from ..dsv4.host_registry import HOSTS
 from ..translation import HostDecision, Translation, load
 
 __all__ = ["FILE", "HOST", "VERSIONS", "HostDecision", "decide", "translation"]
 
-FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sglang-0.5.23.yaml")
 HOST = "sglang"
-#: the SGLang versions the plugin is written for (the translation file's ``versions``; the
-#: pyproject extra pins the same range)
-VERSIONS = ">=0.5.23,<0.5.24"
+_RELEASE = HOSTS[HOST].releases[-1]
+FILE = _RELEASE.translation_path
+#: the SGLang versions the plugin is written for (the host registry's; the translation file's
+#: ``versions`` and the pyproject extra say the same range)
+VERSIONS = HOSTS[HOST].supported
 
 
 @functools.lru_cache(maxsize=1)
 def translation() -> Translation:
     """The shipped SGLang translation, loaded and checked once (RuleError on a broken file)."""
-    t = load(FILE, "dsv4sel/sglang_plugin/sglang-0.5.23.yaml")
+    t = load(FILE, _RELEASE.display)
     if (t.host, t.versions) != (HOST, VERSIONS):
         raise ValueError(f"{t.file}: written for {t.host} {t.versions}, not {HOST} {VERSIONS}")
     return t

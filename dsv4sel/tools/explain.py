@@ -29,6 +29,7 @@ from ..dsv4.alternatives import Alternative, flag
 from ..record import Frozen
 from ..dsv4.rules import Rejection, RuleSet
 from ..engine.artifact import Row
+from ..engine.hosts import hosts_dict
 from ..engine.values import Message, RuleRef
 from ..dsv4.selection import Query, Selection
 
@@ -223,9 +224,7 @@ def _selection_dict(sel: Selection | None) -> dict[str, Any] | None:
     return {
         **sel.fields(),
         "is_default": sel.is_default,
-        "hosts": {host: {"class": cls, "versions": versions,
-                         **({"settings": sel.settings_for(host)} if sel.settings_for(host) else {})}
-                  for host, cls, versions in sel.hosts},
+        "hosts": hosts_dict(sel.hosts, sel.host_settings),
     }
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from . import probe
 from ..engine.artifact import Row as OutcomeRow
 from ..engine.families import compact
+from ..engine.hosts import hosts_dict
 from ..record import Frozen
 from ..dsv4.rules import RuleSet
 from ..dsv4.selection import Query
@@ -66,7 +67,7 @@ class Row(Frozen):
     impl: str
     notes: tuple[int, ...]
     hosts: tuple[tuple[str, str, str], ...]
-    host_settings: tuple[tuple[str, tuple[tuple[str, str | int], ...]], ...]
+    host_settings: tuple[tuple[str, str, tuple[tuple[str, str | int], ...]], ...]
 
 
 class Unsupported(Frozen):
@@ -104,9 +105,7 @@ class Matrix(Frozen):
                 "kv_cache_dtypes": list(r.kv_cache_dtypes), "layout": r.layout, "cache_dtype": r.cache_dtype,
                 "torch_dtype": r.torch_dtype, "bytes_per_token": r.bytes_per_token, "block_size": r.block_size,
                 "default": r.default, "impl": r.impl, "notes": list(r.notes),
-                "hosts": {h: {"class": c, "versions": v,
-                              **({"settings": dict(dict(r.host_settings)[h])} if h in dict(r.host_settings) else {})}
-                          for h, c, v in r.hosts},
+                "hosts": hosts_dict(r.hosts, r.host_settings),
             } for r in self.rows],
             "notes": list(self.notes),
             "unsupported": [{

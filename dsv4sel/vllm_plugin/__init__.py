@@ -1,8 +1,15 @@
-"""dsv4sel as a vLLM plugin: vLLM 0.33's DeepSeek-V4 / V4.1 attention selection, decided by the rules.
+"""dsv4sel as a vLLM plugin: vLLM's DeepSeek-V4 / V4.1 attention selection, decided by the rules.
 
 Installed with ``pip install 'dsv4sel[vllm]'``; vLLM runs :func:`register` in every engine and
 worker process (entry point ``dsv4sel`` in the group ``vllm.general_plugins``): with
 ``VLLM_PLUGINS`` unset it loads every installed plugin, so installed means active.
+
+One package serves every vLLM release of the host registry (:mod:`dsv4sel.dsv4.host_registry`):
+:func:`install` reads the installed vLLM's version and wires that release's folder (``v0_33/``,
+``v0_34/``: the functions replaced, the modules a class may come from, the classes vLLM
+hard-codes, the helpers read; :func:`release`); the config is read into a point of the release's
+host translation (``vllm-0.3x.yaml`` in that folder, proven complete by ``dsv4sel check``), which
+gives the rules' query. What follows holds for every release.
 
 The decision is taken when vLLM validates its configuration: the current platform's
 ``check_and_update_config`` (which ``VllmConfig.__post_init__`` calls) is wrapped, and for a
@@ -12,22 +19,23 @@ decision is logged once, with the path of deciding rules and the ``dsv4sel expla
 ``AttentionConfig.__post_init__`` is wrapped to keep the backend name the user gave (vLLM erases
 the MiniMax aliases ``CUTLASS_MSA`` / ``TRITON_MSA``), so an explicit backend is always decided.
 
-vLLM 0.33 then builds the layer through module globals looked up at call time (nothing imports
+vLLM then builds the layer through module globals looked up at call time (nothing imports
 them by name), and those are replaced too, deciding the same input again (memoized):
 
 * ``_select_dsv4_attn_cls(vllm_config)`` in ``deepseek_v4/nvidia/model.py``,
   ``deepseek_v41/nvidia/model.py`` and ``deepseek_v41/amd/model.py`` returns the vLLM layer class
-  the deciding rule names (``hosts: vllm``), imported only from :data:`HOST_MODULES`;
+  the deciding rule names for the installed release (``hosts: vllm``), imported only from the
+  release's ``HOST_MODULES``;
 * ``_resolve_dsv4_kv_cache_dtype(layout_flag, kv_cache_dtype, cache_config, ...)`` in
   ``deepseek_v4/attention.py`` and ``deepseek_v41/attention.py`` applies the rewrites to
   ``cache_config`` all or nothing and returns the Selection's cache dtype and torch dtype; it
   refuses a layer whose class or layout flag is not the one the rules name.
 
-AMD, CPU and XPU DeepSeek-V4.0 hard-code their layer class (:data:`HARDCODED`): the config-time
+AMD, CPU and XPU DeepSeek-V4.0 hard-code their layer class (the release's ``HARDCODED``): the config-time
 decision checks that the rules name exactly it.
 
 Loading never stops vLLM for what the plugin does not decide: with no platform, a vLLM version
-it is not written for (:data:`SUPPORTED`) or a broken vLLM it patches nothing and logs one line,
+it is not written for (:data:`SUPPORTED`, the registry's releases) or a broken vLLM it patches nothing and logs one line,
 unless the user named it in ``VLLM_PLUGINS``; then that is one :class:`PluginError`. Every
 target is looked up and checked before the first one is replaced, so it never half-patches.
 """
@@ -40,28 +48,17 @@ import os
 import types
 from typing import Any
 
-from ..engine.hosts import version_matches
+from ..dsv4.host_registry import HOSTS
 
 # the plugin's parts, one job each; their public names are this package's API
 from .decision import decide_config, decision_line, host_class
-from .reading import _platform, decide, model_of, query_of
+from .reading import _platform, decide, host_point, model_of, query_of
 from .state import _lock, _logged, _say_once, _startup, _state, logger
-from .targets import (
-    _TARGETS,
-    HARDCODED,
-    HOST,
-    HOST_MODULES,
-    MODEL_PACKAGES,
-    REQUESTED,
-    SUPPORTED,
-)
+from .targets import HOST, REQUESTED, SUPPORTED, release
 from .wrappers import _make_config_hook, _make_post_init, _make_resolve, _make_select
 
 __all__ = [
-    "HARDCODED",
     "HOST",
-    "HOST_MODULES",
-    "MODEL_PACKAGES",
     "REQUESTED",
     "SUPPORTED",
     "PluginError",
@@ -69,11 +66,13 @@ __all__ = [
     "decide_config",
     "decision_line",
     "host_class",
+    "host_point",
     "install",
     "logger",
     "model_of",
     "query_of",
     "register",
+    "release",
     "requested",
     "uninstall",
 ]
@@ -135,7 +134,8 @@ def install(rules: Any = None) -> list[tuple[str, str]]:
                               f"{_one_line(exc)}); it patched nothing") from exc
         if plan is None:
             return []
-        version, platform, found = plan
+        version, platform, found, wired = plan
+        _state["release"] = wired
         for owner, attr, _original, wrapper in found:
             setattr(owner, attr, wrapper)  # setattr on a module or class does not fail
         patched = [(owner, attr, original) for owner, attr, original, _ in found]
@@ -154,9 +154,9 @@ def _name(owner: Any) -> str:
     return owner.__name__ if isinstance(owner, types.ModuleType) else f"{owner.__module__}.{owner.__qualname__}"
 
 
-def _plan() -> tuple[str, str, list[tuple[Any, str, Any, Any]]] | None:
-    """``(version, platform, [(owner, attribute, original, wrapper)])`` or None (no platform).
-    Looks every target up and checks its signature before anything is replaced."""
+def _plan() -> tuple[str, str, list[tuple[Any, str, Any, Any]], types.ModuleType] | None:
+    """``(version, platform, [(owner, attribute, original, wrapper)], release folder)`` or None (no
+    platform). Looks every target up and checks its signature before anything is replaced."""
     import importlib
 
     import vllm
@@ -166,15 +166,16 @@ def _plan() -> tuple[str, str, list[tuple[Any, str, Any, Any]]] | None:
         raise PluginError(f"dsv4sel's vLLM plugin cannot tell this vLLM's version (vllm.__version__ is "
                           f"{type(version).__name__}); it patched nothing")
     try:
-        supported = version_matches(version, SUPPORTED)
+        found_release = HOSTS[HOST].release_for(version)
     except (TypeError, ValueError):
-        supported = False
-    if not supported:
+        found_release = None
+    if found_release is None:
         raise PluginError(
             f"dsv4sel's vLLM plugin is written for vllm {SUPPORTED} and this is vllm {version}; it patched "
             f"nothing. Install a vLLM in that range or a dsv4sel release written for vllm {version}")
+    wired = importlib.import_module(found_release.package)
     platform = _platform()
-    targets = _TARGETS.get(platform)
+    targets = wired.TARGETS.get(platform)
     if targets is None:
         _startup(f"dsv4sel: vLLM found no platform dsv4sel decides for ({platform}); DeepSeek-V4 "
                  "attention selection stays vLLM's own, nothing was patched")
@@ -202,7 +203,7 @@ def _plan() -> tuple[str, str, list[tuple[Any, str, Any, Any]]] | None:
     _expect(f"{platform_cls.__qualname__}.check_and_update_config", hook, ("vllm_config",), version)
     raw = inspect.getattr_static(platform_cls, "check_and_update_config")
     found.append((platform_cls, "check_and_update_config", raw, _make_config_hook(hook)))
-    return version, platform, found
+    return version, platform, found, wired
 
 
 def _expect(where: str, original: Any, params: tuple[str, ...], version: str) -> None:
@@ -224,6 +225,7 @@ def uninstall() -> None:
             setattr(owner, attr, original)
         _state["patched"] = None
         _state["rules"] = None
+        _state["release"] = None
         _logged.clear()
 
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..engine.hosts import version_matches
 from ..errors import SelectionError
 from .reading import _rules, model_of, query_of
 from .state import _flush_startup, _say_once
-from .targets import HARDCODED, HOST, HOST_MODULES
+from .targets import HOST, release
 
 
 def _explain_hint(sel_or_query: dict) -> str:
@@ -29,27 +28,29 @@ def _explain_hint(sel_or_query: dict) -> str:
 
 
 def host_class(selection) -> type:
-    """Import the vLLM layer class the deciding rule names for this vLLM."""
+    """Import the vLLM layer class the deciding rule names for the installed vLLM release."""
     import importlib
 
     import vllm
 
-    named = selection.host_class(HOST)
-    if named is None:
+    if not selection.host_releases(HOST):
         raise SelectionError(
             f"rule {selection.rule.id} ({selection.rule.location}) selects {selection.backend} but names "
             "no vLLM layer class (hosts: vllm); vLLM cannot build it", rule=selection.rule,
             query=selection.query, path=selection.path)
-    cls_path, versions = named
-    if not version_matches(vllm.__version__, versions):
+    named = selection.host_class(HOST, vllm.__version__)
+    if named is None:
         raise SelectionError(
-            f"rule {selection.rule.id} ({selection.rule.location}) names {cls_path} for vllm {versions}, "
-            f"not for vllm {vllm.__version__}", rule=selection.rule, query=selection.query, path=selection.path)
+            f"rule {selection.rule.id} ({selection.rule.location}) names a vLLM class for vllm "
+            f"{' or '.join(selection.host_releases(HOST))}, not for vllm {vllm.__version__}",
+            rule=selection.rule, query=selection.query, path=selection.path)
+    cls_path, _versions = named
     module_name, _, attr = cls_path.partition(":")
-    if module_name not in HOST_MODULES:
+    host_modules = release().HOST_MODULES
+    if module_name not in host_modules:
         raise SelectionError(
             f"rule {selection.rule.id} ({selection.rule.location}) names the vLLM class {cls_path}, which is "
-            f"not in one of vLLM's DeepSeek-V4 attention modules ({', '.join(sorted(HOST_MODULES))}); "
+            f"not in one of vLLM's DeepSeek-V4 attention modules ({', '.join(sorted(host_modules))}); "
             "dsv4sel imports no other module", rule=selection.rule, query=selection.query, path=selection.path)
     cls = getattr(importlib.import_module(module_name), attr, None)
     if not isinstance(cls, type):
@@ -102,10 +103,12 @@ def decide_config(vllm_config: Any):
     query = query_of(vllm_config, model)
     selection = _rules().select(**query)
     cls = host_class(selection)
-    fixed = HARDCODED.get((model, query["platform"]))
+    fixed = release().HARDCODED.get((model, query["platform"]))
     if fixed is not None and f"{cls.__module__}:{cls.__qualname__}" != fixed:
+        import vllm
+
         raise SelectionError(
-            f"vLLM 0.33 builds {fixed.replace(':', '.')} for {model} on {query['platform']} whatever is "
+            f"vLLM {vllm.__version__} builds {fixed.replace(':', '.')} for {model} on {query['platform']} whatever is "
             f"selected, but {selection.rule.id} ({selection.rule.location}) names {cls.__qualname__}; "
             "the rules for this platform must name vLLM's class", rule=selection.rule, query=selection.query,
             path=selection.path)

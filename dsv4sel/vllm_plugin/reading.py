@@ -1,15 +1,22 @@
-"""Reading a vLLM 0.33 config as a dsv4sel query: the platform and its capability, the backend the
-user named, the cache dtype, the model family and the inputs the rules declare (mega-attention,
-prefill context parallelism, FlashInfer's SM120 specialization), each asked with vLLM's own code."""
+"""Reading a vLLM config as a dsv4sel query, in two steps.
+
+1. :func:`host_point`: the config as a point of the wired release's host translation
+   (``vllm-0.3x.yaml``): the platform and its capability, the backend the user named, the cache
+   dtype, the model family, LoRA, prefill context parallelism, and what vLLM's own code answers
+   about mega-attention and FlashInfer's SM120 specialization.
+2. :func:`query_of`: the translation turns the point into the rules' query (as data, proven
+   complete over vLLM's space by ``dsv4sel check``).
+"""
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
 from ..errors import SelectionError
 from .state import _state
-from .targets import MODEL_PACKAGES, REQUESTED
+from .targets import REQUESTED, release
 
 
 def _platform() -> str:
@@ -67,7 +74,7 @@ def _flashinfer_sm120(vllm_config: Any, model: str, platform: str, capability: s
     hf = getattr(hf, "text_config", hf)
     tp = getattr(getattr(vllm_config, "parallel_config", None), "tensor_parallel_size", 1) or 1
     padded = layer_module.DeepseekV4FlashInferSM120Attention.get_padded_num_q_heads(hf.num_attention_heads // tp)
-    top_k = layer_module._required_sm120_sparse_topk(vllm_config, hf.sliding_window)
+    top_k = getattr(layer_module, release().SM120_TOPK)(vllm_config, hf.sliding_window)
     return "available" if flashinfer.has_flashinfer_sparse_mla_sm120_config(padded, top_k) else "missing"
 
 
@@ -80,39 +87,64 @@ def _rules():
     return rules
 
 
-def query_of(vllm_config: Any, model: str, kv_cache_dtype: str | None = None) -> dict[str, Any]:
-    """The dsv4sel query for a vLLM config: keyword arguments of ``RuleSet.select``."""
+def _int_setting(vllm_config: Any, name: str) -> int:
+    """``parallel_config.<name>`` as an int (None reads as 1); anything else is one SelectionError
+    (a string "2" would otherwise compare as a TypeError deep in the query)."""
+    value = getattr(getattr(vllm_config, "parallel_config", None), name, 1)
+    if value is None:
+        return 1
+    if type(value) is not int:
+        raise SelectionError(f"dsv4sel: parallel_config.{name} is {value!r} ({type(value).__name__}); it must be "
+                             "an int (vLLM's --" + name.replace("_", "-") + ")")
+    return value
+
+
+def host_point(vllm_config: Any, model: str, kv_cache_dtype: str | None = None) -> dict[str, str]:
+    """The config as a point of the wired release's host translation (its ``space``), each value
+    asked with vLLM's own code."""
     platform = _platform()
     attention = getattr(vllm_config, "attention_config", None)
     # the name the user gave, before AttentionConfig erased a MiniMax alias (CUTLASS_MSA...)
     backend = getattr(attention, REQUESTED, None) or getattr(attention, "backend", None)
     if kv_cache_dtype is None:
         kv_cache_dtype = getattr(getattr(vllm_config, "cache_config", None), "cache_dtype", None) or "auto"
-    extra: dict[str, str] = {}
-    rules = _rules()
-    if "mega_attn" in rules.extra_inputs:
-        extra["mega_attn"] = _mega_attn(vllm_config, model, platform)
     capability = _capability(platform)
-    if "flashinfer_sm120" in rules.extra_inputs:
-        extra["flashinfer_sm120"] = _flashinfer_sm120(vllm_config, model, platform, capability)
-    pcp = getattr(getattr(vllm_config, "parallel_config", None), "prefill_context_parallel_size", 1)
-    if pcp is None:
-        pcp = 1
-    if type(pcp) is not int:  # a string "2" would compare as TypeError deep in the query
-        raise SelectionError(
-            f"dsv4sel: parallel_config.prefill_context_parallel_size is {pcp!r} ({type(pcp).__name__}); "
-            "it must be an int (vLLM's --prefill-context-parallel-size)")
-    if "prefill_context_parallel" in rules.extra_inputs:
-        # declared per model: vLLM 0.33 decides on it for V4.1 only (V4.0 has just "off")
-        on = pcp > 1 and "on" in rules.values("prefill_context_parallel", model)
-        extra["prefill_context_parallel"] = "on" if on else "off"
-    elif pcp > 1 and model == "deepseek_v4_1":
-        raise SelectionError(
-            "DeepSeek-V4.1 with prefill context parallelism: vLLM 0.33 decides on it, but these rules "
-            "declare no prefill_context_parallel input, so dsv4sel cannot decide it")
-    return {"platform": platform, "capability": capability,
-            "backend": getattr(backend, "name", backend), "kv_cache_dtype": str(kv_cache_dtype),
-            "model": model, "extra": extra}
+    pcp = _int_setting(vllm_config, "prefill_context_parallel_size")
+    point = {"model": model, "platform": platform, "capability": capability or "unknown",
+             "attention_backend": str(getattr(backend, "name", backend) or "unset"),
+             "kv_cache_dtype": str(kv_cache_dtype),
+             "lora": "on" if getattr(vllm_config, "lora_config", None) is not None else "off",
+             "prefill_context_parallel": "on" if pcp > 1 else "off"}
+    if platform == "cuda":
+        point["mega_attn"] = _mega_attn(vllm_config, model, platform)
+        point["flashinfer_sm120"] = _flashinfer_sm120(vllm_config, model, platform, capability)
+    return point
+
+
+def translation():
+    """The wired release's host translation (loaded and checked once per release)."""
+    return _translation(release().__name__)
+
+
+@functools.lru_cache(maxsize=None)
+def _translation(package: str):
+    from ..dsv4.host_registry import HOSTS
+    from ..translation import load
+
+    found = next(r for r in HOSTS["vllm"].releases if r.package == package)
+    return load(found.translation_path, found.display)
+
+
+def query_of(vllm_config: Any, model: str, kv_cache_dtype: str | None = None) -> dict[str, Any]:
+    """The dsv4sel query for a vLLM config: keyword arguments of ``RuleSet.select`` (a refusing
+    translation row raises its SelectionError)."""
+    point = host_point(vllm_config, model, kv_cache_dtype)
+    t = translation()
+    t.refuse_point(point)
+    query = t.query(point)
+    if query["capability"] == "unknown" and point["capability"] == "unknown":
+        query["capability"] = None  # vLLM could not read it: the rules' own word for that
+    return query
 
 
 def decide(vllm_config: Any, model: str, kv_cache_dtype: str | None = None):
@@ -130,7 +162,7 @@ def model_of(vllm_config: Any) -> str | None:
 
     for arch in getattr(model_config, "architectures", None) or ():
         registered = ModelRegistry.models.get(arch)
-        family = MODEL_PACKAGES.get(str(getattr(registered, "module_name", "")))
+        family = release().MODEL_PACKAGES.get(str(getattr(registered, "module_name", "")))
         if family is not None:
             return family
     return None

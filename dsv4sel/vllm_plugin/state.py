@@ -12,9 +12,10 @@ from typing import Any
 #: shows in ``vllm serve``. As a child it takes vLLM's handler, format and VLLM_LOGGING_LEVEL.
 logger = logging.getLogger("vllm.dsv4sel")
 #: ``patched``: what install() replaced (None: nothing); ``rules``: the RuleSet decided with;
-#: ``startup``: the start-up line, held until vLLM has configured its logging.
+#: ``release``: the release folder install() wired (None: not installed); ``startup``: the
+#: start-up line, held until vLLM has configured its logging.
 _lock = threading.RLock()
-_state: dict[str, Any] = {"patched": None, "rules": None}
+_state: dict[str, Any] = {"patched": None, "rules": None, "release": None}
 _logged: set[str] = set()
 
 

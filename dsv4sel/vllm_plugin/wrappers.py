@@ -82,7 +82,7 @@ def _make_resolve(model: str, original: Callable) -> Callable:
             raise SelectionError(
                 f"vLLM is building {type(layer).__qualname__}, but {selection.rule.id} "
                 f"({selection.rule.location}) names {cls.__qualname__} for this config; "
-                "vLLM 0.33 hard-codes this platform's class, so the rules must name it",
+                "vLLM hard-codes this platform's class, so the rules must name it",
                 rule=selection.rule, query=selection.query, path=selection.path)
         packed = selection.torch_dtype_name == "uint8"
         if bool(use_fp8_ds_mla_layout) != packed:

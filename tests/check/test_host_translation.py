@@ -3,6 +3,7 @@ the shipped SGLang translation decides every input of its space once, and a brok
 is a coded problem or finding at its file:line. Needs no SGLang."""
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 import dsv4sel
 from dsv4sel.check.host_spaces import check_translation
+from dsv4sel.dsv4.host_registry import HOSTS
 from dsv4sel.errors import RuleError
 from dsv4sel.sglang_plugin.translation import FILE
 from dsv4sel.translation import load
@@ -30,17 +32,58 @@ def _line_of(text: str, needle: str) -> int:
     return text.splitlines().index(next(line for line in text.splitlines() if needle in line)) + 1
 
 
-def test_dsv4sel_check_proves_the_sglang_space_decided():
+def test_dsv4sel_check_proves_every_host_release_space_decided():
     from _cli import run
 
     result = run("check", "--format", "json")
     report = json.loads(result.out)
     assert result.rc == 0 and report["ok"], report["findings"][:3]
-    (host,) = report["hosts"]
-    assert host["host"] == "sglang" and host["file"] == "dsv4sel/sglang_plugin/sglang-0.5.23.yaml"
+    hosts = {(h["host"], h["file"]): h for h in report["hosts"]}
+    assert set(hosts) == {(host.name, release.display) for host in HOSTS.values() for release in host.releases}
+    sglang = hosts["sglang", "dsv4sel/sglang_plugin/v0_5_23/sglang-0.5.23.yaml"]
     # the host space of tests/sglang523 (what the real SGLang is asked about), all decided
-    assert host["inputs"] == 20_480 + 23_040 == host["selected"] + host["refused"]
-    assert host["selected"] > 0
+    assert sglang["inputs"] == 20_480 + 23_040 == sglang["selected"] + sglang["refused"]
+    # vLLM's: every enum member of the release (0.34 adds two) and no backend, its 22 cache dtypes,
+    # LoRA and prefill context parallelism, the two hardware answers on CUDA; every selection names
+    # a vLLM class for that release
+    for file, backends in (("dsv4sel/vllm_plugin/v0_33/vllm-0.33.yaml", 51),
+                           ("dsv4sel/vllm_plugin/v0_34/vllm-0.34.yaml", 53)):
+        vllm = hosts["vllm", file]
+        assert vllm["inputs"] == 2 * (13 * 4 + 8 + 1 + 1) * backends * 22 * 4 == vllm["selected"] + vllm["refused"]
+        assert vllm["selected"] > 0
+
+
+def test_the_grouped_host_walk_counts_as_the_input_by_input_walk():
+    """check's host stage groups a host space by the inputs the translation looks at; on the SGLang
+    space (where most groups are single inputs) and on vLLM 0.34's (large groups) it must count
+    exactly what deciding every input on its own counts."""
+    import dsv4sel
+    from dsv4sel.check.host_spaces import _Walk, check_translation, shipped_translations
+
+    rules = dsv4sel.default_rules()
+    translations = {t.file.rsplit("/", 1)[1]: t for t in shipped_translations()}
+    vllm = copy.copy(translations["vllm-0.34.yaml"])  # a slice of its space, so the input-by-input walk stays short
+    vllm.space = {**vllm.space, "capability": {**vllm.space["capability"], "cuda": ["9.0", "10.0", "12.0", "unknown"]},
+                  "attention_backend": ["unset", "FLASHMLA_SPARSE_DSV41", "FLASHMLA_MEGA_ATTN_DSV41", "FLASHINFER_TS",
+                                        "FLASHINFER_MLA_SPARSE_DSV4", "ROCM_FLASHMLA_SPARSE_DSV41"],
+                  "kv_cache_dtype": ["auto", "fp8", "bfloat16", "nvfp4_ds_mla", "fp8_ds_mla"]}
+    for translation in (translations["sglang-0.5.23.yaml"], vllm):
+        grouped, _ = check_translation(translation, rules)
+        one = _Walk(translation, rules)
+        for point in translation.points():
+            one._one(point)
+        assert grouped.selected > 0 and grouped.refused > 0
+        assert (grouped.inputs, grouped.selected, grouped.refused) == (one.inputs, one.selected, one.refused)
+        assert one.used == _walked(translation, rules).used, "rows and rules counted as used"
+
+
+def _walked(translation, rules):
+    from dsv4sel.check.host_spaces import _Walk
+
+    walk = _Walk(translation, rules)
+    for partial, free in walk.partials():
+        walk.decide_group(partial, free)
+    return walk
 
 
 def test_a_name_outside_the_space_is_located(tmp_path):

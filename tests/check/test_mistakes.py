@@ -71,11 +71,13 @@ def test_a_select_rule_without_a_vllm_class_is_named(tmp_path):
     assert "but its rule my-fp8 names no vLLM class (`hosts: vllm`); the vLLM plugin refuses every such selection" in line
 
 
-def test_the_platforms_held_to_vllm_are_those_the_plugin_patches():
-    from dsv4sel.dsv4.profile import HOST_PLATFORMS
-    from dsv4sel.vllm_plugin import _TARGETS
+def test_the_platforms_held_to_vllm_are_those_the_plugin_patches_in_every_release():
+    import importlib
 
-    assert set(HOST_PLATFORMS["vllm"]) == set(_TARGETS)
+    from dsv4sel.dsv4.host_registry import HOST_PLATFORMS, HOSTS
+
+    for release in HOSTS["vllm"].releases:
+        assert set(HOST_PLATFORMS["vllm"]) == set(importlib.import_module(release.package).TARGETS), release
 
 
 def test_a_rule_set_that_names_no_vllm_class_is_not_held_to_vllm():

@@ -30,14 +30,14 @@ def test_version_matches(version, spec, ok):
 @pytest.mark.parametrize("spec", ["0.33", ">=0.33,<", "~=0.33", ">=0.33.*"])
 def test_bad_version_specs_raise(spec):
     with pytest.raises(ValueError):
-        hosts.parse_versions(spec)
+        hosts.specifier(spec)
 
 
 def test_shipped_selections_name_vllm_classes():
     sel = dsv4sel.select(platform="cuda", capability="12.0", kv_cache_dtype="fp8")
     cls, versions = sel.host_class("vllm")
     assert cls == "vllm.models.deepseek_v4.nvidia.flashinfer_sparse:DeepseekV4FlashInferSM120Attention"
-    assert versions == ">=0.33.0,<0.34"
+    assert versions == ">=0.33.0,<0.35"
     sel10 = dsv4sel.select(platform="cuda", capability="10.0", kv_cache_dtype="auto",
                            backend="FLASHINFER_MLA_SPARSE_DSV4")
     assert sel10.host_class("vllm")[0].endswith(":DeepseekV4FlashInferMLAAttention")
@@ -84,8 +84,8 @@ def fake_vllm(monkeypatch):
 def test_plugin_refuses_another_vllm_version_and_patches_nothing(fake_vllm):
     from dsv4sel import vllm_plugin
 
-    fake_vllm.__version__ = "0.34.0"
-    with pytest.raises(vllm_plugin.PluginError, match="written for vllm >=0.33.0,<0.34 and this is vllm 0.34.0"):
+    fake_vllm.__version__ = "0.35.0"
+    with pytest.raises(vllm_plugin.PluginError, match="written for vllm >=0.33.0,<0.35 and this is vllm 0.35.0"):
         vllm_plugin.install()
     assert vllm_plugin._state["patched"] is None
 

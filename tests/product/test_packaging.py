@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from dsv4sel.dsv4.host_registry import HOSTS
+
 from _repo import REPO
 
 ROOT = Path(REPO)
@@ -51,10 +53,13 @@ def test_the_wheel_holds_every_package_the_rules_the_schema_and_the_license(dist
     shipped = sorted(str(p.relative_to(ROOT / "rules")) for p in (ROOT / "rules").rglob("*.yaml"))
     assert sorted(n[len("dsv4sel/rules/"):] for n in names
                   if n.startswith("dsv4sel/rules/") and n.endswith(".yaml")) == shipped
-    assert "dsv4sel/vllm_plugin/__init__.py" in names
-    assert any(n.startswith("dsv4sel/rules/compat/vllm-0.33/") for n in names)
     entry_points = next(zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith("entry_points.txt"))
-    assert "[vllm.general_plugins]" in entry_points and "dsv4sel = dsv4sel.vllm_plugin:register" in entry_points
+    for host in HOSTS.values():  # every host's plugin, entry point and release folders, as the registry names them
+        assert f"{host.plugin.replace('.', '/')}/__init__.py" in names
+        assert f"[{host.group}]" in entry_points and f"dsv4sel = {host.target}" in entry_points
+        for release in host.releases:
+            assert f"{release.package.replace('.', '/')}/__init__.py" in names, release
+            assert release.display in names, release
     assert "dsv4sel/schema/rules.schema.json" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert not any(n.startswith(("kernels/", "rules/", "tests/")) for n in names)

@@ -37,7 +37,7 @@ def test_changes_are_grouped_into_cubes_with_both_outcomes(edited_rules):
     out = result.stdout
     assert "184 of " in out.splitlines()[0]
     assert ("model=deepseek_v4 platform=cuda capability=12.x backend=<none> "
-            "kv_cache_dtype=auto,fp8,fp8_e4m3 prefill_context_parallel=off flashinfer_sm120=available\n") in out
+            "kv_cache_dtype=auto,fp8,fp8_e4m3 prefill_context_parallel=off lora=off flashinfer_sm120=available\n") in out
     assert "mega_attn" not in out  # every value: left out of the cube
     assert "old: select FLASHINFER_MLA_SPARSE_DSV4 layout=fp8_ds_mla" in out
     assert "new: reject (FLASHMLA_SPARSE_DSV4): FlashMLA's sparse kernels are built for SM90 and SM100 only" in out

@@ -40,8 +40,8 @@ def text(report) -> str:
     if report.coverage is not None:
         lines += _coverage_lines(report.coverage)
     for h in report.hosts:  # dsv4sel.check.host_spaces
-        lines += [f"host {h.host}: {h.inputs} inputs of its space ({h.file}): select {h.selected} with a class "
-                  f"and settings, refuse {h.refused}", ""]
+        lines += [f"host {h.host}: {h.inputs} inputs of its space ({h.file}): select {h.selected} (each with "
+                  f"the host's class for this release), refuse {h.refused}", ""]
     lines += _verdict_lines(report)
     return "\n".join(lines) + "\n"
 

@@ -8,6 +8,7 @@ alternatives. ``--json`` is the explanation's own ``as_dict()``.
 
 from __future__ import annotations
 
+from ...engine.hosts import described
 from ...dsv4.alternatives import flag
 from .text import Style, align, location, where
 
@@ -56,8 +57,9 @@ def _selection_lines(ex, style: Style) -> list[str]:
         ["impl", s.impl], ["layout", s.layout], ["cache dtype", s.cache_dtype],
         ["torch dtype", s.torch_dtype_name], ["bytes per token", str(s.bytes_per_token)],
         ["block size", str(s.block_size)],
-        *[[f"{host} class", f"{cls} ({host} {versions})"] for host, cls, versions in s.hosts],
-        *[[f"{host} settings", ", ".join(f"{k} {v}" for k, v in pairs)] for host, pairs in s.host_settings],
+        *[row for host, cls, versions, told in described(s.hosts, s.host_settings)
+          for row in ([[f"{host} class", f"{cls} ({host} {versions})"]]
+                      + ([[f"{host} settings", ", ".join(f"{k} {v}" for k, v in told.items())]] if told else []))],
         ["decided by", f"{s.rule.id}  " + style.cyan(location(s.rule)) + _pack(s.rule)],
     ] + ([["why", ex.description]] if ex.description else []), style)
     return lines

@@ -14,6 +14,7 @@ printed by :func:`dsv4sel.cli.render.data.document`.
 
 from __future__ import annotations
 
+from ...engine.hosts import described
 from .text import location
 
 CHECK_COMMAND = "dsv4sel table --format md --check docs/backends.md"
@@ -82,9 +83,8 @@ def _host_class_section(matrix) -> list[str]:
     """The class each serving engine builds per selection, with its settings when any host has some."""
     hosted: dict[tuple, list[str]] = {}
     for r in matrix.rows:
-        settings = dict(r.host_settings)
-        for host, cls, versions in r.hosts:
-            told = ", ".join(f"{k} {v}" for k, v in settings.get(host, ()))
+        for host, cls, versions, settings in described(r.hosts, r.host_settings):
+            told = ", ".join(f"{k} {v}" for k, v in settings.items())
             hosted.setdefault((host, r.model, r.backend, r.platform, r.label, cls, versions, told), [])
     if not hosted:
         return []

@@ -140,7 +140,7 @@ def _break(kind):
         "version is bytes": version(b"0.33.0"),
         "version is a list": version(["0", "33"]),
         "version is not a version": version("banana"),
-        "version is another release": version("0.34.0"),
+        "version is another release": version("0.35.0"),
         "no version": lambda m, mp: delattr(m["vllm"], "__version__"),
         "no vllm.platforms": lambda m, mp: mp.setitem(sys.modules, "vllm.platforms", None),
         "current_platform raises": lambda m, mp: mp.setitem(sys.modules, "vllm.platforms",
