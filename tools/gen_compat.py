@@ -5,9 +5,10 @@
     python3 tools/gen_compat.py --host vllm --version 0.34.0 --check  # exit 1 when it is stale
     python3 tools/gen_compat.py --all [--check]                       # every release
 
-A compat set states, as rules, what that release itself decides for DeepSeek-V4. What each
-release decides lives in its own module, tools/compat/<host>_<release>.py (tools/compat/__init__.py
-lists them and states their contract); this driver is the same for all: it writes the files the
+A compat set states, as rules, what that release itself decides for DeepSeek-V4. The releases
+are the host registry's (dsv4sel/dsv4/host_registry.py); what each one decides lives in its own
+module, tools/compat/<host>_<release>.py (tools/compat/__init__.py states their contract); this
+driver is the same for all: it writes the files the
 module builds, removes generated files the module no longer builds, and with ``--check`` changes
 nothing and names every stale file. Exit codes: 0 written or fresh, 1 stale, 2 an unknown release.
 """
@@ -27,7 +28,7 @@ from compat import RELEASES  # noqa: E402
 
 
 def _module(host: str, version: str):
-    return importlib.import_module(RELEASES[(host, version)])
+    return importlib.import_module(RELEASES[(host, version)][0])
 
 
 def command(host: str, version: str, check: bool = False) -> str:
@@ -52,13 +53,13 @@ def stale_files(out: str, files: dict[str, str], hand_written: frozenset[str]) -
 
 def generate(host: str, version: str, check: bool) -> int:
     module = _module(host, version)
-    out = os.path.join(ROOT, "rules", "compat", module.OUT)
+    folder = RELEASES[(host, version)][1]
+    out = os.path.join(ROOT, "rules", *folder.split("/"))
     files = module.build()
     stale = stale_files(out, files, module.HAND_WRITTEN)
     if check:
         if stale:
-            print(f"rules/compat/{module.OUT}: stale: {', '.join(stale)} (run {command(host, version)})",
-                  file=sys.stderr)
+            print(f"rules/{folder}: stale: {', '.join(stale)} (run {command(host, version)})", file=sys.stderr)
             return 1
         return 0
     os.makedirs(out, exist_ok=True)
@@ -87,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     for host, version in wanted:
         if (host, version) not in RELEASES:
             known = ", ".join(v for h, v in sorted(RELEASES) if h == host) or "none"
-            print(f"error: no compat generator for {host} {version} (known {host} releases: {known}); "
-                  "add its module under tools/compat/ and its line in tools/compat/__init__.py's RELEASES", file=sys.stderr)
+            print(f"error: {host} {version} is not a release dsv4sel supports (known {host} releases: {known}; "
+                  "a new one is a line in dsv4sel/dsv4/host_registry.py and a module under tools/compat/)", file=sys.stderr)
             return 2
     return max(generate(host, version, args.check) for host, version in wanted)
 

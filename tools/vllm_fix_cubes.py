@@ -58,7 +58,7 @@ class Target:
 
     @property
     def compat(self) -> str:
-        return os.path.join(ROOT, "rules", "compat", f"vllm-{self.minor}")
+        return os.path.join(ROOT, "rules", *RELEASES[("vllm", self.version)][1].split("/"))
 
     @property
     def doc(self) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import yaml
 
-OUT = "sglang-0.5.23"
 HAND_WRITTEN = frozenset({"vocabulary.yaml"})
 VERSIONS = ">=0.5.23,<0.5.24"
 HEADER = ("# yaml-language-server: $schema=../../../dsv4sel/schema/rules.schema.json\n"

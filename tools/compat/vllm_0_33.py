@@ -31,7 +31,6 @@ from vllm_tables import (
 )
 
 RELEASE = Release(version="0.33.0", name="vLLM 0.33", tag="vllm033", generator="tools/gen_compat.py --host vllm --version 0.33.0")
-OUT = RELEASE.folder
 HAND_WRITTEN = frozenset({"README.md"})
 
 # kv dtypes vLLM 0.33's CacheConfig refuses (it decides nothing for them): kept as shipped

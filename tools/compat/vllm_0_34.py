@@ -18,7 +18,6 @@ from vllm_tables import Release, Table, use
 
 RELEASE = Release(version="0.34.0", name="vLLM 0.34", tag="vllm034",
                   generator="tools/gen_compat.py --host vllm --version 0.34.0")
-OUT = RELEASE.folder
 HAND_WRITTEN = frozenset({"README.md"})
 #: vLLM 0.34's V4.1 default takes mega-attention only without LoRA (deepseek_v41/nvidia/model.py).
 LORA_OFF = {"lora": "off"}

@@ -52,10 +52,6 @@ class Release:
     tag: str
     generator: str
 
-    @property
-    def folder(self) -> str:
-        return "vllm-" + ".".join(self.version.split(".")[:2])
-
 
 def use(rid, when, target, description=None):
     r = {"id": rid}
