@@ -7,10 +7,9 @@ BIN    := $(VENV)/bin
 # Pinned: an unpinned torch makes pip fetch a multi-GB CUDA build.
 TORCH  := torch==2.13.0
 STAMP  := $(VENV)/.installed
-# The differential suite's vLLM environments, one per release (CPU torch, vLLM --no-deps), each
-# built once: RELEASE:FOLDER (tools/vllm_env.py's RELEASES).
-VLLM_RELEASES := 0.33.0:.venv-vllm 0.34.0:.venv-vllm-0.34
-VLLM_VENVS    := $(foreach r,$(VLLM_RELEASES),$(lastword $(subst :, ,$(r))))
+# The differential suite's vLLM environments, one per release the host registry lists (CPU torch,
+# vLLM --no-deps), each built once: .venv-vllm (0.33.0), .venv-vllm-0.34, ... (tools/vllm_env.py).
+VLLM_VENVS := .venv-vllm $(wildcard .venv-vllm-*[0-9])
 # The SGLang differential suite's 0.5.23 environment (CPU torch, SGLang --no-deps); built once.
 SGLANG_VENV  := .venv-sglang
 SGLANG_STAMP := $(SGLANG_VENV)/.dsv4sel-sglang-env
@@ -39,12 +38,9 @@ run: $(STAMP) $(ARTIFACT)
 
 # Builds each release's environment on first use (measured ~8 min each on the busy 2-core machine),
 # one after the other. Each build prints one line per step; pip's output goes to FOLDER.log. A failed
-# build says so and goes on: that release's tests skip, naming the log.
+# build is one warning line and the others go on: that release's tests skip, naming the log.
 vllm-env: $(STAMP)
-	@for r in $(VLLM_RELEASES); do v=$${r%%:*}; d=$${r#*:}; \
-		test -f $$d/.dsv4sel-vllm-env || $(BIN)/python tools/vllm_env.py --version $$v --venv $$d --log $$d.log \
-		|| echo "warning: building $$d failed (see $$d.log); the vLLM $$v tests will skip"; \
-	done
+	@$(BIN)/python tools/vllm_env.py --all
 
 # Builds .venv-sglang on first use (measured ~6 min on the 2-core machine); a failed build is logged
 # and the SGLang tests skip.

@@ -120,11 +120,14 @@ class Env:
 
 def parse_args(doc: str, default_venv: str, wheel_env: str,
                versions: tuple[str, ...] = ()) -> argparse.Namespace:
-    """The shared command line; ``--version`` only for a tool that builds more than one release."""
+    """The shared command line; ``--version`` and ``--all`` only for a tool that builds more than
+    one release."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     if versions:
         ap.add_argument("--version", default=versions[0], choices=versions,
                         help=f"the release to build (default {versions[0]})")
+        ap.add_argument("--all", action="store_true",
+                        help="every release not built yet, each logged to FOLDER.log; a failure is one warning")
     ap.add_argument("--venv", default=default_venv,
                     help="the environment's folder (default: the release's own, see --help's text)")
     ap.add_argument("--wheel", default=os.environ.get(wheel_env))

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Build a vLLM release's CPU test environment for the differential suite.
 
-One recipe for every release the suite tests (RELEASES): torch 2.13.0 CPU (the local CPU wheel;
+One recipe for every release dsv4sel supports (the host registry's, dsv4sel/dsv4/host_registry.py):
+torch 2.13.0 CPU (the local CPU wheel;
 vLLM's own pin, torch==2.14.0, is never resolved), vllm, xgrammar and compressed-tensors with
 --no-deps, then vLLM's pure-Python requirements read from the release's wheel METADATA (GPU/CUDA
 packages and torch's companions skipped), then dsv4sel itself (editable). The venv, the torch pin
@@ -9,24 +10,34 @@ packages and torch's companions skipped), then dsv4sel itself (editable). The ve
 tools/host_env.py's, shared with tools/sglang_env.py.
 
     python3 tools/vllm_env.py [--version 0.33.0|0.34.0] [--venv PATH] [--wheel PATH] [--log FILE]
+    python3 tools/vllm_env.py --all     # every release not built yet (make vllm-env)
 
-Each release has its own environment folder (.venv-vllm for 0.33.0, .venv-vllm-0.34 for 0.34.0),
-so the suites of both releases run side by side. The wheel comes from $VLLM_WHEEL or --wheel when
-given, else `pip download --no-deps vllm==VERSION` into the venv's download folder. Every step
-prints one line when it starts and one when it ends; with --log, pip's output goes to the log.
+Each release has its own environment folder (:func:`venv_for`: .venv-vllm for 0.33.0,
+.venv-vllm-0.34 for 0.34.0), so the suites of all releases run side by side. The wheel comes from
+$VLLM_WHEEL or --wheel when given, else `pip download --no-deps vllm==VERSION` into the venv's
+download folder. Every step prints one line when it starts and one when it ends; with --log (and
+always with --all, to FOLDER.log), pip's output goes to the log. --all builds one release after
+the other; a release whose build fails is one warning line naming its log (its tests skip with
+that reason), and the others are still built: it exits 0.
 """
 from __future__ import annotations
 
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from host_env import ROOT, TORCH, main_guard, parse_args, prologue, step  # noqa: E402
 
-#: Every release the suite builds an environment for, first the default: its venv folder.
-RELEASES = {"0.33.0": ".venv-vllm", "0.34.0": ".venv-vllm-0.34"}
+from dsv4sel.dsv4.host_registry import HOSTS  # noqa: E402
+
+#: Every vLLM release dsv4sel supports, oldest (the default) first.
+VERSIONS = tuple(r.version for r in HOSTS["vllm"].releases)
+#: The environment 0.33.0's suite had before there was a second release keeps its name.
+LEGACY_VENVS = {"0.33.0": ".venv-vllm"}
 # Requirements that need a GPU toolchain or drag in another torch; vLLM's DSv4 selection and
 # layer construction import none of them on a CPU machine.
 SKIP = {
@@ -67,18 +78,39 @@ def requirements(wheel: Path) -> tuple[list[str], list[str]]:
     return plain, no_deps
 
 
+def venv_for(version: str) -> str:
+    """A release's environment folder, relative to the repository (``.venv-vllm-0.34``)."""
+    return LEGACY_VENVS.get(version, ".venv-vllm-" + ".".join(version.split(".")[:2]))
+
+
 def _default_venv(argv: list[str]) -> str:
     """The release's own folder when --venv is not given (the release read before parsing)."""
     for i, word in enumerate(argv):
         if word == "--version" and i + 1 < len(argv):
-            return RELEASES.get(argv[i + 1], RELEASES["0.33.0"])
+            return venv_for(argv[i + 1])
         if word.startswith("--version="):
-            return RELEASES.get(word.split("=", 1)[1], RELEASES["0.33.0"])
-    return RELEASES["0.33.0"]
+            return venv_for(word.split("=", 1)[1])
+    return venv_for(VERSIONS[0])
+
+
+def build_all() -> int:
+    """Every release whose environment is not built, one after the other, each in a fresh process
+    (logs to FOLDER.log); a failed one is a warning line and the rest go on."""
+    for version in VERSIONS:
+        venv = venv_for(version)
+        if (ROOT / venv / STAMP_NAME).exists():
+            continue
+        proc = subprocess.run([sys.executable, __file__, "--version", version, "--venv", venv, "--log", f"{venv}.log"])
+        if proc.returncode != 0:
+            print(f"warning: building {venv} failed (see {venv}.log); the vLLM {version} tests will skip",
+                  flush=True)
+    return 0
 
 
 def main() -> int:
-    args = parse_args(__doc__ or "", _default_venv(sys.argv[1:]), "VLLM_WHEEL", tuple(RELEASES))
+    args = parse_args(__doc__ or "", _default_venv(sys.argv[1:]), "VLLM_WHEEL", VERSIONS)
+    if args.all:
+        return build_all()
     env = prologue(args, "vllm", args.version, STAMP_NAME)
     if env is None:
         return 0

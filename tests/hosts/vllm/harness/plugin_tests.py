@@ -16,6 +16,8 @@ from harness import runner
 from harness.differential_tests import release, skip_without_env
 from harness.releases import VllmRelease
 
+from dsv4sel.dsv4.host_registry import HOSTS
+
 __all__ = [
     "ran", "release", "skip_without_env", "test_a_minimax_alias_vllm_erases_is_still_an_explicit_backend",
     "test_a_model_that_is_not_deepseek_v4_is_left_alone_in_one_line",
@@ -26,8 +28,8 @@ __all__ = [
     "test_no_platform_patches_nothing_in_one_line_and_is_never_an_error",
     "test_the_start_up_line_shows_with_vllms_own_logging_config",
 ]
-#: The vLLM releases the plugin is written for, as its messages name them.
-PLUGIN_RANGE = ">=0.33.0,<0.34"
+#: The vLLM releases the plugin is written for, as its messages name them (the registry's).
+PLUGIN_RANGE = HOSTS["vllm"].supported
 
 
 def start_line(release: VllmRelease) -> str:

@@ -3,21 +3,27 @@ and how a harness test finds the release it runs for (the folder of its test mod
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from _host_env import env_skip_reason
 
+from dsv4sel.dsv4.host_registry import HOSTS
+
 ROOT = Path(__file__).resolve().parents[4]
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+from vllm_env import venv_for  # noqa: E402
 
 
 @dataclass(frozen=True)
 class VllmRelease:
-    """One vLLM release the suite tests against its real package.
+    """One vLLM release the suite tests against its real package (one of the host registry's).
 
-    ``version``: the release (``0.34.0``); ``venv``: its CPU test environment, relative to the
-    repository (tools/vllm_env.py ``--version`` builds it); ``other_version``: a vLLM the plugin
+    ``version``: the release (``0.34.0``); its CPU test environment is tools/vllm_env.py's
+    (``--version`` builds it), its compat set the registry's; ``other_version``: a vLLM the plugin
     is not written for (the version scenarios make the installed vLLM say it); ``host_classes``:
     how many vLLM classes the shipped rules name on this release; ``acknowledged``: the DSV408
     warnings its compat set acknowledges (a vLLM bug reproduced, not endorsed); ``lora_classes``:
@@ -25,7 +31,6 @@ class VllmRelease:
     (empty: this release does not read LoRA for DeepSeek-V4)."""
 
     version: str
-    venv: str
     other_version: str
     host_classes: int
     acknowledged: int
@@ -42,7 +47,7 @@ class VllmRelease:
 
     @property
     def env(self) -> Path:
-        return ROOT / self.venv
+        return ROOT / venv_for(self.version)
 
     @property
     def python(self) -> Path:
@@ -54,7 +59,10 @@ class VllmRelease:
 
     @property
     def compat(self) -> Path:
-        return ROOT / "rules" / "compat" / f"vllm-{self.minor}"
+        registered = HOSTS["vllm"].release(self.version)
+        if registered is None or registered.version != self.version:
+            raise LookupError(f"vLLM {self.version} is not a release of dsv4sel/dsv4/host_registry.py")
+        return ROOT / "rules" / registered.compat
 
     @property
     def fixes_doc(self) -> Path:

@@ -5,5 +5,5 @@
 """
 from harness.releases import VllmRelease
 
-RELEASE = VllmRelease(version="0.33.0", venv=".venv-vllm", other_version="0.34.0", host_classes=11,
+RELEASE = VllmRelease(version="0.33.0", other_version="0.35.0", host_classes=11,
                       acknowledged=2)

@@ -10,5 +10,5 @@ from harness.releases import VllmRelease
 LORA_CLASSES = (("vllm.models.deepseek_v41.nvidia.flash_mla_mega_attn:DeepseekV4MegaAttnAttention",
                  "vllm.models.deepseek_v41.nvidia.flashmla:DeepseekV4FlashMLAAttention"),)
 
-RELEASE = VllmRelease(version="0.34.0", venv=".venv-vllm-0.34", other_version="0.35.0", host_classes=11,
+RELEASE = VllmRelease(version="0.34.0", other_version="0.35.0", host_classes=11,
                       acknowledged=2, lora_classes=LORA_CLASSES)
