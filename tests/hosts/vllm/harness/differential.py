@@ -109,8 +109,10 @@ def plugin_outcome(plugin, model, platform, capability, backend, kv, extra, d) -
         return {"kind": "error", "error": type(exc).__name__, "message": str(exc)[:160]}
     finally:
         config_module._current_vllm_config = None
-    built = layers.build(cls, platform, capability, backend, kv, mega, fi, _pcp(extra),
-                         key_extra=("plugin", d.get("identity")))
+    # the patched resolver decides again while the layer is built, from the layer's own config: it
+    # carries the input's LoRA, and the build is kept apart per LoRA value
+    built = layers.build(cls, platform, capability, backend, kv, mega, fi, _pcp(extra), lora=_lora(extra),
+                         key_extra=("plugin", d.get("identity"), _lora(extra)))
     if built["kind"] == "dsv4sel_reject":
         return {**built, "kind": "reject", "at": "layer"}
     return built

@@ -17,7 +17,9 @@ layer module reads ``attention_config.backend`` (only ``_select_dsv4_attn_cls`` 
 layer is built), so one build serves every backend name that leads vLLM to the same class; the
 backend the first such input named is the one in the config. The config carries the input's
 prefill-context-parallel size (the one-rank process group stays: the layer's ``__init__`` reads the
-size, it does not talk to the group).
+size, it does not talk to the group). Nor does a layer read ``lora_config`` (0.34 reads it in its
+selection function only): vLLM's own layers are built without it, while with the plugin installed,
+whose patched resolver decides again from the layer's config, it carries the input's LoRA.
 """
 from __future__ import annotations
 
@@ -102,7 +104,7 @@ def vllm_config(backend, kv, quant_config=None):
 
 
 def build(cls, platform, capability, backend, kv, mega: bool, fi_sm120: bool, pcp: int = 1, *,
-          key_extra=()) -> dict:
+          lora: str = "off", key_extra=()) -> dict:
     """The built layer's outcome (memoized per class, device, kv dtype, hardware inputs and
     ``key_extra``): ``{"kind": "select", "class", "cache_dtype", "torch_dtype", "cache_config",
     "bytes_per_token", "block_size"}``,
@@ -123,6 +125,7 @@ def build(cls, platform, capability, backend, kv, mega: bool, fi_sm120: bool, pc
     stubs.set_flashinfer_sm120(fi_sm120)
     cfg = vllm_config(backend, kv, _quant_config(oracle._cls_path(cls), platform))
     cfg.parallel_config.prefill_context_parallel_size = pcp
+    object.__setattr__(cfg, "lora_config", oracle.lora_config(lora))
     with set_current_vllm_config(cfg):
         try:
             layer = cls(cfg, prefix="model.layers.0.attn", topk_indices_buffer=None, aux_stream_list=None)
