@@ -52,7 +52,17 @@ def host_class(selection) -> type:
             f"rule {selection.rule.id} ({selection.rule.location}) names the vLLM class {cls_path}, which is "
             f"not in one of vLLM's DeepSeek-V4 attention modules ({', '.join(sorted(host_modules))}); "
             "dsv4sel imports no other module", rule=selection.rule, query=selection.query, path=selection.path)
-    cls = getattr(importlib.import_module(module_name), attr, None)
+    try:
+        module = importlib.import_module(module_name)
+    except BaseException as exc:  # noqa: BLE001 - a missing or exiting layer module (SystemExit too) is one error
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise SelectionError(
+            f"rule {selection.rule.id} ({selection.rule.location}) names {cls_path}, but vllm {vllm.__version__} "
+            f"cannot import {module_name} ({type(exc).__name__}: {str(exc).strip()[:200] or 'no message'}); "
+            "reinstall vLLM or choose another --attention-backend", rule=selection.rule,
+            query=selection.query, path=selection.path) from None
+    cls = getattr(module, attr, None)
     if not isinstance(cls, type):
         raise SelectionError(
             f"rule {selection.rule.id} ({selection.rule.location}) names {cls_path}, which vllm "
