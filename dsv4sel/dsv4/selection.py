@@ -168,7 +168,7 @@ class Selection(SelectFields, Frozen):
         chose it (``file:line``) and the fix. ``dsv4sel explain`` warns about it and
         ``dsv4sel check`` reports it (DSV406)."""
         try:
-            return load_impl_class(self.impl, self.allowed_impl_modules)
+            return load_impl_class(self.impl, self.allowed_impl_modules, PROFILE.impl_base)
         except ImplLoadError as exc:
             where = f"rule {self.rule.id} ({self.rule.location})" if self.rule is not None else "its rule"
             raise ImplLoadError(f"{self.backend}: {exc}; it was selected by {where}: correct that rule's "

@@ -69,29 +69,53 @@ def check_impl_allowed(impl: str, allowed: tuple[str, ...]) -> tuple[str, str]:
     return module, attr
 
 
-def load_impl_class(impl: str, allowed: tuple[str, ...]) -> type:
+def load_impl_class(impl: str, allowed: tuple[str, ...], base: str) -> type:
     """The class ``"module:Class"`` names, imported only when
-    :func:`check_impl_allowed` admits its module. The one impl loader
-    (:meth:`Selection.load_impl`, ``dsv4sel check``, ``dsv4sel doctor``).
+    :func:`check_impl_allowed` admits its module, and only when it is a subclass
+    of ``base`` (``"module:Class"``, the profile's
+    :attr:`~dsv4sel.engine.profile.Profile.impl_base`), not ``base`` itself: an
+    allow-listed module exposes other objects too (a layout class, ``__class__``,
+    what it imported), and none of them is an impl. The one impl loader
+    (:meth:`Selection.load_impl`, ``dsv4sel check``, ``dsv4sel doctor``,
+    ``dsv4sel explain``'s warning).
 
     Raises :class:`ImplLoadError` (an ImportError) for a module outside
     ``allowed``, one that fails to import for any reason (a broken module is
-    as unusable as a missing one), a missing name, or a name that is not a
+    as unusable as a missing one), a missing name, or a name that is not such a
     class."""
-    import importlib
-
     module_name, attr = check_impl_allowed(impl, allowed)
-    try:
-        module = importlib.import_module(module_name)
-    except BaseException as exc:  # noqa: BLE001 - a module calling sys.exit() or raising
-        # KeyboardInterrupt at import must not end the process that asked for its class
-        raise ImplLoadError(f"impl {impl!r}: cannot import {module_name}: {type(exc).__name__}: {exc}") from None
+    module = _import(impl, module_name)
     cls = getattr(module, attr, None)
     if cls is None:
         from .suggest import did_you_mean
 
         names = [n for n in dir(module) if not n.startswith("_")]
         raise ImplLoadError(f"impl {impl!r}: {module_name} has no class {attr!r}" + did_you_mean(attr, names))
+    required = _base_class(impl, base)
+    if not isinstance(cls, type) or not issubclass(cls, required) or cls is required:
+        named = f"{cls.__module__}.{cls.__qualname__}" if isinstance(cls, type) else ""
+        what = ("the base class itself" if cls is required
+                else "a class" if named == f"{module_name}.{attr}"
+                else f"the class {named}" if named else f"a {type(cls).__name__}, not a class")
+        raise ImplLoadError(f"impl {impl!r}: {module_name}.{attr} is {what}, not an impl: an impl is a subclass "
+                            f"of {base.replace(':', '.')}")
+    return cls
+
+
+def _import(impl: str, module_name: str):
+    import importlib
+
+    try:
+        return importlib.import_module(module_name)
+    except BaseException as exc:  # noqa: BLE001 - a module calling sys.exit() or raising
+        # KeyboardInterrupt at import must not end the process that asked for its class
+        raise ImplLoadError(f"impl {impl!r}: cannot import {module_name}: {type(exc).__name__}: {exc}") from None
+
+
+def _base_class(impl: str, base: str) -> type:
+    """The class ``base`` (``module:Class``, the profile's data) names."""
+    module_name, _, attr = base.partition(":")
+    cls = getattr(_import(impl, module_name), attr, None)
     if not isinstance(cls, type):
-        raise ImplLoadError(f"impl {impl!r}: {module_name}.{attr} is not a class")
+        raise ImplLoadError(f"impl {impl!r}: the impl base class {base} cannot be loaded; the installation is broken")
     return cls

@@ -53,6 +53,23 @@ def test_load_impl_reports_a_missing_class():
         forged.load_impl()
 
 
+@pytest.mark.parametrize(("impl", "is_what"), [
+    ("dsv4sel.kernels.base:Any", "is the class typing.Any"),                 # what a module imported
+    ("dsv4sel.kernels.flashmla:__class__", "is the class builtins.module"),  # a dunder every module has
+    ("dsv4sel.kernels.layouts:KVCacheLayout", "is a class"),                  # a class, but no impl
+    ("dsv4sel.kernels.base:SparseMLAImpl", "is the base class itself"),
+    ("dsv4sel.kernels:IMPLS", "is a tuple, not a class"),
+])
+def test_load_impl_returns_only_a_subclass_of_the_impl_base(impl, is_what):
+    # issue 32 point 5: an allow-listed module exposes more than impls; none of it is returned
+    with pytest.raises(ImplLoadError) as info:
+        sm90().replace(impl=impl).load_impl()
+    module, _, attr = impl.partition(":")
+    assert str(info.value).startswith(
+        f"FLASHMLA_SPARSE_DSV4: impl {impl!r}: {module}.{attr} {is_what}, not an impl: an impl is a subclass of "
+        "dsv4sel.kernels.base.SparseMLAImpl; it was selected by rule flashmla-fp8 (rules/flashmla.yaml:")
+
+
 def test_apply_rewrites_the_cache_config_and_returns_old_values():
     config = SimpleNamespace(cache_dtype="fp8", block_size=16)
     assert sm90().apply(config) == {"cache_dtype": "fp8"}
