@@ -1,11 +1,15 @@
 """Values every stage shares: where a rule lives (:class:`RuleRef`), a rule's
-:class:`Message`, and the one impl allow-list check and class loader."""
+:class:`Message`, the one test of a rewrite, and the one impl allow-list check and class loader."""
 
 from __future__ import annotations
 
 from ..errors import ImplLoadError, Loc
 from ..record import Frozen
 from .text import escape
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs cold start; annotations are postponed
+    from typing import Mapping
 
 
 class RuleRef(Frozen):
@@ -48,6 +52,34 @@ class Message(str):
 
     def __reduce__(self):
         return (Message, (str(self), self.level))
+
+
+def is_field_name(name: object) -> bool:
+    """An input or field name as rule files spell it: ``[a-z][a-z0-9_]*`` (never ``__dict__``)."""
+    return (type(name) is str and name[:1].isascii() and name[:1].islower()
+            and all(c.isascii() and (c.islower() or c.isdigit() or c == "_") for c in name))
+
+
+def rewrite_problem(name: object, value: object, types: Mapping[str, type]) -> str | None:
+    """Why ``name: value`` is not a rewrite rule files could write, or None.
+
+    A rewrite names a field as rule files spell it (:func:`is_field_name`: never ``__dict__``
+    or ``__class__``), holds a str, an int or a bool, and rewrites a select field of ``types``
+    (name -> type, the profile's) only with a value of that field's type. The one test of a
+    rewrite: the compiled form's rows (:mod:`dsv4sel.engine.ruleset`) and a domain's
+    ``Selection.replace`` and ``apply`` all ask it."""
+    if not is_field_name(name):
+        return "not a field name: rule files write lowercase letters, digits and _"
+    if type(value) not in (str, int, bool):
+        return f"a rewrite holds a str, an int or a bool, not {_a(type(value).__name__)}"
+    wanted = types.get(str(name), type(value))
+    if type(value) is not wanted:
+        return f"the field holds {_a(wanted.__name__)}, not {_a(type(value).__name__)} ({escape(repr(value))})"
+    return None
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[:1] in "aeiou" else "a ") + noun
 
 
 def check_impl_allowed(impl: str, allowed: tuple[str, ...]) -> tuple[str, str]:

@@ -106,6 +106,67 @@ def test_apply_is_all_or_nothing():
     assert (boom.cache_dtype, boom.block_size) == ("fp8", 16)
 
 
+def test_apply_refuses_a_config_the_selection_was_not_decided_for():
+    # issue 32 point 12: a selection made for `auto` applied to an fp8_e5m2 config rewrote it to
+    # fp8_ds_mla, the headline bug back through the API; now it is refused, naming both values
+    sel = dsv4sel.select(platform="cuda", capability="9.0", kv_cache_dtype="auto")
+    config = SimpleNamespace(cache_dtype="fp8_e5m2", block_size=16)
+    with pytest.raises(SelectionError) as info:
+        sel.apply(config)
+    assert str(info.value) == (
+        "FLASHMLA_SPARSE_DSV4: cannot apply the selection of rule flashmla-fp8 (rules/flashmla.yaml:"
+        f"{sel.rule.line}) to SimpleNamespace: its cache_dtype is 'fp8_e5m2', but this selection was decided for "
+        "kv_cache_dtype 'auto'; select again with kv_cache_dtype='fp8_e5m2'; nothing was changed")
+    assert config == SimpleNamespace(cache_dtype="fp8_e5m2", block_size=16)
+    assert info.value.rule == sel.rule
+    # a selection without rewrites is held to the same: it was not made for this config either
+    kept = dsv4sel.select(platform="cuda", capability="9.0", kv_cache_dtype="fp8_ds_mla")
+    with pytest.raises(SelectionError, match="decided for kv_cache_dtype 'fp8_ds_mla'"):
+        kept.apply(config)
+
+
+def test_apply_takes_the_config_it_was_decided_for_however_spelt_and_once_applied():
+    sel = dsv4sel.select(platform="cuda", capability="9.0", kv_cache_dtype="FP8 ")
+    config = SimpleNamespace(cache_dtype="FP8 ")  # the spelling select() was given
+    assert sel.apply(config) == {"cache_dtype": "FP8 "} and config.cache_dtype == "fp8_ds_mla"
+    assert sel.apply(config) == {}  # applied again: the value it gives is already there
+    assert config.cache_dtype == "fp8_ds_mla"
+
+
+@pytest.mark.parametrize(("rewrites", "says"), [
+    ({"__dict__": {}}, "cannot rewrite '__dict__': not a field name: rule files write lowercase letters, digits and _"),
+    ({"__class__": "x"}, "cannot rewrite '__class__': not a field name"),
+    ({"cache_dtype": 3}, "cannot rewrite 'cache_dtype': the field holds a str, not an int (3)"),
+    ({"extra": ["a"]}, "cannot rewrite 'extra': a rewrite holds a str, an int or a bool, not a list"),
+])
+def test_replace_takes_only_rewrites_rule_files_could_write(rewrites, says):
+    # issue 32 point 11: replace(rewrites={'__dict__': ...}) then apply() wiped the config
+    with pytest.raises(SelectionError) as info:
+        sm90().replace(rewrites=rewrites)
+    assert str(info.value).startswith(says)
+
+
+def test_apply_sets_only_settable_fields_and_changes_nothing_otherwise():
+    class Config:
+        def __init__(self):
+            self.cache_dtype = "fp8"
+
+        def clear(self):
+            """A method: a rewrite must not replace it."""
+
+        @property
+        def pool(self):
+            return "main"
+
+    for name, says in (("clear", "Config.clear is a method, not a field"),
+                       ("pool", "Config.pool is a read-only property")):
+        config = Config()
+        with pytest.raises(SelectionError) as info:
+            sm90().replace(rewrites={"cache_dtype": "fp8_ds_mla", name: "x"}).apply(config)
+        assert f"cannot rewrite {name!r}: {says}; nothing was changed" in str(info.value)
+        assert config.cache_dtype == "fp8" and callable(config.clear) and config.pool == "main"
+
+
 def test_backend_may_be_an_enum_member_or_any_case():
     import enum
 

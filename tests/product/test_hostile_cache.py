@@ -347,19 +347,19 @@ def test_a_huge_unknown_value_of_any_input_is_refused_without_matching_it():
 
 # ------------------------------------------------------------- smaller points
 
-class _Hostile:
-    """A value whose comparisons raise, as a broken config type's might."""
+class _Hostile(str):
+    """A config value whose comparisons raise, as a broken config type's might."""
 
     def __ne__(self, other):
         raise RuntimeError("no comparing")
 
     __eq__ = __ne__
-    __hash__ = object.__hash__
+    __hash__ = str.__hash__
 
 
 def test_apply_leaves_the_config_unchanged_when_a_comparison_raises():
-    sel = dsv4sel.select(platform="cuda", capability="9.0")  # rewrites cache_dtype
-    old = _Hostile()
+    sel = dsv4sel.select(platform="cuda", capability="9.0")  # decided for auto; rewrites cache_dtype
+    old = _Hostile("auto")
 
     class Config:
         cache_dtype = old
@@ -380,6 +380,15 @@ def test_apply_leaves_the_config_unchanged_when_a_comparison_raises():
     with pytest.raises(RuntimeError, match="stored, then raised"):
         sel.apply(failing)
     assert failing.__dict__["cache_dtype"] is old
+
+    # a value that is no string at all is not the `auto` this selection was decided for
+    class Odd:
+        cache_dtype = object()
+
+    odd = Odd()
+    with pytest.raises(dsv4sel.SelectionError, match="its cache_dtype is an object, not a kv_cache_dtype string"):
+        sel.apply(odd)
+    assert odd.cache_dtype is Odd.cache_dtype
 
 
 def test_explain_only_rules_without_rules_is_a_usage_error_as_in_check():

@@ -239,7 +239,15 @@ def test_a_host_class_outside_vllms_deepseek_v4_modules_is_never_imported(monkey
 def _own_module_pack(tmp_path):
     src = tmp_path / "src" / "own_kernels_pack"
     src.mkdir(parents=True)
-    (src / "__init__.py").write_text("class OwnImpl:\n    '''A pack's kernel in its own module.'''\n")
+    (src / "__init__.py").write_text(
+        "from dsv4sel.kernels.base import SparseMLAImpl\n\n\n"
+        "class OwnImpl(SparseMLAImpl):  # an impl subclasses SparseMLAImpl, or it is none\n"
+        "    '''A pack's kernel in its own module.'''\n\n"
+        "    @classmethod\n"
+        "    def import_library(cls):\n"
+        "        raise ImportError('no kernel library here')\n\n"
+        "    def run_library(self, plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink):\n"
+        "        raise NotImplementedError\n")
     return RULES / "own", tmp_path / "src"  # OWN_DSV4 selects own_kernels_pack:OwnImpl
 
 
