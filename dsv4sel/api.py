@@ -63,9 +63,25 @@ def resolve(paths=None, allowed_impl_modules=None, *, also_allowed: tuple[str, .
     packs = _sources.unique_packs(packs)
     if isinstance(allowed_impl_modules, str):
         allowed_impl_modules = (allowed_impl_modules,)
+    allowed_impl_modules = _allowed_modules(allowed_impl_modules)
     allowed = tuple(dict.fromkeys((*DEFAULT_ALLOWED_IMPL_MODULES, *(allowed_impl_modules or ()), *also_allowed,
                                    *(m for pack in packs for m in pack.impl_modules))))
     return packs, [s for pack in packs for s in pack.sources()], allowed
+
+
+def _allowed_modules(names) -> tuple[str, ...]:
+    """``allowed_impl_modules`` as given, each entry a dotted module name
+    (:func:`~dsv4sel.engine.values.allowed_module_problem`, the test every way in shares);
+    else one :class:`RuleError` naming the argument (code DSV310, as the environment's)."""
+    from .engine.values import allowed_module_problem
+    from .errors import Problem, RuleError
+
+    names = tuple(names or ())
+    for name in names:
+        problem = allowed_module_problem(name)
+        if problem is not None:
+            raise RuleError([Problem("<allowed_impl_modules>", 1, 1, f"allowed_impl_modules: {problem}", "DSV310")])
+    return names
 
 
 def _named_packs(paths, strict: bool) -> list:

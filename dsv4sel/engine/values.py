@@ -82,6 +82,23 @@ def _a(noun: str) -> str:
     return ("an " if noun[:1] in "aeiou" else "a ") + noun
 
 
+def is_module_name(name: object) -> bool:
+    """A dotted Python module name (``my_pack.kernels``): ASCII identifiers joined by dots."""
+    return (type(name) is str and name.isascii() and bool(name)
+            and all(part.isidentifier() for part in name.split(".")))
+
+
+def allowed_module_problem(name: object) -> str | None:
+    """Why ``name``, an entry of an impl allow-list, is not one, or None. The one test of an
+    allow-list entry, whichever way it came in (``DSV4SEL_ALLOW_IMPL_MODULES``,
+    ``allowed_impl_modules=``, ``--allow-impl-module``): an entry that is no module name
+    (``''``, ``a..b``) would silently allow nothing, or something else. Callers prefix the way."""
+    if is_module_name(name):
+        return None
+    shown = escape(repr(name)) if type(name) is str else f"a {type(name).__name__}"
+    return f"{shown} is not a dotted module name; write e.g. my_pack.kernels"
+
+
 def check_impl_allowed(impl: str, allowed: tuple[str, ...]) -> tuple[str, str]:
     """Split ``"module:Class"`` after checking that the module is one of ``allowed``
     or inside one of them (``dsv4sel.kernelsevil`` is not inside

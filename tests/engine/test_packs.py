@@ -121,3 +121,31 @@ def test_the_example_pack_checks_clean_combined_with_the_shipped_rules():
                             capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "B12X_MLA_SPARSE" in result.stdout and result.stdout.rstrip().splitlines()[-1].startswith("clean:")
+
+
+@pytest.mark.parametrize("entry", ["", "a..b", "my_pack.", "../x", "own;rm"])
+def test_every_way_to_allow_an_impl_module_refuses_the_same_entries(entry, monkeypatch):
+    # issue 32 point 11: allowed_impl_modules=[''] and --allow-impl-module '' were taken, though
+    # the environment variable refused them; one test now holds each way in, with one wording
+    from _cli import run
+
+    said = f"{entry!r} is not a dotted module name; write e.g. my_pack.kernels"
+    with pytest.raises(RuleError) as api:
+        dsv4sel.load_rules(allowed_impl_modules=["dsv4sel_b12x", entry])
+    assert [(p.code, str(p.loc), p.message) for p in api.value.problems] == [
+        ("DSV310", "<allowed_impl_modules>:1:1", f"allowed_impl_modules: {said}")]
+    with pytest.raises(RuleError):
+        dsv4sel.verify(allowed_impl_modules=(entry,))
+    cli = run("explain", "--platform", "cuda", "--allow-impl-module", entry)
+    assert cli.rc == 2 and cli.err.endswith(f"error: argument --allow-impl-module: {said}\n"), cli
+    if entry:  # the variable's empty entries are the separators' (`a,,b`), skipped
+        monkeypatch.setenv("DSV4SEL_ALLOW_IMPL_MODULES", entry)
+        with pytest.raises(RuleError) as env:
+            dsv4sel.load_rules()
+        assert [p.message for p in env.value.problems] == [f"DSV4SEL_ALLOW_IMPL_MODULES: {said} (comma-separated)"]
+
+
+def test_a_module_name_in_any_way_in_is_taken(monkeypatch):
+    assert dsv4sel.load_rules(allowed_impl_modules="my_pack.kernels").allowed_impl_modules[-1] == "my_pack.kernels"
+    monkeypatch.setenv("DSV4SEL_ALLOW_IMPL_MODULES", " my_pack.kernels ,, other ")
+    assert dsv4sel.load_rules().allowed_impl_modules[-2:] == ("my_pack.kernels", "other")

@@ -280,6 +280,6 @@ def test_a_malformed_allowed_module_is_one_located_rule_error(monkeypatch, value
     from dsv4sel import RuleError
 
     monkeypatch.setenv("DSV4SEL_ALLOW_IMPL_MODULES", value)
-    with pytest.raises(RuleError, match="DSV4SEL_ALLOW_IMPL_MODULES holds .* which is not a dotted module name") as err:
+    with pytest.raises(RuleError, match="DSV4SEL_ALLOW_IMPL_MODULES: .* is not a dotted module name") as err:
         dsv4sel.load_rules()
     assert err.value.problems[0].code == "DSV310"
