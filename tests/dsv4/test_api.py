@@ -1,5 +1,6 @@
 """The embedding API: frozen Selection values, lazy torch, impl loading, all-or-nothing rewrites."""
 
+import os
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -250,3 +251,36 @@ def test_a_corrupt_cache_entry_is_ignored(tmp_path, monkeypatch):
     (tmp_path / f"{digest}.marshal").write_bytes(b"not marshal data")
     assert dsv4sel.load_rules().digest == digest
     assert dsv4sel.select(platform="cpu", rules=dsv4sel.load_rules()).backend == "CPU_V4_MLA_SPARSE"
+
+
+def test_the_default_rules_plus_a_pack_in_a_fresh_interpreter(tmp_path):
+    # issue 32 point 14: the documented recipe raised AttributeError in a fresh interpreter
+    # (dsv4sel.engine.sources was never imported); `extra=` is the public way, and the one
+    # the README, docs/adding-a-backend.md and DSV306's message give
+    from _cli import REPO
+
+    pack = REPO / "examples" / "b12x-pack"
+    code = ("import dsv4sel\n"
+            f"rules = dsv4sel.load_rules(extra=[{str(pack / 'dsv4sel_b12x' / 'rules')!r}],\n"
+            "                           allowed_impl_modules=['dsv4sel_b12x'])\n"
+            "print(dsv4sel.select(platform='cuda', capability='12.1', rules=rules).backend,\n"
+            "      dsv4sel.select(platform='cuda', capability='9.0', rules=rules).backend,\n"
+            f"      dsv4sel.verify(extra=[{str(pack / 'dsv4sel_b12x' / 'rules')!r}],\n"
+            "                     allowed_impl_modules='dsv4sel_b12x').ok)\n")
+    env = {"DSV4SEL_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": os.pathsep.join((str(pack), *sys.path))}
+    assert run_python(code, env).split() == ["B12X_MLA_SPARSE", "FLASHMLA_SPARSE_DSV4", "True"]
+
+
+def test_extra_packs_go_on_top_of_the_default_set_with_its_allow_list(monkeypatch):
+    from _cli import REPO
+
+    rules = REPO / "examples" / "b12x-pack" / "dsv4sel_b12x" / "rules"
+    monkeypatch.setenv("DSV4SEL_ALLOW_IMPL_MODULES", "dsv4sel_b12x")  # the process configuration's
+    loaded = dsv4sel.load_rules(extra=[str(rules)])
+    assert "dsv4sel_b12x" in loaded.allowed_impl_modules
+    assert dsv4sel.select(platform="cuda", capability="12.1", rules=loaded).backend == "B12X_MLA_SPARSE"
+    # on explicit paths, `extra` goes on top of them
+    alone = dsv4sel.load_rules([str(REPO / "rules")], extra=str(rules), allowed_impl_modules="dsv4sel_b12x")
+    assert [os.path.basename(s) for s in alone.sources[-2:]] == ["b12x.yaml", "defaults.yaml"]
+    with pytest.raises(ValueError, match="extra= adds rule packs to rule paths"):
+        dsv4sel.verify(dsv4sel.default_rules(), extra=[str(rules)])
