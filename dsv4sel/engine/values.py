@@ -99,14 +99,16 @@ def allowed_module_problem(name: object) -> str | None:
     return f"{shown} is not a dotted module name; write e.g. my_pack.kernels"
 
 
-def check_impl_allowed(impl: str, allowed: tuple[str, ...]) -> tuple[str, str]:
+def check_impl_allowed(impl: str, allowed: tuple[str, ...], *, from_environment: bool = False) -> tuple[str, str]:
     """Split ``"module:Class"`` after checking that the module is one of ``allowed``
     or inside one of them (``dsv4sel.kernelsevil`` is not inside
     ``dsv4sel.kernels``); raises :class:`ImplLoadError` otherwise.
 
     The one allow-list check: the compiler (for each rule's ``impl:``), the
     rule set (for each compiled impl), the checker and :func:`load_impl_class`
-    all call it, so a module is allowed by the same test everywhere."""
+    all call it, so a module is allowed by the same test everywhere. The error
+    says how to allow the module, every way; ``from_environment`` (the rule's pack
+    came from ``DSV4SEL_RULES_PATH``) names the environment variable first."""
     module, sep, attr = impl.partition(":") if isinstance(impl, str) else ("", "", "")
     if not sep or not module or not attr:
         raise ImplLoadError(f"impl {impl!r} must look like 'package.module:Class'")
@@ -114,7 +116,7 @@ def check_impl_allowed(impl: str, allowed: tuple[str, ...]) -> tuple[str, str]:
         from .hints import allow_impl_hint  # the error path only
 
         raise ImplLoadError(f"impl {impl!r} is outside the allowed modules ({', '.join(allowed)}); only "
-                            "those are ever imported" + allow_impl_hint(impl))
+                            "those are ever imported" + allow_impl_hint(impl, from_environment))
     return module, attr
 
 
