@@ -146,7 +146,7 @@ def test_explain_warns_when_the_selected_impl_cannot_be_imported():
             "--rules", f"{MISTAKES}/wrong-impl-module")
     result = run(*args)
     assert result.rc == 0
-    assert ("warning  the impl dsv4sel.kernels.refrence:DeepseekV4ReferenceSparseImpl cannot be imported here "
+    assert ("warning  the impl dsv4sel.kernels.refrence:DeepseekV4ReferenceSparseImpl cannot be loaded here "
             "(no module named 'dsv4sel.kernels.refrence'): loading it will fail; `dsv4sel check` reports this as "
             "DSV406") in result.out
     data = json.loads(run(*args, "--json").out)
