@@ -205,16 +205,7 @@ class Selection(SelectFields, Frozen):
         self._check_decided_for(cache_config)
         if not self.rewrites:
             return {}
-        missing = [name for name in self.rewrites if not hasattr(cache_config, name)]
-        if missing:
-            raise AttributeError(
-                f"cannot apply rewrites: {type(cache_config).__name__} has no attribute "
-                + ", ".join(repr(m) for m in missing)
-            )
-        for name, value in self.rewrites.items():
-            problem = rewrite_problem(name, value, dict(PROFILE.select_fields)) or _unsettable(cache_config, name)
-            if problem is not None:
-                raise self._refusal(cache_config, f"cannot rewrite {name!r}: {problem}")
+        self._check_settable(cache_config)
         previous = {name: getattr(cache_config, name) for name in self.rewrites}
         touched: list[str] = []
         try:
@@ -230,6 +221,20 @@ class Selection(SelectFields, Frozen):
                     pass
             raise
         return {k: v for k, v in previous.items() if _differs(v, self.rewrites[k])}
+
+    def _check_settable(self, cache_config: Any) -> None:
+        """Raise (AttributeError for a missing attribute, else SelectionError) unless every
+        rewrite names a field rule files could write and ``cache_config`` can set."""
+        missing = [name for name in self.rewrites if not hasattr(cache_config, name)]
+        if missing:
+            raise AttributeError(
+                f"cannot apply rewrites: {type(cache_config).__name__} has no attribute "
+                + ", ".join(repr(m) for m in missing)
+            )
+        for name, value in self.rewrites.items():
+            problem = rewrite_problem(name, value, dict(PROFILE.select_fields)) or _unsettable(cache_config, name)
+            if problem is not None:
+                raise self._refusal(cache_config, f"cannot rewrite {name!r}: {problem}")
 
     def _check_decided_for(self, cache_config: Any) -> None:
         """Raise SelectionError when a field of ``cache_config`` that restates an input
