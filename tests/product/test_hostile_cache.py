@@ -272,6 +272,7 @@ def test_discovering_an_installed_pack_runs_none_of_its_code(tmp_path, init):
 
 
 def test_an_impl_module_that_exits_at_import_is_one_error_not_the_end_of_the_process(tmp_path, monkeypatch):
+    from dsv4sel.dsv4.profile import PROFILE
     from dsv4sel.engine.values import load_impl_class
     from dsv4sel.errors import ImplLoadError
 
@@ -280,7 +281,7 @@ def test_an_impl_module_that_exits_at_import_is_one_error_not_the_end_of_the_pro
     monkeypatch.syspath_prepend(str(tmp_path))
     for module in ("exiter", "interrupter"):
         with pytest.raises(ImplLoadError, match=f"cannot import {module}: (SystemExit|KeyboardInterrupt)"):
-            load_impl_class(f"{module}:X", (module,))
+            load_impl_class(f"{module}:X", (module,), PROFILE.impl_base)
 
 
 BROKEN_PACKS = {
