@@ -165,24 +165,31 @@ def takeover_findings(ctx: CheckContext, skip=frozenset()) -> Iterator[Finding]:
     does not see when the target serves some of them. A rule it already reports (``skip``:
     their refs) gets no second finding. Exact over cubes: the earlier packs' rules are scanned
     over the rejected cubes only, and their chains followed as the walk follows them."""
-    program = ctx.program
-    table = program.default_table
-    order = pack_order(program)
+    table = ctx.program.default_table
+    order = pack_order(ctx.program)
+    # the rules before a rule of an earlier pack (`override: true`): only they can take inputs
+    # another pack's default decided; any other rule gets only inputs no earlier pack's rule matched
+    ranks = [order[rule.ref.pack] for rule in table.rules]
+    lowest_after = [len(order)] * len(ranks)  # the earliest pack among the rules after each one
+    for r in range(len(ranks) - 2, -1, -1):
+        lowest_after[r] = min(lowest_after[r + 1], ranks[r + 1])
+    taking = {r: [o for o in table.rules[r + 1:] if order[o.ref.pack] < ranks[r]]
+              for r, rule in enumerate(table.rules)
+              if lowest_after[r] < ranks[r] and rule.ref not in skip and rule.outcome.kind in ("use", "reject")}
+    if not taking:
+        return  # one pack, or no override: nothing to scan
     full = ctx.flow.table_scan(table, detail=True)
-    for r, rule in enumerate(table.rules):
-        if not full.won[r] or rule.ref in skip or rule.outcome.kind not in ("use", "reject"):
-            continue
-        earlier = [other for other in table.rules[r + 1:] if order[other.ref.pack] < order[rule.ref.pack]]
-        if not earlier:
-            continue  # it takes inputs from no earlier pack's rule: they were undecided before it
-        lost = [item for box in full.regions.get(r, ()) for item in _lost(ctx, rule, box, earlier)]
+    for r, earlier in taking.items():
+        rule = table.rules[r]
+        index = TableIndex(ctx.space, [o.conditions for o in earlier])
+        lost = [item for box in full.regions.get(r, ()) for item in _lost(ctx, rule, box, earlier, index)]
         if lost:
             yield _takeover_finding(ctx, rule, lost, full.won[r])
 
 
-def _lost(ctx: CheckContext, rule, box, earlier: list) -> Iterator[_Lost]:
+def _lost(ctx: CheckContext, rule, box, earlier: list, index: TableIndex) -> Iterator[_Lost]:
     """The cubes of ``box`` (where ``rule`` wins) that ``rule`` gets rejected and the ``earlier``
-    rules (those of earlier packs, in table order) got selected."""
+    rules (those of earlier packs, in table order; ``index`` their masks) got selected."""
     if rule.outcome.kind == "reject":
         rejected = [(box, rule)]
     else:
@@ -190,7 +197,6 @@ def _lost(ctx: CheckContext, rule, box, earlier: list) -> Iterator[_Lost]:
         if target is None:
             return  # a dangling `use:`: its own finding
         rejected = [(b, r) for b, r in _decided(ctx, target, box, ()) if r.outcome.kind == "reject"]
-    index = TableIndex(ctx.space, [r.conditions for r in earlier])
     for region, rejecting in rejected:
         before = scan(index, region)
         for position, cubes in before.regions.items():
