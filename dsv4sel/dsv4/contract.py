@@ -46,15 +46,25 @@ POOLS = ("main", "compressed")
 FP8_FLAVOURS = ("ocp", "fnuz", "none", "unknown")
 
 #: SGLang 0.5.23's ``kv_layout`` setting (``SGLANG_DSV4_KV_LAYOUT``; the main part of its PD
-#: layout string) -> (main record, its arrangement). ``v41`` is V4.1's 528-byte record in
-#: block-split pages (FlashMLA's legacy kernels), ``v41_new`` the same record interleaved per
-#: token; ``uniform_fp8`` is the TRT-LLM pool of plain e4m3 rows
-#: (``sglang/kernels/ops/attention/dsv4/kv_layout.py:18-140``; shared/sglang-0.5.23.md §5).
+#: layout string) -> (main record, its arrangement), for its single pool (``kv_pool: single``).
+#: ``v41`` is V4.1's 528-byte record in block-split pages (FlashMLA's legacy kernels), ``v41_new``
+#: the same record interleaved per token (``sglang/kernels/ops/attention/dsv4/kv_layout.py:18-140``;
+#: shared/sglang-0.5.23.md §5). The TRT-LLM pool (``kv_pool: uniform_fp8``) holds plain e4m3 rows.
 SGLANG_MAIN = {
     "v4": ("fp8_ds_mla", "block-split"),
     "v41": ("fp8_ds_mla_v41", "block-split"),
     "v41_new": ("fp8_ds_mla_v41", "token-interleaved"),
-    "uniform_fp8": ("fp8_e4m3_row", "row"),
+}
+
+
+#: Records only an engine writes, which dsv4sel's kernels have no layout for (fields as
+#: ``kernels/record.py``'s): SGLang 0.5.23's unified HIP pool with ``SGLANG_DSV4_UNIFIED_KV_FP8`` on
+#: gfx95, a 512-byte fp8 NoPE row with its tile scales and a 64-value bf16 RoPE row in a second
+#: pool (``sglang/srt/mem_cache/deepseek_v4_memory_pool.py:836-849``,
+#: ``layers/attention/dsv4/unified_kv_gate.py:19-34``).
+ENGINE_RECORDS = {
+    "sglang_unified_fp8": (640, 512, "fp8 e4m3 NoPE with E8M0 tile scales in a 512-byte row, 64 bf16 RoPE "
+                           "in a second pool", "two-pool", True),
 }
 
 
@@ -128,7 +138,7 @@ def _record(name: str) -> dict[str, Any]:
     """The kernels' record table entry for layout ``name`` (``kernels/record.py``: plain data)."""
     from ..kernels.record import RECORD_FIELDS, RECORDS
 
-    return dict(zip(RECORD_FIELDS, RECORDS[name]))
+    return dict(zip(RECORD_FIELDS, RECORDS[name] if name in RECORDS else ENGINE_RECORDS[name]))
 
 
 def fp8_flavour(engine: str | None, platform: str, capability: str, pool: str) -> str:
@@ -166,32 +176,57 @@ def _decided_records(layout: str, cache_dtype: str) -> tuple[tuple[str, str | No
     return main, compressed
 
 
-def _sglang_records(model: str, layout: str, settings: Mapping[str, Any]) -> tuple[tuple[str, str | None], ...]:
-    """SGLang's pools from the settings it is told: ``kv_layout`` names the main record; the unified
-    pool (HIP ``unified_kv_triton``) holds the decided ``layout``'s rows; next to a V4.1 main record
-    a DeepSeek-V4.1 model's compressed caches (ratios 1 and 2) are V4.1's NVFP4 record in the same
-    arrangement, a DeepSeek-V4 model's (ratios 4 and 128) the main record
+def _sglang_records(model: str, layout: str, capability: str, settings: Mapping[str, Any],
+                    env: Mapping[str, str]) -> tuple[tuple[str, str | None], ...]:
+    """SGLang's pools from the settings it is told and its environment: ``kv_layout`` names the main
+    record (:data:`SGLANG_MAIN`); the unified HIP pool (``kv_pool: unified``) holds the decided
+    ``layout``'s bf16 rows, or with ``SGLANG_DSV4_UNIFIED_KV_FP8=1`` on gfx950 its fp8 two-pool
+    rows. Next to a V4.1 main record the compressed caches are V4.1's NVFP4 record for ratios 1
+    and 2 (DeepSeek-V4.1's) and the main record for ratios 4 and 128 (DeepSeek-V4's), or as
+    ``SGLANG_DSV4_COMPRESSED_KV_LAYOUT`` (fp8, fp4) says, in the main record's arrangement
     (``resolve_compressed_kv_layout``, ``sglang/srt/mem_cache/deepseek_v4_memory_pool.py:174-196``)."""
-    if settings.get("kv_pool") == "unified":
-        main: tuple[str, str | None] = (layout, None)
+    pool = settings.get("kv_pool")
+    if pool in ("unified", "uniform_fp8"):
+        fp8 = env.get("SGLANG_DSV4_UNIFIED_KV_FP8") == "1" and capability == "gfx950" and pool == "unified"
+        main: tuple[str, str | None] = ("sglang_unified_fp8", None) if fp8 else (layout, None)
         return main, main
     record, arrangement = SGLANG_MAIN[str(settings.get("kv_layout", "v4"))]
     main = (record, arrangement)
-    if record == "fp8_ds_mla_v41" and model == "deepseek_v4_1":
+    option = env.get("SGLANG_DSV4_COMPRESSED_KV_LAYOUT", "auto")
+    if record == "fp8_ds_mla_v41" and (option == "fp4" or (option == "auto" and model == "deepseek_v4_1")):
         return main, ("nvfp4_ds_mla", arrangement)
     return main, main
 
 
+def sglang_pool_problem(settings: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
+    """Why SGLang 0.5.23 fails to build the pool these settings and this environment ask for
+    (an assert when the scheduler builds it, after the weights load), or None."""
+    option = env.get("SGLANG_DSV4_COMPRESSED_KV_LAYOUT", "auto")
+    if option != "fp4" or settings.get("kv_pool") == "unified":
+        return None
+    if settings.get("kv_pool") == "uniform_fp8":
+        return ("SGLANG_DSV4_COMPRESSED_KV_LAYOUT=fp4 with --dsv4-attn-backend trtllm: its uniform fp8 pool takes "
+                "auto or fp8 only, and SGLang 0.5.23 asserts when it builds the pool, after the weights load "
+                "(sglang/srt/mem_cache/deepseek_v4_memory_pool.py:206-209)")
+    if settings.get("kv_layout") == "v4":
+        return ("SGLANG_DSV4_COMPRESSED_KV_LAYOUT=fp4 needs a V4.1 main cache; with the V4 record SGLang 0.5.23 "
+                "asserts when it builds the pool, after the weights load "
+                "(sglang/srt/mem_cache/deepseek_v4_memory_pool.py:186-187)")
+    return None
+
+
 def contract_of(*, model: str, platform: str, capability: str, layout: str, cache_dtype: str, block_size: int,
                 engine: str | None = None, release: str | None = None,
-                settings: Mapping[str, Any] | None = None) -> KVContract:
+                settings: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> KVContract:
     """The contract of a decision (its model, machine, layout, cache dtype and block size) as
     ``engine`` (``vllm``, ``sglang`` or None: the decision's own) builds it; ``settings`` are what
-    SGLang is told (``kv_layout``, ``page_size``, ``kv_pool``), read when ``engine`` is ``sglang``.
-    :attr:`Selection.contract <dsv4sel.dsv4.selection.Selection.contract>` is the usual door."""
+    SGLang is told (``kv_layout``, ``page_size``, ``kv_pool``) and ``env`` its environment variables
+    (``SGLANG_DSV4_COMPRESSED_KV_LAYOUT``, ``SGLANG_DSV4_UNIFIED_KV_FP8`` as 0 or 1), read when
+    ``engine`` is ``sglang``. :attr:`Selection.contract <dsv4sel.dsv4.selection.Selection.contract>`
+    is the usual door."""
     if engine == "sglang":
         settings = settings or {}
-        records = _sglang_records(model, layout, settings)
+        records = _sglang_records(model, layout, capability, settings, env or {})
         block = int(settings.get("page_size", block_size))
     else:
         records, block = _decided_records(layout, cache_dtype), block_size

@@ -216,10 +216,10 @@ class Selection(SelectFields, Frozen):
         return self.contract_for(None)
 
     def contract_for(self, engine: str | None, release: str | None = None,
-                     settings: Mapping[str, Any] | None = None) -> KVContract:
+                     settings: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> KVContract:
         """The contract as ``engine`` (``vllm``, ``sglang``; None: the decision's own) at ``release``
         builds this decision; SGLang's pools follow the settings it is told (default:
-        :meth:`settings_for`)."""
+        :meth:`settings_for`) and its environment ``env``."""
         from .contract import contract_of
 
         if engine == "sglang" and settings is None:
@@ -227,7 +227,7 @@ class Selection(SelectFields, Frozen):
         q, row = self.query, self.row
         return contract_of(model=q.model, platform=q.platform, capability=q.capability, layout=row.layout,
                            cache_dtype=row.cache_dtype, block_size=row.block_size, engine=engine,
-                           release=release, settings=settings)
+                           release=release, settings=settings, env=env)
 
     def __reduce__(self):
         # the row's type is built at run time (not importable by name) and rewrites is a
