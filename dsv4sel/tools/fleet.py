@@ -20,6 +20,7 @@ The value renders nothing: ``dsv4sel fleet`` prints it with :mod:`dsv4sel.cli.re
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 from ..engine.hosts import version_matches
@@ -150,12 +151,18 @@ class RuleSets:
 
     def compat(self, path: str) -> RuleSet:
         if path not in self._compat:
-            from .. import load_rules
-            from ..engine.sources import Pack
-
-            label = "rules/compat/" + path.replace("\\", "/").rsplit("/", 1)[-1]
-            self._compat[path] = load_rules([Pack(label.rsplit("/", 1)[-1], path, (), label)])
+            self._compat[path] = _load_compat(path)
         return self._compat[path]
+
+
+@functools.lru_cache(maxsize=8)
+def _load_compat(path: str) -> RuleSet:
+    """A compat rule set, loaded once per process (its files are the package's own)."""
+    from .. import load_rules
+    from ..engine.sources import Pack
+
+    label = "rules/compat/" + path.replace("\\", "/").rsplit("/", 1)[-1]
+    return load_rules([Pack(label.rsplit("/", 1)[-1], path, (), label)])
 
 
 def _who(side: Side, mode: str) -> str:
@@ -288,14 +295,23 @@ def _fixes(reports: tuple[SideReport, ...], rule_sets: tuple[RuleSet, ...],
     common = set(reach[0]).intersection(*reach[1:])
     if not common:
         return (), _no_common_reason(reports, reach)
-    ranked = sorted(common, key=lambda c: (sum(r[c][0] for r in reach), [r[c][0] for r in reach],
-                                           [str(r[c][1]) for r in reach]))
-    fixes = []
-    for contract in ranked[:MAX_FIXES]:
-        changed = [(rep.name, reach_[contract]) for rep, reach_ in zip(reports, reach) if reach_[contract][0]]
-        fixes.append(Fix(tuple((name, changes) for name, (_, changes, _) in changed), contract,
-                         tuple((name, out.selection.backend, out.rule) for name, (_, _, out) in changed)))
-    return tuple(fixes), None
+    # fewest changes first; then fewest values set rather than unset (dropping an odd setting before
+    # adding one); then the sides' order
+    ranked = sorted(common, key=lambda c: (sum(r[c][0] for r in reach),
+                                           sum(v is not None for r in reach for _, v in r[c][1]),
+                                           [r[c][0] for r in reach], [str(r[c][1]) for r in reach]))
+    return tuple(_fix(reports, reach, contract) for contract in ranked[:MAX_FIXES]), None
+
+
+def _fix(reports: tuple[SideReport, ...], reach, contract: KVContract) -> Fix:
+    """The fix that reaches ``contract``: each side's fewest changes that reach it."""
+    changed = [(rep.name, reach_[contract]) for rep, reach_ in zip(reports, reach) if reach_[contract][0]]
+    return Fix(tuple((name, changes) for name, (_, changes, _) in changed), contract,
+               tuple((name, _backend(out), out.rule) for name, (_, _, out) in changed))
+
+
+def _backend(outcome: Outcome) -> str:
+    return outcome.selection.backend if outcome.selection is not None else "-"
 
 
 def _fixed(report: SideReport, field: str) -> str:
@@ -339,11 +355,11 @@ def decide_fleet(deployment: Deployment, shipped: RuleSet, mode: str = "dsv4sel"
     reports, rule_sets, problems = [], [], []
     for side in deployment.sides:
         try:
-            report, rules = _decide_side(side, mode, sets, deployment)
+            side_report, rules = _decide_side(side, mode, sets, deployment)
         except DeploymentError as exc:
             problems.extend(exc.problems)
             continue
-        reports.append(report)
+        reports.append(side_report)
         rule_sets.append(rules)
     if problems:
         raise DeploymentError(sorted(problems, key=lambda p: (p.line, p.column or 0)))

@@ -51,28 +51,40 @@ def _side_lines(report, style: Style) -> list[str]:
 
 def _verdict_lines(report, style: Style) -> list[str]:
     refused = [s.name for s in report.sides if s.outcome.contract is None]
+    count = len(report.differences)
     why = (f"{', '.join(refused)} selects nothing" if refused
-           else f"the sides' KV contracts differ in {len(report.differences)} "
-                f"field{'s' if len(report.differences) != 1 else ''}")
+           else f"the sides' KV contracts differ in {count} field{'s' if count != 1 else ''}")
     lines = [style.paint("incompatible", "bold", "red") + f"  {why}"]
-    if report.differences:
-        names = [name for name, _ in report.differences[0].values]
-        rows = [["field", *names]]
-        # a pool's encoding follows its record: shown only when the record itself agrees (--json has every field)
-        records = {d.field.split(".")[0] for d in report.differences if d.field.endswith(".record")}
-        rows += [[d.field, *(str(v) for _, v in d.values)] for d in report.differences
-                 if not (d.field.endswith(".encoding") and d.field.split(".")[0] in records)]
-        rows.append(["decided by", *(f"{ref.id} {location(ref)}" if ref else "-"
-                                     for _, ref in report.differences[0].rules)])
-        lines += align(rows, style)
-    lines += ["", style.bold("fixes")]
+    lines += _difference_lines(report.differences, style)
+    return lines + ["", style.bold("fixes")] + _fix_lines(report, style)
+
+
+def _difference_lines(differences, style: Style) -> list[str]:
+    """One column per side: each differing field's values, then the rules that decided them."""
+    if not differences:
+        return []
+    names = [name for name, _ in differences[0].values]
+    # a pool's encoding follows its record: shown only when the record itself agrees (--json has every field)
+    records = {d.field.split(".")[0] for d in differences if d.field.endswith(".record")}
+    rows = [["field", *names]]
+    rows += [[d.field, *(str(v) for _, v in d.values)] for d in differences
+             if not (d.field.endswith(".encoding") and d.field.split(".")[0] in records)]
+    rows.append(["decided by", *(f"{ref.id} {location(ref)}" if ref else "-" for _, ref in differences[0].rules)])
+    return align(rows, style)
+
+
+def _setting(key: str, value) -> str:
+    shown = "unset" if value is None else value
+    return f"{key.removeprefix('env.')}={shown}" if key.startswith("env.") else f"{key} {shown}"
+
+
+def _fix_lines(report, style: Style) -> list[str]:
     if not report.fixes:
-        return lines + ["  none: " + (report.no_fix or "no setting was searched")]
+        return ["  none: " + (report.no_fix or "no setting was searched")]
+    lines = []
     for n, fix in enumerate(report.fixes, 1):
-        parts = []
-        for (side, changes), (_, backend, rule) in zip(fix.changes, fix.decisions):
-            flags = ", ".join(f"{k.removeprefix('env.')}={'unset' if v is None else v}" if k.startswith("env.")
-                              else f"{k} {'unset' if v is None else v}" for k, v in changes)
-            parts.append(f"on {side}: {flags} (selects {backend}, {rule.id} {location(rule)})")
+        parts = [f"on {side}: {', '.join(_setting(k, v) for k, v in changes)} (selects {backend}, "
+                 f"{rule.id} {location(rule)})"
+                 for (side, changes), (_, backend, rule) in zip(fix.changes, fix.decisions)]
         lines.append(f"  {n}. " + "; ".join(parts) + f" -> {style.cyan(fix.contract.fingerprint)}")
     return lines
