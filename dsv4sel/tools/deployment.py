@@ -53,7 +53,7 @@ class Side(Frozen):
     (``env.NAME`` for a variable)."""
 
     __slots__ = ("name", "engine", "version", "model", "inputs", "env", "disaggregation", "decided_by",
-                 "file", "marks")
+                 "checkpoint", "file", "marks")
     name: str
     engine: str
     version: str
@@ -62,6 +62,8 @@ class Side(Frozen):
     env: tuple[tuple[str, str], ...]
     disaggregation: str | None
     decided_by: str | None
+    #: the model's local path on this side, for the record (not part of the KV contract)
+    checkpoint: str | None
     file: str
     marks: tuple[tuple[str, tuple[int, int]], ...]
 
@@ -117,7 +119,8 @@ def _side(loaded, name: str, raw: dict[str, Any]) -> Side:
         marks[f"env.{var}"] = loaded.where(("sides", name, "env", var))
     inputs = tuple((k, v) for k, v in raw.items() if k not in SIDE_KEYS)
     return Side(name, raw["engine"], raw["version"], raw.get("model"), inputs, tuple(raw.get("env", {}).items()),
-                raw.get("disaggregation"), raw.get("decided_by"), loaded.file, tuple(marks.items()))
+                raw.get("disaggregation"), raw.get("decided_by"), raw.get("checkpoint"), loaded.file,
+                tuple(marks.items()))
 
 
 def load_deployment(path: str) -> Deployment:

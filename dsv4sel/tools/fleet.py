@@ -135,7 +135,8 @@ def _side_dict(report: SideReport, rule) -> dict[str, Any]:
         decision = {"status": "rejected", "reason": out.reason, "rule": rule(out.rule), "origin": out.origin}
     return {"engine": side.engine, "version": side.version, "decided_by": report.decided_by, "rules": report.rules,
             "model": report.model, "inputs": dict(side.inputs), "env": dict(side.env),
-            "disaggregation": side.disaggregation, "notes": list(out.notes), "decision": decision,
+            "disaggregation": side.disaggregation, "checkpoint": side.checkpoint, "notes": list(out.notes),
+            "decision": decision,
             "contract": None if out.contract is None else out.contract.as_dict()}
 
 
