@@ -205,11 +205,10 @@ def _decide_side(side: Side, mode: str, sets: RuleSets, deployment: Deployment) 
 
 
 def _culprit(side: Side, reason: str) -> str | None:
-    """The key of ``side`` an invalid-input message is about (the first one it quotes)."""
-    quoted = [(reason.find(repr(value)), key) for key, value in (*side.inputs, *(("env." + k, v) for k, v in side.env))
-              if repr(value) in reason]
-    if side.model and repr(side.model) in reason:
-        quoted.append((reason.find(repr(side.model)), "model"))
+    """The key of ``side`` an invalid-input message is about: the first of its keys or values it quotes."""
+    pairs = [*side.inputs, *((f"env.{k}", v) for k, v in side.env), *((("model", side.model),) if side.model else ())]
+    quoted = [(reason.find(repr(text)), key) for key, value in pairs
+              for text in (value, key.removeprefix("env.")) if repr(text) in reason]
     return min(quoted)[1] if quoted else None
 
 

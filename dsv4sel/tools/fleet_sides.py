@@ -44,6 +44,9 @@ ENV: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 MODES = ("dsv4sel", "engine")
+#: SGLang's own input names (its translation's space) as a deployment file spells them.
+SGLANG_KEYS = {"dsv4_attn_backend": "attention_backend (--dsv4-attn-backend)",
+               "kv_layout_env": "env SGLANG_DSV4_KV_LAYOUT", "hip_kernel": "env SGLANG_HACK_FLASHMLA_BACKEND"}
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 
@@ -215,7 +218,8 @@ def _sglang_dsv4sel(side: Side, rules: RuleSet, model: str, settings: dict[str, 
         values = t.space[name]
         declared = values.get(point["platform"], ()) if isinstance(values, dict) else values
         if value not in declared:
-            raise InvalidQuery(f"{name} {value!r} is not one of SGLang 0.5.23's: {', '.join(declared)}")
+            raise InvalidQuery(f"{SGLANG_KEYS.get(name, name)} {value!r} is not one of SGLang 0.5.23's: "
+                               f"{', '.join(declared)}")
     try:
         decision = t.decide(point, rules)
     except SelectionError as exc:

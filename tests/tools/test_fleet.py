@@ -173,7 +173,8 @@ def test_a_bad_deployment_file_is_refused_at_its_line_and_column_with_a_code(tex
     ("{engine: vllm, version: \"0.35.1\", platform: cuda}", "DSV701", "known releases: sglang 0.5.23, vllm 0.33"),
     ("{engine: vllm, version: \"0.33.0\", platform: cuda, mega: available}", "DSV702", "unknown input 'mega'"),
     ("{engine: sglang, version: \"0.5.23\", platform: cuda, capability: \"9.0\", attention_backend: fa3}", "DSV702",
-     "dsv4_attn_backend 'fa3' is not one of SGLang 0.5.23's: auto, flashmla, flashmla_mega, trtllm"),
+     "attention_backend (--dsv4-attn-backend) 'fa3' is not one of SGLang 0.5.23's: auto, flashmla, flashmla_mega, "
+     "trtllm"),
     ("{engine: sglang, version: \"0.5.23\", platform: cuda, env: {SGLANG_DSV4_KV_LAYOUT: v5}}", "DSV702",
      "SGLANG_DSV4_KV_LAYOUT='v5' is not one of v4, auto, v41, v41_new"),
     ("{engine: sglang, version: \"0.5.23\", platform: cuda, env: {VLLM_ATTENTION_BACKEND: X}}", "DSV703",
@@ -186,4 +187,6 @@ def test_what_a_side_s_rules_do_not_know_is_refused_at_the_side(side, code, key_
         decide_fleet(load_deployment("d.yaml"), rules, "engine" if code == "DSV701" else "dsv4sel")
     (problem,) = exc.value.problems
     assert problem.code == code and problem.line == 2 and key_says in problem.message, problem
+    # located at the key or value it is about, not only at the side
+    assert problem.column > 6 if code != "DSV701" else problem.column == side.index("\"0.3") + 6, problem
     assert problem.message.startswith("side a: ")
