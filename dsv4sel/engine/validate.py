@@ -78,7 +78,8 @@ def _describe(error) -> tuple[tuple, str, str, bool]:
     label = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = set(error.schema.get("properties", {}))
-        extra = sorted(k for k in error.instance if k not in allowed)
+        # YAML keys may be integers or booleans (`1: a`) beside strings: ordered by their text
+        extra = sorted((k for k in error.instance if k not in allowed), key=lambda k: (not isinstance(k, str), str(k)))
         if extra:
             from .suggest import close_matches
 
