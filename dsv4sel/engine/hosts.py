@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import re
 
+from ..process import Interrupted
+
 _CLAUSE = re.compile(r"^\s*(==|!=|>=|<=|>|<)\s*([0-9]+(?:\.[0-9]+)*)(\.\*)?\s*$")
 _RELEASE = re.compile(r"^\s*v?([0-9]+(?:\.[0-9]+)*)")
 
@@ -136,6 +138,8 @@ def host_class_problem(host: str, cls: str, versions: str) -> str | None:
     module_name, _, attr = cls.partition(":")
     try:
         module = importlib.import_module(module_name)
+    except Interrupted:  # the user's Ctrl-C, not the host's failure
+        raise
     except BaseException as exc:  # noqa: BLE001 - the host's own import failing (sys.exit too) is the finding
         return (f"host {host} {have} class {cls!r}: cannot import {module_name}: "
                 f"{type(exc).__name__}: {exc}")

@@ -21,9 +21,9 @@ def validator(schema_path: str):
     try:
         import jsonschema
     except ImportError as exc:
-        raise ImportError("dsv4sel needs jsonschema to compile rule files, and it is not importable "
-                          f"({exc}): pip install jsonschema (a warm compiled cache needs neither "
-                          "jsonschema nor yaml)") from exc
+        from .build import dependency_error
+
+        raise dependency_error(exc, "jsonschema", "jsonschema") from exc
 
     with open(schema_path, encoding="utf-8") as fh:
         schema = json.load(fh)

@@ -252,7 +252,7 @@ def _distribution(site: Path, dist: str, entry_points: str, init: str = "", pack
 PACK_INITS = {
     "raises": "raise RuntimeError('pack __init__ ran')\n",
     "exits 0": "import sys\nsys.exit(0)\n",
-    "interrupts": "raise KeyboardInterrupt\n",
+    "process": "raise KeyboardInterrupt\n",
 }
 
 
