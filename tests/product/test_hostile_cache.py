@@ -210,11 +210,70 @@ def test_an_entry_another_user_could_have_planted_is_never_served(truth, tmp_pat
 def test_a_missing_cache_directory_is_created_private_whatever_the_umask(tmp_path):
     old = os.umask(0)
     try:
-        directory = tmp_path / "made" / "dsv4sel"
+        directory = tmp_path / "made" / "cache" / "dsv4sel"  # ~/.cache/dsv4sel where ~/.cache is missing
         child(directory)
     finally:
         os.umask(old)
-    assert directory.stat().st_mode & 0o777 == 0o700
+    # its parents too (os.makedirs made them 0777 under umask 000)
+    for made in (directory, directory.parent, directory.parent.parent):
+        assert made.stat().st_mode & 0o777 == 0o700, made
+
+
+#: In a child: compile the shipped rules (the packaged artifact out of the way) and stop for good
+#: between writing the cache entry's temporary file and renaming it into place.
+STALLED_WRITER = textwrap.dedent("""
+    import os, sys, time
+    import dsv4sel
+    from dsv4sel import api
+    from dsv4sel.engine import cache
+    api.SHIPPED_ARTIFACT = os.devnull + ".none"
+
+    def stall(*args, **kwargs):
+        print("written", flush=True)
+        time.sleep(600)
+
+    cache.os.replace = stall
+    dsv4sel.select(platform="cuda", capability="9.0")
+""")
+
+
+def _temporaries(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+
+
+def test_a_writer_killed_mid_write_leaves_nothing_for_good(tmp_path):
+    directory = tmp_path / "cache"
+    env = {**os.environ, "DSV4SEL_CACHE_DIR": str(directory)}
+    env.pop("DSV4SEL_NO_CACHE", None)
+    writer = subprocess.Popen([sys.executable, "-c", STALLED_WRITER], stdout=subprocess.PIPE, text=True, env=env,
+                              cwd=REPO)
+    try:
+        assert writer.stdout.readline().strip() == "written"
+        (left,) = _temporaries(directory)
+        assert left.startswith(".") and f".{writer.pid}." in left
+    finally:
+        writer.kill()  # SIGKILL: no handler, no finally, no cleanup of its own
+        writer.wait(timeout=30)
+    # what the next run may not touch: a live writer's fresh temporary file (this process's
+    # pid), files that only look like one, and a temporary file of another user
+    live = f".{left.split('.')[1]}.{os.getpid()}.0123abcd.tmp"
+    foreign = {"notes.tmp": b"mine", f".{left.split('.')[1]}.1.tmp": b"not the pattern", ".x.12.0123abcd.tmp": b"x"}
+    (directory / live).write_bytes(b"being written")
+    for name, data in foreign.items():
+        (directory / name).write_bytes(data)
+    old_but_live = f".{left.split('.')[1]}.{os.getpid()}.4567cdef.tmp"
+    (directory / old_but_live).write_bytes(b"stuck for hours")
+    hours_ago = time.time() - cache.STALE_SECONDS - 60
+    os.utime(directory / old_but_live, (hours_ago, hours_ago))
+    others = f".{left.split('.')[1]}.1.89abcdef.tmp"  # pid 1 runs, so only its owner can make it stale
+    (directory / others).write_bytes(b"another user's")
+    if os.geteuid() == 0:
+        os.chown(directory / others, 65534, 65534)
+        os.utime(directory / others, (hours_ago, hours_ago))
+    assert child(directory)["compiled"]  # the next run compiles and writes the entry...
+    # ...and has removed the killed writer's file and the one stale by age, nothing else
+    assert _temporaries(directory) == sorted([live, others, *foreign]), _temporaries(directory)
+    assert len(list(directory.glob("*" + cache.SUFFIX))) == 1
 
 
 def test_pruning_touches_only_entries_it_wrote_and_future_mtimes_force_no_recompile(truth, tmp_path, monkeypatch):
