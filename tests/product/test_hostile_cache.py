@@ -298,10 +298,16 @@ def test_pruning_touches_only_entries_it_wrote_and_future_mtimes_force_no_recomp
 
 # ------------------------------------------------------------ installed packs
 
+#: The rule file of the installed pack these tests make: a backend no default rule uses, so the
+#: pack changes no decision (a pack directory without rule files is refused: DSV306).
+PACK_RULES = Path(REPO, "examples", "mistakes", "clean", "my.yaml")
+
+
 def _distribution(site: Path, dist: str, entry_points: str, init: str = "", package: str = "rt") -> None:
     (site / package / "rules").mkdir(parents=True, exist_ok=True)
     (site / package / "__init__.py").write_text(init)
     (site / package / "rules" / "__init__.py").write_text(init)
+    (site / package / "rules" / "my.yaml").write_bytes(PACK_RULES.read_bytes())
     info = site / f"{dist}-1.0.dist-info"
     info.mkdir(exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
@@ -351,7 +357,25 @@ BROKEN_PACKS = {
     "one name, two distributions": (["[dsv4sel.rules]\nrt = rt.rules\n", "[dsv4sel.rules]\nrt = rt.rules\n"],
                                     "entry point 'rt' of group dsv4sel.rules is declared by"),
     "not a package name": (["[dsv4sel.rules]\nbad = ../../etc\n"], "not a dotted package name"),
+    # once silently no pack at all, which the docs promised DSV101 for
+    "not INI": (["[dsv4sel.rules]\nrt rt.rules\n"],  # `=` forgotten
+                "this entry_points.txt mentions dsv4sel.rules but is not valid INI (a line that is neither a "
+                "[section] header nor name = value), so the rule packs it declares cannot be read; reinstall "
+                "the distribution or fix the file"),
 }
+
+
+def test_an_installed_pack_without_rule_files_is_refused_at_its_directory(tmp_path, monkeypatch):
+    # a wheel built without its YAML (package data forgotten): once silently an empty pack
+    site = tmp_path / "site"
+    _distribution(site, "rtpack", "[dsv4sel.rules]\nrt = rt.rules\n")
+    (site / "rt" / "rules" / "my.yaml").unlink()
+    monkeypatch.syspath_prepend(str(site))
+    with pytest.raises(dsv4sel.RuleError) as info:
+        dsv4sel.load_rules(use_cache=False)
+    (problem,) = info.value.problems
+    assert (problem.code, problem.file, problem.line) == ("DSV306", str(site / "rt" / "rules"), 1), str(problem)
+    assert [f.code for f in dsv4sel.verify().findings] == ["DSV306"], "check gives what select() gives"
 
 
 @pytest.mark.parametrize("case", BROKEN_PACKS)
