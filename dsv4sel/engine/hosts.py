@@ -138,7 +138,7 @@ def host_class_problem(host: str, cls: str, versions: str) -> str | None:
     module_name, _, attr = cls.partition(":")
     try:
         module = importlib.import_module(module_name)
-    except Interrupted:  # the user's Ctrl-C, not the host's failure
+    except (Interrupted, MemoryError):  # the user's Ctrl-C, the machine's memory: not the host's failure
         raise
     except BaseException as exc:  # noqa: BLE001 - the host's own import failing (sys.exit too) is the finding
         return (f"host {host} {have} class {cls!r}: cannot import {module_name}: "

@@ -84,7 +84,7 @@ def load_impl_class(impl: str, allowed: tuple[str, ...]) -> type:
     module_name, attr = check_impl_allowed(impl, allowed)
     try:
         module = importlib.import_module(module_name)
-    except Interrupted:  # the user's Ctrl-C, not the module's failure
+    except (Interrupted, MemoryError):  # the user's Ctrl-C, the machine's memory: not the module's failure
         raise
     except BaseException as exc:  # noqa: BLE001 - a module calling sys.exit() or raising
         # KeyboardInterrupt at import must not end the process that asked for its class

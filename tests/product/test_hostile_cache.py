@@ -348,6 +348,21 @@ def test_an_impl_module_that_exits_at_import_is_one_error_not_the_end_of_the_pro
             load_impl_class(f"{module}:X", (module,))
 
 
+def test_a_real_interrupt_while_importing_an_impl_is_never_the_impl_s_error(tmp_path, monkeypatch):
+    # the user's Ctrl-C (dsv4sel.process.Interrupted, what the command's SIGINT raises) and the
+    # machine's memory end the command; once `check` turned them into a DSV406 finding
+    from dsv4sel.engine.values import load_impl_class
+    from dsv4sel.process import Interrupted
+
+    (tmp_path / "ctrl_c.py").write_text("from dsv4sel.process import Interrupted\nraise Interrupted\n")
+    (tmp_path / "no_memory.py").write_text("raise MemoryError\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(Interrupted):
+        load_impl_class("ctrl_c:X", ("ctrl_c",))
+    with pytest.raises(MemoryError):
+        load_impl_class("no_memory:X", ("no_memory",))
+
+
 BROKEN_PACKS = {
     "a standard-library package": (["[dsv4sel.rules]\nj = json\n"],
                                    "json is a standard-library module; a pack's rules live in the pack's own package"),
