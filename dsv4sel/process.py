@@ -23,7 +23,6 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 
-_SIGINT = 2
 #: The exit statuses of dsv4sel.cli.exits (this module sits below the CLI): an interrupt, and
 #: a command that cannot get the memory it needs (unusable input).
 _EXIT_INTERRUPTED, _EXIT_OUT_OF_MEMORY = 130, 2
@@ -40,10 +39,10 @@ def _raise_interrupted(signum, frame) -> None:
 def _set_handler(handler):
     """Install ``handler`` for SIGINT and return the previous one; None where signals cannot
     be set (a thread other than the main one)."""
-    import _signal  # the C module: `signal` itself imports enum on the cold start
+    import signal  # the command's alone: a library's `import dsv4sel` never sets a handler
 
     try:
-        return _signal.signal(_SIGINT, handler)
+        return signal.signal(signal.SIGINT, handler)
     except ValueError:
         return None
 
@@ -53,14 +52,14 @@ def interruptible(ending: bool):
     """SIGINT raises :class:`Interrupted` inside the block. Afterwards the previous handler
     is restored or, with ``ending`` (the process ends with this block), SIGINT is ignored:
     the work is done, and an interrupt must not turn the exit into a traceback."""
-    import _signal
+    import signal
 
     previous = _set_handler(_raise_interrupted)
     try:
         yield
     finally:
         if ending:
-            _set_handler(_signal.SIG_IGN)
+            _set_handler(signal.SIG_IGN)
         elif previous is not None:
             _set_handler(previous)
 

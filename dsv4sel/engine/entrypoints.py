@@ -74,7 +74,7 @@ def declared(key: tuple) -> list[Declaration]:
         return []  # no pack installed: spare the cold start configparser's import
     import configparser
 
-    out = []
+    out: list[Declaration] = []
     seen: set[str] = set()
     for entry, _names, declared in key:
         for folder, text in declared:
