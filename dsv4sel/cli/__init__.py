@@ -142,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
+    """The command's exit status; an interrupt is :func:`main`'s to report."""
     out_of_memory: str | None = None
     try:
         from . import common
@@ -168,8 +169,6 @@ def _run(argv: list[str] | None) -> int:
         silence_stdout()
         _say(f"dsv4sel: cannot write the output: {exc.strerror or exc}")
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
     except MemoryError as exc:  # reported below, once the frames holding what was allocated are gone
         out_of_memory = str(exc)
     except Exception as exc:  # noqa: BLE001 - a bug: one line for the user, the traceback on request

@@ -11,29 +11,13 @@ from .profile import Profile
 from .sources import Source
 
 
-def dependency_error(exc: ImportError, module: str, distribution: str) -> Exception:
-    """What to raise when importing ``module`` (from ``distribution``), which the compiler
-    needs, failed with ``exc``: ``pip install`` only when it is not installed. An import
-    that fails for want of memory (a MemoryError inside it, or the dynamic loader unable
-    to map a library) is a MemoryError, and any other failure says the module is broken,
-    never that it is missing."""
-    text = str(exc)
-    if isinstance(exc.__context__, MemoryError) or any(
-            sign in text for sign in ("failed to map segment", "Cannot allocate memory")):
-        return MemoryError(f"importing {module}: {text}")
-    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == module:
-        return ImportError(f"dsv4sel needs {distribution} to compile rule files, and it is not installed: "
-                           f"pip install {distribution.lower()} (a warm compiled cache needs neither PyYAML "
-                           "nor jsonschema)")
-    return ImportError(f"dsv4sel needs {distribution} to compile rule files, and it is installed but does not "
-                       f"import ({type(exc).__name__}: {text}); reinstall it")
-
-
 def _parse(src: Source):
     """Read and parse one source: ``(loaded file or None, load problems)``."""
     try:
         from .load import load_file
     except ImportError as exc:
+        from .hints import dependency_error
+
         raise dependency_error(exc, "yaml", "PyYAML") from exc
 
     if src.unreadable is not None:

@@ -21,7 +21,7 @@ def validator(schema_path: str):
     try:
         import jsonschema
     except ImportError as exc:
-        from .build import dependency_error
+        from .hints import dependency_error
 
         raise dependency_error(exc, "jsonschema", "jsonschema") from exc
 

@@ -12,11 +12,14 @@ import resource
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from _cli import COMMAND, environ
 from _repo import REPO
+
+REPO_PATH = Path(REPO)
 
 #: Seconds after the start at which SIGINT is sent: from the command's imports to the
 #: verification itself (``check`` takes one to a few seconds here).
@@ -61,6 +64,7 @@ def _capped(mib: int):
 @pytest.mark.parametrize("command", [("check",), ("explain", "--platform", "cuda", "--rules", "examples/mistakes/clean")])
 def test_too_little_memory_is_said_plainly_in_one_line_with_exit_2(command, tmp_path):
     out_of_memory = 0
+    said = set()
     for mib in (16, 20, 24, 28, 32, 36, 40):
         # a fresh cache: the rules compile (yaml, jsonschema), the costly path
         done = subprocess.run([*COMMAND, *command], capture_output=True, text=True, timeout=120, cwd=REPO,
@@ -72,6 +76,10 @@ def test_too_little_memory_is_said_plainly_in_one_line_with_exit_2(command, tmp_
             (line,) = done.stderr.splitlines()
             assert "out of memory" in line and "give it more memory" in line, (mib, line)
             out_of_memory += 1
+            said.add(line)
         else:  # a cap this command fits in: its real answer (the shipped rules check clean), no false finding
             assert done.returncode == 0, (mib, done.returncode, text[-3000:])
     assert out_of_memory, "no cap was tight enough to test anything"
+    if command == ("check",):  # the line docs/untrusted-input.md quotes
+        doc = (REPO_PATH / "docs" / "untrusted-input.md").read_text()
+        assert any(f"\n{line}\n" in doc for line in said), said

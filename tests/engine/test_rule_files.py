@@ -130,7 +130,7 @@ def test_a_missing_compiler_dependency_is_named_with_its_fix(write_rules, monkey
      "importing jsonschema: rpds.so: failed to map segment from shared object"),
 ])
 def test_a_compiler_dependency_that_does_not_import_is_told_apart_from_a_missing_one(failure, raised, says):
-    from dsv4sel.engine.build import dependency_error
+    from dsv4sel.engine.hints import dependency_error
 
     error = dependency_error(failure, "jsonschema", "jsonschema")
     assert type(error) is raised and says in str(error), error

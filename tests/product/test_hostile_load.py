@@ -96,6 +96,8 @@ def test_300_small_files_are_refused_before_any_is_read(tmp_path):
         f"{300 + before:,} rule files in one load; a load reads at most {MAX_LOAD_FILES:,} files (this is file "
         f"{MAX_LOAD_FILES + 1:,}): {WAY_OUT}MAX_LOAD_FILES")
     assert seconds < 2, seconds
+    # the message docs/untrusted-input.md quotes, for a pack it calls `hostile`
+    assert f"\nhostile/{crossing}:1:1: {problem.message}\n" in Path(REPO, "docs", "untrusted-input.md").read_text()
     # check refuses it at the same place, exit 2 (rule files select() cannot load)
     report = dsv4sel.verify(paths)
     assert [(f.code, f.file, f.line) for f in report.findings] == [("DSV110", problem.file, 1)]
