@@ -194,7 +194,7 @@ NOT_UTF8 = "pack\\xfe/evil\\xff.yaml:2:13: $.inputs.x: 1 is not of type 'object'
 
 
 @pytest.mark.parametrize("command", [("check",), ("explain", "--platform", "cuda"),
-                                     ("test", "--rules"), ("table", "--rules")])
+                                     ("test", "--rules"), ("table", "--rules"), ("doctor", "--rules")])
 def test_a_file_name_that_is_not_utf8_is_one_located_error_everywhere(command, tmp_path):
     # Python keeps the bytes as lone surrogates, which no output can encode: once a
     # UnicodeEncodeError (exit 3) from explain, test and doctor, and from select()
