@@ -134,10 +134,13 @@ class WhyNot(Frozen):
 
 class Explanation(Frozen):
     """Everything known about one decision. Exactly one of ``selection`` and
-    ``rejection`` is set. ``alternatives`` is empty unless rejected."""
+    ``rejection`` is set. ``alternatives`` is empty unless rejected. ``deciding``
+    names the inputs of ``query.extra`` whose value changes this outcome
+    (``flashinfer_sm120`` on SM12x, not on SM90): the text shows only those."""
 
     __slots__ = ("query", "selection", "rejection", "path", "rewrites", "messages", "why_not",
-                 "alternatives", "rules_digest")
+                 "alternatives", "rules_digest", "deciding")
+    _defaults = {"deciding": ()}
 
     query: Query
     selection: Selection | None
@@ -148,6 +151,7 @@ class Explanation(Frozen):
     why_not: tuple[WhyNot, ...]
     alternatives: tuple[Alternative, ...]
     rules_digest: str
+    deciding: tuple[str, ...]
 
     @property
     def ok(self) -> bool:
@@ -270,8 +274,10 @@ def explain_query(rules: RuleSet, query: Query, notes: tuple[Message, ...] = ())
     excluded = {decided.backend, query.backend}
     why_not = tuple(_why_not(rules, query, b, path)
                     for b in probe.platform_backends(rules, query) if b not in excluded)
+    point = query.point()
+    deciding = tuple(name for name, _ in query.extra if rules.decides(name, point))
     return Explanation(query, selection, refusal, path, rewrites, messages, why_not, alternatives,
-                       rules.digest)
+                       rules.digest, deciding)
 
 
 def _impl_warning(impl: str) -> tuple[Message, ...]:

@@ -9,7 +9,12 @@ alternatives. ``--json`` is the explanation's own ``as_dict()``.
 from __future__ import annotations
 
 from ...dsv4.alternatives import flag
-from .text import Style, align, location, where
+from .text import Style, align, location as _location, unbroken, where, wrap_lines
+
+
+def location(where) -> str:
+    """A location as one word of a report line (see :func:`~dsv4sel.cli.render.text.unbroken`)."""
+    return unbroken(_location(where))
 
 _ACTIONS = {"default": "default backend -> {target}", "use": "hands over to {target}",
             "select": "selects", "reject": "rejects"}
@@ -25,12 +30,20 @@ def _pack(rule) -> str:
     return "" if rule.pack == "dsv4sel" else f"  (pack {rule.pack})"
 
 
-def report_lines(ex, style: Style, detected: bool = False) -> list[str]:
+def report_text(ex, style: Style, width: int | None, origin: str = "") -> str:
+    """The text ``dsv4sel explain`` prints: :func:`report_lines` wrapped to ``width``
+    columns (a path is never broken), ending in a newline."""
+    return "\n".join(wrap_lines(report_lines(ex, style, origin), width)) + "\n"
+
+
+def report_lines(ex, style: Style, origin: str = "") -> list[str]:
     """The human-readable report, one string per line (no colour when ``style``
-    is off); ``detected`` marks a query whose platform was read from this machine.
-    Its sections in order: the query, the outcome, rewrites, messages, the path,
-    why not, and on a rejection the nearest working alternatives."""
-    lines = _query_lines(ex.query, style, detected)
+    is off; not wrapped: :func:`report_text` wraps it). ``origin`` says where the
+    platform came from when it was not given (``detected``, ``from --capability
+    MI300X``). Its sections in order: the query (the inputs that decide it), the
+    outcome, rewrites, messages, the path, why not, and on a rejection the nearest
+    working alternatives."""
+    lines = _query_lines(ex, style, origin)
     lines += _selection_lines(ex, style) if ex.selection is not None else _rejection_lines(ex, style)
     lines += _rewrite_and_message_lines(ex, style)
     lines += _path_lines(ex, style)
@@ -40,10 +53,13 @@ def report_lines(ex, style: Style, detected: bool = False) -> list[str]:
     return lines
 
 
-def _query_lines(q, style: Style, detected: bool) -> list[str]:
-    head = [f"{where(q)}{' (detected)' if detected else ''}", flag("kv_cache_dtype", q.kv_cache_dtype),
+def _query_lines(ex, style: Style, origin: str) -> list[str]:
+    """The query: the platform (and where it came from), the flags, the model, and of the
+    other inputs those whose value decides this query (``flashinfer_sm120`` on SM12x only)."""
+    q = ex.query
+    head = [f"{where(q)}{f' ({origin})' if origin else ''}", flag("kv_cache_dtype", q.kv_cache_dtype),
             flag("backend", q.backend),
-            f"model {q.model}"] + [f"{k}={v}" for k, v in q.extra]
+            f"model {q.model}"] + [f"{k}={v}" for k, v in q.extra if k in ex.deciding]
     return [style.bold("query") + "     " + ", ".join(head), ""]
 
 
@@ -56,7 +72,7 @@ def _selection_lines(ex, style: Style) -> list[str]:
         ["impl", s.impl], ["layout", s.layout], ["cache dtype", s.cache_dtype],
         ["torch dtype", s.torch_dtype_name], ["bytes per token", str(s.bytes_per_token)],
         ["block size", str(s.block_size)],
-        *[[f"{host} class", f"{cls} ({host} {versions})"] for host, cls, versions in s.hosts],
+        *[[f"{host} class", f"{cls} " + unbroken(f"({host} {versions})")] for host, cls, versions in s.hosts],
         *[[f"{host} settings", ", ".join(f"{k} {v}" for k, v in pairs)] for host, pairs in s.host_settings],
         ["decided by", f"{s.rule.id}  " + style.cyan(location(s.rule)) + _pack(s.rule)],
     ] + ([["why", ex.description]] if ex.description else []), style)
