@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(document(report.as_dict()))
     else:
         from .render.doctor import report_text
-        from .render.text import report_width, style_for
+        from .render.text import output_width, style_for
 
-        sys.stdout.write(report_text(report, style_for(sys.stdout), report_width(sys.stdout)))
+        # its tables stay one row per line in a pipe: wrapped on a terminal only
+        sys.stdout.write(report_text(report, style_for(sys.stdout), output_width(sys.stdout)))
     return EXIT_OK if report.ok else EXIT_FINDINGS
