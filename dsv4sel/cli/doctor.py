@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .._version import DOCS_URL
 from .common import add_rules_option
 from .exits import EXIT_FINDINGS, EXIT_OK
 from .options import add_input_option
@@ -33,7 +34,7 @@ def add_parser(sub) -> None:
     p.add_argument("--model", metavar="M", help="model family (default: the rules' default model)")
     add_input_option(p)
     add_rules_option(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object (keys: docs/cli.md)")
+    p.add_argument("--json", action="store_true", help=f"print one JSON object (keys: {DOCS_URL}/cli.md)")
     p.set_defaults(run=run)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .._version import DOCS_URL
 from .common import add_rules_option
 from .exits import EXIT_FINDINGS, EXIT_OK
 from .options import add_input_option
@@ -40,7 +41,7 @@ def add_parser(sub) -> None:
     p.add_argument("--model", metavar="M", help="model family (default: the rules' default, deepseek_v4)")
     add_input_option(p)
     add_rules_option(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object (keys: docs/cli.md)")
+    p.add_argument("--json", action="store_true", help=f"print one JSON object (keys: {DOCS_URL}/cli.md)")
     p.add_argument("--detect", action="store_true",
                    help="fill --platform, --capability and probed inputs (e.g. mega_attn) from this machine "
                         "through torch and the kernel probes; explicit options win")
