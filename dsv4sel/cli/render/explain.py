@@ -27,7 +27,7 @@ def _input_name(name: str) -> str:
 
 def _pack(rule) -> str:
     """Names the rule pack when the deciding rule is not a shipped one."""
-    return "" if rule.pack == "dsv4sel" else f"  (pack {rule.pack})"
+    return "" if rule.pack == "dsv4sel" else "  " + unbroken(f"(pack {rule.pack})")
 
 
 def report_text(ex, style: Style, width: int | None, origin: str = "") -> str:
@@ -111,7 +111,7 @@ def _path_lines(ex, style: Style) -> list[str]:
     """The rules that led to the outcome, each with its ``description:`` under its id."""
     lines = ["", style.bold("path")]
     steps = align([[str(n), step.rule.id, (location(step.rule), "cyan"),
-                    _ACTIONS[step.action].format(target=step.target)]
+                    unbroken(_ACTIONS[step.action].format(target=step.target))]
                    for n, step in enumerate(ex.path, 1)], style)
     for step, line in zip(ex.path, steps):
         lines.append(line)
