@@ -90,6 +90,16 @@ def run(args: argparse.Namespace) -> int:
     except VerifyError as exc:
         print(f"dsv4sel check: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    _write(args, report)
+    # one rule for every command: rule files that do not load are unusable input (2), even
+    # here, where they are listed as findings; 1 is for findings of the analysed space
+    if not report.analysed:
+        return EXIT_USAGE
+    return EXIT_OK if report.ok else EXIT_FINDINGS
+
+
+def _write(args: argparse.Namespace, report) -> None:
+    """The report on stdout, in the format asked for."""
     if args.format == "json":
         from .render.data import document
 
@@ -110,8 +120,3 @@ def run(args: argparse.Namespace) -> int:
         from .render.text import wrapped
 
         sys.stdout.write(wrapped(summary(report) if args.summary else text(report)))
-    # one rule for every command: rule files that do not load are unusable input (2), even
-    # here, where they are listed as findings; 1 is for findings of the analysed space
-    if not report.analysed:
-        return EXIT_USAGE
-    return EXIT_OK if report.ok else EXIT_FINDINGS
