@@ -111,7 +111,7 @@ def _path_lines(ex, style: Style) -> list[str]:
     """The rules that led to the outcome, each with its ``description:`` under its id."""
     lines = ["", style.bold("path")]
     steps = align([[str(n), step.rule.id, (location(step.rule), "cyan"),
-                    unbroken(_ACTIONS[step.action].format(target=step.target))]
+                    _action(step)]
                    for n, step in enumerate(ex.path, 1)], style)
     for step, line in zip(ex.path, steps):
         lines.append(line)
@@ -120,6 +120,16 @@ def _path_lines(ex, style: Style) -> list[str]:
     if ex.rejection is not None and ex.rejection.gap:
         lines.append("  " + style.yellow(ex.rejection.reason))
     return lines
+
+
+def _action(step) -> str:
+    """What a path step did, its target kept with the word before it (``-> BACKEND``) when wrapped."""
+    text = _ACTIONS[step.action].format(target=step.target)
+    head, _, last = text.rpartition(" ")
+    if step.target is None or not head:
+        return text
+    head, _, arrow = head.rpartition(" ")
+    return f"{head} {unbroken(f'{arrow} {last}')}"
 
 
 def _why_not_lines(why_not, style: Style) -> list[str]:
