@@ -188,20 +188,28 @@ def machine(rules: RuleSet, platform: str | None = None, capability: str | None 
     ``kernels.platform.import_torch``, which keeps its NumPy warning quiet).
     """
     found = _read(rules, platform, capability)
-    return found.replace(probes=probe_inputs(rules, *found.target, at=_point(rules, found)))
+    return found.replace(probes=probe_inputs(rules, *found.target, at=_point(rules, found.platform, found.capability)))
 
 
-def _point(rules: RuleSet, found: Machine) -> dict[str, str] | None:
-    """The machine's platform and capability as declared values of the rules, for
-    :meth:`~dsv4sel.dsv4.rules.RuleSet.decides`; None when they are not (an unknown
-    platform, a capability the rules do not declare there)."""
-    if found.platform is None:
-        return None
+def _this_machine(rules: RuleSet) -> dict[str, str]:
+    """:func:`_point` of this machine (:func:`detect`); empty when it cannot be detected."""
     try:
-        query, _ = rules.normalize(platform=found.platform, capability=found.capability,
+        return _point(rules, *detect())
+    except InvalidQuery:
+        return {}
+
+
+def _point(rules: RuleSet, platform: str | None, capability: str | None) -> dict[str, str]:
+    """``platform`` and ``capability`` as declared values of the rules, for
+    :meth:`~dsv4sel.dsv4.rules.RuleSet.decides`; empty when they are not (an unknown
+    platform, a capability the rules do not declare there)."""
+    if platform is None:
+        return {}
+    try:
+        query, _ = rules.normalize(platform=platform, capability=capability,
                                    model=rules.default_of("model") or rules.values("model")[0])
     except InvalidQuery:
-        return None
+        return {}
     return {"platform": query.platform, "capability": query.capability}
 
 
@@ -227,15 +235,18 @@ def probe_inputs(rules: RuleSet, platform: str | None = None, capability: str | 
     ``platform``/``capability``); a probe that cannot load counts as "no".
 
     ``at`` is where the machine is in the rules (its platform and capability as declared
-    values): a probe is asked only where its input decides something there, so the
-    FlashInfer SM120 specialization is not asked about off SM12x, nor mega-attention
-    off SM10x; such an input keeps its default (``asked`` False, the reason says why).
-    ``at`` None (the platform is unknown) asks none."""
+    values; None: ``platform`` and ``capability``'s, or this machine's when they are None):
+    a probe is asked only where its input decides something there, so the FlashInfer SM120
+    specialization is not asked about off SM12x, nor mega-attention off SM10x; such an
+    input keeps its default (``asked`` False, the reason says why). An empty ``at`` (the
+    platform is unknown) asks none."""
+    if at is None:
+        at = _point(rules, platform, capability) if platform is not None else _this_machine(rules)
     out = []
     for name, impl in rules.probes.items():
         default = rules.default_of(name) or rules.values(name)[0]
-        if at is None:
-            out.append(InputProbe(name, impl, default, "not probed: the platform is unknown", False))
+        if not at:
+            out.append(InputProbe(name, impl, default, "not probed: the platform or its capability is unknown", False))
             continue
         if not rules.decides(name, at):
             where = f"{at['platform']}" + ("" if at["capability"] == "unknown" else f" {at['capability']}")
