@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # typing costs ~5 ms of cold start; annotations are postponed
     #: A table cell: plain text, or (text, colour names...) painted after alignment.
     Cell = Union[str, tuple]
 
-#: The width of human reports (``explain``, ``doctor``) written to a pipe or a file.
+#: The width ``explain``'s report is wrapped to in a pipe or a file.
 PIPE_WIDTH = 100
 #: Joins the words of a path inside a report line until :func:`wrap_line` has placed it,
 #: so that a path with a blank in it is never wrapped there (a private-use character).
@@ -168,8 +168,9 @@ def _hang(plain: str, width: int) -> int:
 
 
 def report_width(stream: TextIO | None = None) -> int:
-    """The width a report (``explain``, ``doctor``) is wrapped to: the terminal's
-    (:func:`output_width`), or :data:`PIPE_WIDTH` for a pipe or a file."""
+    """The width ``explain``'s report is wrapped to: the terminal's (:func:`output_width`),
+    or :data:`PIPE_WIDTH` for a pipe or a file. (The other commands' piped output is not
+    wrapped: a finding, a table row, stays one line for ``grep``.)"""
     return output_width(stream) or PIPE_WIDTH
 
 
