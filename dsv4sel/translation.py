@@ -141,6 +141,26 @@ class Translation:
             used.extend(r.where for r in hits)
         return q
 
+    def check_point(self, point: dict) -> None:
+        """Raise one SelectionError naming the first input of ``point`` whose value is outside the
+        host space (with the valid values and the nearest one); a point inside it passes."""
+        platform = point.get("platform")
+        for name, declared in self.space.items():
+            valid = declared.get(platform, ()) if isinstance(declared, dict) else declared
+            if not valid and name not in point:
+                continue
+            value = point.get(name)
+            if value not in valid:
+                from .engine.suggest import close_matches
+                from .engine.text import escape
+
+                near = close_matches(str(value), list(valid))
+                raise SelectionError(
+                    f"DeepSeek-V4 attention in {self.host_label}: {name} {escape(repr(value))} is not one dsv4sel "
+                    f"decides for{' on ' + str(platform) if isinstance(declared, dict) else ''}"
+                    f"{'; did you mean ' + repr(near[0]) + '?' if near else ''} (it decides "
+                    f"{', '.join(map(str, valid)) or 'none there'}; {self.file})", origin=self.file)
+
     def refuse_point(self, point: dict) -> None:
         """Raise the refusal of the first ``refuse`` row that holds at ``point``, if one does."""
         for row in self.refuse:

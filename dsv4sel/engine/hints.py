@@ -2,7 +2,8 @@
 
 YAML reads unquoted ``8.0`` as a float, ``no`` as false and ``12`` as an int;
 where the rule or test schema expects a string, the message says to quote the
-value and shows it quoted as it was written in the file.
+value and shows it quoted as it was written in the file. A compiler dependency
+that does not import is told apart from one that is not installed.
 """
 
 from __future__ import annotations
@@ -65,9 +66,39 @@ def quote_hint(loaded, path: tuple) -> str:
             + ", ".join(q[1] for q in quoted) + "]")
 
 
-def allow_impl_hint(impl: str) -> str:
-    """How to allow an impl class whose module is not on the allow-list."""
+#: The environment variable a serving process allows a pack's impl modules with, and the one that
+#: lists packs (read by :mod:`dsv4sel.engine.sources`, which sits above this module).
+ALLOW_IMPL_ENV = "DSV4SEL_ALLOW_IMPL_MODULES"
+RULES_PATH_ENV = "DSV4SEL_RULES_PATH"
+
+
+def allow_impl_hint(impl: str, from_environment: bool = False) -> str:
+    """How to allow an impl class whose module is not on the allow-list: every way in, the
+    environment variable first for a pack that came from the environment (``DSV4SEL_RULES_PATH``:
+    a serving process, which has no command line to pass ``--allow-impl-module`` on)."""
     top = str(impl).partition(":")[0].split(".")[0] or "MODULE"
-    return (f"; to allow it, pass --allow-impl-module {top} (Python: allowed_impl_modules=({top!r},)), or "
-            f"install the pack with an entry point in group dsv4sel.rules, whose top-level package may "
-            f"name impl classes")
+    flag = f"--allow-impl-module {top} (Python: allowed_impl_modules=({top!r},))"
+    installed = ("install the pack with an entry point in group dsv4sel.rules, whose top-level package may "
+                 "name impl classes")
+    if from_environment:
+        return (f"; to allow it, set {ALLOW_IMPL_ENV}={top} beside {RULES_PATH_ENV}, which names this pack, "
+                f"or pass {flag}, or {installed}")
+    return f"; to allow it, pass {flag}, set {ALLOW_IMPL_ENV}={top} in a serving process's environment, or {installed}"
+
+
+def dependency_error(exc: ImportError, module: str, distribution: str) -> Exception:
+    """What to raise when importing ``module`` (from ``distribution``), which the compiler
+    needs, failed with ``exc``: ``pip install`` only when it is not installed. An import
+    that fails for want of memory (a MemoryError inside it, or the dynamic loader unable
+    to map a library) is a MemoryError, and any other failure says the module is broken,
+    never that it is missing."""
+    text = str(exc)
+    if isinstance(exc.__context__, MemoryError) or any(
+            sign in text for sign in ("failed to map segment", "Cannot allocate memory")):
+        return MemoryError(f"importing {module}: {text}")
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == module:
+        return ImportError(f"dsv4sel needs {distribution} to compile rule files, and it is not installed: "
+                           f"pip install {distribution.lower()} (a warm compiled cache needs neither PyYAML "
+                           "nor jsonschema)")
+    return ImportError(f"dsv4sel needs {distribution} to compile rule files, and it is installed but does not "
+                       f"import ({type(exc).__name__}: {text}); reinstall it")

@@ -26,8 +26,10 @@ scheduler guard is registered either.
 
 SGLang logs and swallows exceptions raised while a plugin loads, so the version gate acts inside
 the hook: on any SGLang other than 0.5.23 (as its distribution metadata or ``sglang.__version__``
-reports it) :func:`register` only registers a hook that raises :class:`PluginError`, and patches
-nothing else.
+reports it), and wherever the version cannot be read at all (no metadata, no ``sglang.version``,
+a version that is not PEP 440), :func:`register` only registers a hook that raises
+:class:`PluginError`, and patches nothing else: SGLang never decides alone when the user asked
+for dsv4sel.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ import os
 from ..errors import SelectionError
 from ..engine.hosts import version_matches
 from . import scheduler
-from .translation import VERSIONS, HostDecision, decide as decide_point
+from .translation import VERSIONS, HostDecision, decide as decide_point, translation
 
 logger = logging.getLogger(__name__)
 STEP = "handle_model_specific_adjustments"
@@ -62,6 +64,24 @@ def _sglang_versions() -> tuple[str, ...]:
     from sglang.version import __version__
 
     return tuple(dict.fromkeys((metadata.version("sglang"), __version__)))
+
+
+def _unsupported() -> str | None:
+    """Why this SGLang is not one the plugin is written for (None: it is). Any failure to read the
+    version is a reason, never an exception: an exception in ``register()`` would be swallowed and
+    SGLang would decide alone."""
+    try:
+        versions = _sglang_versions()
+    except Exception as exc:  # noqa: BLE001 - whatever reading the host fails with, the plugin refuses
+        return f"the installed SGLang's version cannot be read ({type(exc).__name__}: {str(exc)[:200]})"
+    for version in versions:
+        try:
+            ok = version_matches(version, VERSIONS)
+        except (TypeError, ValueError):
+            return f"the installed SGLang reports version {version!r}, which is not a PEP 440 version"
+        if not ok:
+            return f"this is sglang {version}"
+    return None
 
 
 def _device(cfg) -> tuple[str, str] | None:
@@ -149,6 +169,7 @@ def decide(server_args, previous) -> HostDecision | None:
         logger.warning(NOT_DECIDED, resolving_view(server_args).device)
         previous(server_args)
         return None
+    translation().check_point(point)  # a value outside SGLang's space: one refusal naming it
     decision = decide_point(point)
     s, rule = decision.settings, decision.selection.rule
     declare_resolution(server_args, "dsv4sel", dsv4_attn_backend=s["dsv4_attn_backend"],
@@ -175,12 +196,11 @@ def register() -> None:
     (an exception here would be swallowed) and patch nothing else."""
     from sglang.srt.arg_groups.resolution_hooks import register_resolution_hook
 
-    versions = _sglang_versions()
-    unsupported = [v for v in versions if not version_matches(v, VERSIONS)]
-    if unsupported:
+    why = _unsupported()
+    if why is not None:
         def refuse(server_args, previous):
-            raise PluginError(f"dsv4sel's SGLang plugin supports sglang {VERSIONS}, not {unsupported[0]}; "
-                              "unset SGLANG_PLUGINS=dsv4sel or install a supported SGLang.")
+            raise PluginError(f"dsv4sel's SGLang plugin supports sglang {VERSIONS}; {why}. Unset "
+                              "SGLANG_PLUGINS=dsv4sel or install a supported SGLang.")
         register_resolution_hook(STEP)(refuse)
         return
 

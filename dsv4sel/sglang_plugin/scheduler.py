@@ -43,9 +43,29 @@ def forget() -> None:
     os.environ.pop(DECISION_ENV, None)
 
 
+#: the fields a published decision carries, each a string
+_FIELDS = ("class", "kv_layout", "rule", "location")
+
+
 def published() -> dict[str, str] | None:
+    """The launcher's published decision, or None when there is none. A value that is not the
+    JSON :func:`publish` writes (edited, truncated, set by hand) is one SelectionError: the guard
+    cannot tell what was decided, so it refuses rather than check nothing."""
     text = os.environ.get(DECISION_ENV)
-    return json.loads(text) if text else None
+    if not text:
+        return None
+    try:
+        decided = json.loads(text)
+    except ValueError:
+        decided = None
+    if not (isinstance(decided, dict) and all(isinstance(decided.get(k), str) for k in _FIELDS)):
+        from ..engine.text import escape
+
+        raise SelectionError(
+            f"DeepSeek-V4 attention in SGLang: {DECISION_ENV} is not a decision dsv4sel published "
+            f"({escape(text[:120])!r}); it must be the JSON object the launcher's dsv4sel plugin writes, with "
+            f"{', '.join(_FIELDS)}. Unset {DECISION_ENV} and launch again with SGLANG_PLUGINS=dsv4sel.")
+    return decided
 
 
 def _refuse(what: str, built: str, decided: dict[str, str], want: str) -> SelectionError:

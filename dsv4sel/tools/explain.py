@@ -37,6 +37,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing and dataclasses cost ~15 ms of cold start; values use record.Frozen
     from typing import Any, Mapping
 
+    from ..dsv4.kvmemory import Geometry, KVMemory
+
 #: Version of the :meth:`Explanation.as_dict` layout. Bumped only when a key is
 #: removed or changes meaning; adding keys keeps the version.
 JSON_VERSION = 1
@@ -135,10 +137,13 @@ class WhyNot(Frozen):
 
 class Explanation(Frozen):
     """Everything known about one decision. Exactly one of ``selection`` and
-    ``rejection`` is set. ``alternatives`` is empty unless rejected."""
+    ``rejection`` is set. ``alternatives`` is empty unless rejected. ``deciding``
+    names the inputs of ``query.extra`` whose value changes this outcome
+    (``flashinfer_sm120`` on SM12x, not on SM90): the text shows only those."""
 
     __slots__ = ("query", "selection", "rejection", "path", "rewrites", "messages", "why_not",
-                 "alternatives", "rules_digest")
+                 "alternatives", "rules_digest", "memory", "deciding")
+    _defaults = {"memory": None, "deciding": ()}
 
     query: Query
     selection: Selection | None
@@ -149,6 +154,9 @@ class Explanation(Frozen):
     why_not: tuple[WhyNot, ...]
     alternatives: tuple[Alternative, ...]
     rules_digest: str
+    #: the KV memory ``explain(tokens=N)`` asked for (None: not asked, or rejected)
+    memory: KVMemory | None
+    deciding: tuple[str, ...]
 
     @property
     def ok(self) -> bool:
@@ -204,6 +212,8 @@ class Explanation(Frozen):
                 "rule": _rule_dict(a.selection.rule),
             } for a in self.alternatives],
             "rules_digest": self.rules_digest,
+            "contract": None if self.selection is None else self.selection.contract.as_dict(),
+            "memory": None if self.memory is None else self.memory.as_dict(),
         }
 
 
@@ -232,19 +242,42 @@ def _selection_dict(sel: Selection | None) -> dict[str, Any] | None:
 
 def explain(rules: RuleSet, *, platform: Any, kv_cache_dtype: Any = "auto", backend: Any = None,
             capability: Any = None, model: Any = None,
-            extra: Mapping[str, Any] | None = None) -> Explanation:
+            extra: Mapping[str, Any] | None = None, tokens: int | None = None,
+            layers: str | None = None) -> Explanation:
     """Explain the decision for one raw query (arguments as :func:`dsv4sel.select`;
-    ``model`` None means the rules' default model).
+    ``model`` None means the rules' default model). With ``tokens`` a selection also
+    carries the KV memory that many tokens need (:mod:`dsv4sel.dsv4.kvmemory`), for the
+    layers ``layers`` names (``swa=2,c4=21,c128=20,window=128``) or the model's known ones.
 
     Raises :class:`~dsv4sel.InvalidQuery` (naming the valid values and the
-    nearest one) when an input is outside the rules' vocabulary. A query that
-    no backend serves is not an error here: the Explanation says why.
+    nearest one) when an input is outside the rules' vocabulary, and ValueError for a
+    ``layers`` that does not parse or a model whose layers dsv4sel does not know. A
+    query that no backend serves is not an error here: the Explanation says why.
     """
     if model is None:
         model = rules.default_of("model") or rules.values("model")[0]
     query, notes = rules.normalize(platform=platform, kv_cache_dtype=kv_cache_dtype, backend=backend,
                                    capability=capability, model=model, extra=extra)
-    return explain_query(rules, query, notes)
+    geometry = None if tokens is None else _geometry(query.model, layers)
+    result = explain_query(rules, query, notes)
+    if geometry is not None and tokens is not None and result.selection is not None:
+        from ..dsv4.kvmemory import kv_memory
+
+        result = result.replace(memory=kv_memory(result.selection.contract, tokens, geometry))
+    return result
+
+
+def _geometry(model: str, layers: str | None) -> Geometry:
+    """The layers ``--layers`` names, or the ones dsv4sel knows for ``model``; ValueError otherwise."""
+    from ..dsv4.kvmemory import GEOMETRIES, RATIOS, parse_layers
+
+    if layers is not None:
+        return parse_layers(layers, model)
+    if model in GEOMETRIES:
+        return GEOMETRIES[model]
+    keys = ",".join(["swa=A", *(f"c{r}={n}" for r, n in zip(RATIOS.get(model, ()), "BC"))])
+    raise ValueError(f"dsv4sel knows no layer counts for {model}: pass them, --layers {keys},window=TOKENS "
+                     "(from the checkpoint's config.json)")
 
 
 def explain_query(rules: RuleSet, query: Query, notes: tuple[Message, ...] = ()) -> Explanation:
@@ -256,7 +289,7 @@ def explain_query(rules: RuleSet, query: Query, notes: tuple[Message, ...] = ())
         selection, refusal = decided, None
         rewrites = tuple(Rewrite(name, query.kv_cache_dtype if name == "cache_dtype" else None, value)
                          for name, value in decided.rewrites.items())
-        messages = decided.messages + _impl_warning(decided.impl)
+        messages = decided.messages + _impl_warning(decided.impl, decided.allowed_impl_modules)
         alternatives: tuple[Alternative, ...] = ()
     else:
         selection, refusal = None, _refusal(rules, query, decided)
@@ -269,27 +302,89 @@ def explain_query(rules: RuleSet, query: Query, notes: tuple[Message, ...] = ())
     excluded = {decided.backend, query.backend}
     why_not = tuple(_why_not(rules, query, b, path)
                     for b in probe.platform_backends(rules, query) if b not in excluded)
+    point = query.point()
+    deciding = tuple(name for name, _ in query.extra if rules.decides(name, point))
     return Explanation(query, selection, refusal, path, rewrites, messages, why_not, alternatives,
-                       rules.digest)
+                       rules.digest, deciding=deciding)
 
 
-def _impl_warning(impl: str) -> tuple[Message, ...]:
-    """A warning when the selected impl's module cannot be found here, the problem `dsv4sel
-    check` reports as DSV406: the answer must not look like a working selection. Only the
-    module is looked up (``find_spec`` imports its parent packages, never the module itself,
-    so explain still imports no torch); a missing class shows when the impl is loaded."""
+def _impl_warning(impl: str, allowed: tuple[str, ...]) -> tuple[Message, ...]:
+    """A warning when the selected impl will not load here, the problem `dsv4sel check` reports
+    as DSV406: the answer must not look like a working selection. What is wrong is said:
+    :func:`_impl_problem`."""
+    problem = _impl_problem(impl, allowed)
+    if problem is None:
+        return ()
+    return (Message(f"the impl {impl} cannot be loaded here ({problem}): loading it will fail; "
+                    "`dsv4sel check` reports this as DSV406", "warning"),)
+
+
+def _impl_problem(impl: str, allowed: tuple[str, ...]) -> str | None:
+    """Why ``impl`` will not load here, or None, told as cheaply as it can be.
+
+    An impl of the shipped kernels (the profile's own allow-list) is not imported on the happy
+    path, so explain imports no torch and no ``typing`` for the shipped rules: its module is
+    looked up (``find_spec`` imports its parent packages, never the module itself) and its
+    source read for the class's top-level ``class`` statement. Any other impl (a pack's own
+    module), and a shipped-module name whose class statement is not there, is loaded for real
+    through the one loader (:func:`~dsv4sel.engine.values.load_impl_class`, as ``check`` and
+    ``load_impl()`` load it), so a misspelled class, a name that is no impl and a module that
+    raises at import (an impl without ``run_library``) each show, with the loader's reason."""
+    from ..dsv4.profile import PROFILE
+    from ..engine.values import check_impl_allowed, load_impl_class
+    from ..errors import ImplLoadError
+
+    try:
+        module, attr = check_impl_allowed(impl, PROFILE.allowed_impl_modules)
+    except ImplLoadError:
+        pass  # not a shipped kernel: loaded below
+    else:
+        found = _class_statement(module, attr)
+        if found is not None:
+            return None if found else f"no module named {module!r}"
+    try:
+        load_impl_class(impl, allowed, PROFILE.impl_base)
+    except ImplLoadError as exc:
+        reason = str(exc)
+        prefix = f"impl {impl!r}: "
+        return reason[len(prefix):] if reason.startswith(prefix) else reason
+    return None
+
+
+#: The most of a module's source read to find a class statement (the shipped kernels' modules
+#: are tens of kilobytes): past it, the module is loaded instead.
+_SOURCE_READ = 1 << 20
+
+
+def _class_statement(module: str, attr: str) -> bool | None:
+    """False when ``module`` is not there; True when its source has the top-level statement
+    ``class ATTR``; None when that cannot be told without importing it (then the caller does)."""
     import importlib.util
 
-    module = impl.partition(":")[0]
     try:
-        found = importlib.util.find_spec(module) is not None
-        reason = f"no module named {module!r}"
-    except (ImportError, ValueError) as exc:  # a parent package is missing or broken
-        found, reason = False, f"{type(exc).__name__}: {exc}"
-    if found:
-        return ()
-    return (Message(f"the impl {impl} cannot be imported here ({reason}): loading it will fail; "
-                    "`dsv4sel check` reports this as DSV406", "warning"),)
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # a parent package is missing or broken
+        return None
+    if spec is None:
+        return False
+    origin = spec.origin if spec.has_location else None
+    if not origin or not origin.endswith(".py"):
+        return None
+    try:
+        with open(origin, "rb") as source:
+            text = source.read(_SOURCE_READ + 1)
+    except OSError:
+        return None
+    if len(text) > _SOURCE_READ:
+        return None
+    statement = b"\nclass " + attr.encode()
+    text = b"\n" + text
+    at = text.find(statement)
+    while at != -1:
+        if text[at + len(statement):at + len(statement) + 1] in (b"(", b":", b" "):
+            return True
+        at = text.find(statement, at + 1)
+    return None
 
 
 def _refusal(rules: RuleSet, query: Query, rejection: Rejection) -> Refusal:

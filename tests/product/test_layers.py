@@ -19,12 +19,15 @@ from pathlib import Path
 
 import pytest
 
+from dsv4sel.dsv4.host_registry import HOSTS
+
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Bottom first. A module may import its own layer and the layers below it.
 #: A name stands for the module or, for a package, every module in it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation: the version, frozen values, the exceptions", ("_version", "record", "errors")),
+    ("foundation: the version, frozen values, the exceptions, the command process", ("_version", "record", "errors",
+                                                                             "process")),
     ("engine foundation: results, codes, the compiled format, the space algebra", tuple(f"engine.{m}" for m in (
         "text", "suggest", "families", "codes", "hints", "values", "profile", "artifact", "hosts",
         "space", "scan", "flow"))),
@@ -33,13 +36,14 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("translation: a host's own inputs mapped onto the rules, as data", ("translation",)),
     ("check: the verifier", ("check",)),
     ("face: the public API", ("__init__", "api")),
-    ("operator tools and embeddings", ("tools", "vllm", "vllm_plugin", "sglang_plugin")),
+    # the hosts' plugins, as the host registry names them (a new host's plugin needs no edit here)
+    ("operator tools and embeddings", ("tools", "vllm", *(h.plugin.removeprefix("dsv4sel.") for h in HOSTS.values()))),
     ("cli", ("cli",)),
 )
 #: What the serving path (``import dsv4sel`` + ``select()``) may not import at module level.
 SERVING = ("__init__", "api", "engine.ruleset", "engine.artifact", "engine.values", "errors", "record",
            "engine.cache", "engine.sources", "engine.profile", "dsv4.profile", "dsv4.rules", "dsv4.selection",
-           "engine.text", "_version", "engine.codes", "engine.suggest")
+           "engine.text", "_version", "engine.codes", "engine.suggest", "process")
 COMPILE_ONLY = ("yaml", "jsonschema", "torch", "dsv4sel.engine.load", "dsv4sel.engine.validate",
                 "dsv4sel.engine.compile", "dsv4sel.engine.build", "dsv4sel.engine.lower", "dsv4sel.check")
 
@@ -124,11 +128,14 @@ def test_the_kernels_never_import_the_core():
     assert reach == []
 
 
-def test_the_core_reaches_the_kernels_only_through_the_platform_probe():
-    # impl classes are named by strings in the rules and loaded from the allow-list
+def test_the_core_reaches_the_kernels_only_through_the_platform_probe_and_the_record_table():
+    # impl classes are named by strings in the rules and loaded from the allow-list; the KV wire
+    # contract reads the records' sizes and encodings from the kernels' plain-data record table
     reach = sorted((m, t) for m in MODULES if not m.startswith("dsv4sel.kernels")
                    for t in GRAPH[m] if t.startswith("dsv4sel.kernels"))
-    assert reach == [("dsv4sel.dsv4.platform", "dsv4sel.kernels.platform")]
+    assert reach == [("dsv4sel.dsv4.contract", "dsv4sel.kernels.record"),
+                     ("dsv4sel.dsv4.platform", "dsv4sel.kernels.platform")]
+    assert imports("dsv4sel.kernels.record", MODULES["dsv4sel.kernels.record"]) == set()
 
 
 def test_there_is_no_import_cycle():

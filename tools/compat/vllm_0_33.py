@@ -28,6 +28,7 @@ from vllm_tables import (
     use,
     v4_ignored,
     v41_ignored,
+    with_modeline,
 )
 
 RELEASE = Release(version="0.33.0", name="vLLM 0.33", tag="vllm033", generator="tools/gen_compat.py --host vllm --version 0.33.0")
@@ -206,7 +207,7 @@ def build_files(rel: Release, edit_file, split) -> dict[str, str]:
     defaults: list[dict] = []
     for name, text, data in shipped_files():
         if data.get("kind") == "vocabulary":
-            out[name] = text  # the same decision space
+            out[name] = with_modeline(text)  # the same decision space
             continue
         for_release(rel, data)
         if name == "not_dsv4.yaml":

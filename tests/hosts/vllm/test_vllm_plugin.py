@@ -236,10 +236,55 @@ def test_a_host_class_outside_vllms_deepseek_v4_modules_is_never_imported(monkey
     assert "vllm.evil" not in imported and "vllm.evil" not in sys.modules
 
 
+@pytest.mark.parametrize("body,error", [
+    (None, "ModuleNotFoundError"),
+    ("import sys\nsys.exit(0)\n", "SystemExit: 0"),
+    ("raise RuntimeError('no CUDA here')\n", "RuntimeError: no CUDA here"),
+], ids=["missing", "exits", "raises"])
+def test_a_layer_module_that_will_not_import_is_one_selection_error(monkeypatch, tmp_path, body, error):
+    """The config-time decision imports the rule's vLLM class: a layer module that is missing,
+    exits or raises is one SelectionError naming the rule, the module and why, never the raw
+    exception (nor a SystemExit that would end vLLM without a word)."""
+    import dsv4sel
+
+    fake_vllm(monkeypatch)
+    module = "vllm.models.deepseek_v4.nvidia.flashmla"
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    for parent in ("vllm.models", "vllm.models.deepseek_v4", "vllm.models.deepseek_v4.nvidia"):
+        package = types.ModuleType(parent)
+        package.__path__ = []  # a package: its submodule is looked up through sys.meta_path
+        monkeypatch.setitem(sys.modules, parent, package)
+    if body is not None:
+        path = tmp_path / "flashmla.py"
+        path.write_text(body)
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(module, path)
+
+        class Finder:
+            def find_spec(self, fullname, p=None, target=None):
+                return spec if fullname == module else None
+
+        monkeypatch.setattr(sys, "meta_path", [Finder(), *sys.meta_path])
+    sel = dsv4sel.select(platform="cuda", capability="9.0", kv_cache_dtype="auto")
+    with pytest.raises(SelectionError) as info:
+        plugin.host_class(sel)
+    text = str(info.value)
+    assert f"cannot import {module} ({error}" in text and sel.rule.location in text, text
+
+
 def _own_module_pack(tmp_path):
     src = tmp_path / "src" / "own_kernels_pack"
     src.mkdir(parents=True)
-    (src / "__init__.py").write_text("class OwnImpl:\n    '''A pack's kernel in its own module.'''\n")
+    (src / "__init__.py").write_text(
+        "from dsv4sel.kernels.base import SparseMLAImpl\n\n\n"
+        "class OwnImpl(SparseMLAImpl):  # an impl subclasses SparseMLAImpl, or it is none\n"
+        "    '''A pack's kernel in its own module.'''\n\n"
+        "    @classmethod\n"
+        "    def import_library(cls):\n"
+        "        raise ImportError('no kernel library here')\n\n"
+        "    def run_library(self, plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink):\n"
+        "        raise NotImplementedError\n")
     return RULES / "own", tmp_path / "src"  # OWN_DSV4 selects own_kernels_pack:OwnImpl
 
 
@@ -272,6 +317,6 @@ def test_a_malformed_allowed_module_is_one_located_rule_error(monkeypatch, value
     from dsv4sel import RuleError
 
     monkeypatch.setenv("DSV4SEL_ALLOW_IMPL_MODULES", value)
-    with pytest.raises(RuleError, match="DSV4SEL_ALLOW_IMPL_MODULES holds .* which is not a dotted module name") as err:
+    with pytest.raises(RuleError, match="DSV4SEL_ALLOW_IMPL_MODULES: .* is not a dotted module name") as err:
         dsv4sel.load_rules()
     assert err.value.problems[0].code == "DSV310"
