@@ -166,10 +166,15 @@ def lora_effect(outcomes: dict, extra_names: tuple) -> dict:
     return {"pairs": pairs, "differ": len(changes), "changes": changes}
 
 
-def vllm_pass(sets: dict, platform: str, inputs: list, report: dict) -> tuple[dict, dict]:
+def _without_identity(d: dict) -> dict:
+    return {k: v for k, v in d.items() if k != "identity"}
+
+
+def vllm_pass(sets: dict, platform: str, inputs: list, report: dict, shipped_seen: dict) -> tuple[dict, dict]:
     """vLLM's own decision on every input against each rule set: ``(per_set, verdict)``, where
     ``verdict[(set, key)]`` is True / False (agrees or not) or None (vLLM decides nothing).
-    Records in ``report["lora"]`` where LoRA alone changes vLLM's decision (:func:`lora_effect`)."""
+    Records in ``report["lora"]`` where LoRA alone changes vLLM's decision (:func:`lora_effect`),
+    and in ``shipped_seen`` the shipped rules' outcome of each input it asked them about."""
     per_set = {name: {"agree": 0, "disagree": [], "undecided": {}} for name in sets}
     verdict: dict = {}
     outcomes: dict = {}
@@ -187,19 +192,22 @@ def vllm_pass(sets: dict, platform: str, inputs: list, report: dict) -> tuple[di
                 verdict[(name, key)] = None
                 continue
             d = dsv4sel_outcome(rules, model, platform, cap, backend, kv, extra)
+            if name == "shipped":
+                shipped_seen[key] = d
             ok = verdict[(name, key)] = agrees(v, d)
             if ok:
                 slot["agree"] += 1
             else:
-                d.pop("identity", None)
-                slot["disagree"].append({"input": _row(model, cap, backend, kv, extra), "vllm": v, "dsv4sel": d})
+                slot["disagree"].append({"input": _row(model, cap, backend, kv, extra), "vllm": v,
+                                         "dsv4sel": _without_identity(d)})
     report["lora"] = lora_effect(outcomes, tuple(sets["shipped"].extra_inputs))
     return per_set, verdict
 
 
-def plugin_pass(shipped, platform: str, inputs: list) -> dict:
-    """The same inputs through vLLM with the plugin installed (shipped rules). A plugin that refuses
-    this vLLM (its PluginError) is the report's ``refused_install``: nothing else was asked."""
+def plugin_pass(shipped, platform: str, inputs: list, shipped_seen: dict) -> dict:
+    """The same inputs through vLLM with the plugin installed (shipped rules; ``shipped_seen``: their
+    outcomes the vLLM pass already asked for). A plugin that refuses this vLLM (its PluginError) is
+    the report's ``refused_install``: nothing else was asked."""
     # The plugin raises the rules' SelectionError; its "Would work:" suggestions come from dsv4sel's
     # nearest-alternative search (2-3 ms per rejection, tested on its own in tests/tools/test_explain.py).
     # Here only where and how the plugin rejects is compared, so the search is left out.
@@ -214,8 +222,8 @@ def plugin_pass(shipped, platform: str, inputs: list) -> dict:
     oracle.clear_configs()  # AttentionConfig objects built from now on pass the patched __post_init__
     out = {"replaced": [f"{m}.{a}" for m, a in replaced], "agree": 0, "refused": 0, "selects": 0, "rejects": 0,
            "disagree": []}
-    for _key, model, cap, backend, kv, extra in inputs:
-        d = dsv4sel_outcome(shipped, model, platform, cap, backend, kv, extra)
+    for key, model, cap, backend, kv, extra in inputs:
+        d = shipped_seen.get(key) or dsv4sel_outcome(shipped, model, platform, cap, backend, kv, extra)
         p = plugin_outcome(plugin, model, platform, cap, backend, kv, extra, d)
         if p["kind"] == "refused":
             out["refused"] += 1
@@ -225,8 +233,8 @@ def plugin_pass(shipped, platform: str, inputs: list) -> dict:
             out["agree"] += 1
             out["selects" if p["kind"] == "select" else "rejects"] += 1
         else:
-            d.pop("identity", None)
-            out["disagree"].append({"input": _row(model, cap, backend, kv, extra), "plugin": p, "dsv4sel": d})
+            out["disagree"].append({"input": _row(model, cap, backend, kv, extra), "plugin": p,
+                                    "dsv4sel": _without_identity(d)})
     plugin.uninstall()
     return out
 
@@ -288,9 +296,10 @@ def main() -> int:
         sets[name] = dsv4sel.load_rules(paths=[path])
     inputs = list(_inputs(sets["shipped"], args.platform, args.model))
     report: dict = {"platform": args.platform, "model": args.model, "inputs": len(inputs), "vllm": {}}
-    report["sets"], verdict = vllm_pass(sets, args.platform, inputs, report)
+    shipped_seen: dict = {}
+    report["sets"], verdict = vllm_pass(sets, args.platform, inputs, report, shipped_seen)
     report["layers_built"] = layers.builds()
-    report["plugin"] = plugin_pass(sets["shipped"], args.platform, inputs)
+    report["plugin"] = plugin_pass(sets["shipped"], args.platform, inputs, shipped_seen)
     report["layers_built_with_plugin"] = layers.builds() - report["layers_built"]
     if "compat" in sets:
         report["diff"] = diff_pass(sets, inputs, verdict)
