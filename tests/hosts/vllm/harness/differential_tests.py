@@ -76,7 +76,7 @@ def summary(found: dict) -> dict:
 @pytest.fixture(scope="module")
 def reports(request, tmp_path_factory, release):
     """Each platform's differential report (the processes run side by side: harness/runner.py)."""
-    runner.start(request.session, tmp_path_factory)
+    runner.start(request, tmp_path_factory)
     done = [(platform, runner.result(release, f"differential:{platform}:{model}")) for platform, model in RUNS]
     found = {p: _merge([r for q, r in done if q == p]) for p in PLATFORMS}
     counts = json.dumps(summary(found))
@@ -169,7 +169,7 @@ def test_lora_changes_vllms_decision_exactly_where_the_release_reads_it(reports,
 
 @pytest.fixture(scope="module")
 def hostcheck(request, tmp_path_factory, release):
-    runner.start(request.session, tmp_path_factory)
+    runner.start(request, tmp_path_factory)
     return runner.result(release, "hostcheck")
 
 

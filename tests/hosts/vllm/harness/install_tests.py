@@ -15,7 +15,7 @@ __all__ = ["release", "skip_without_env", "test_the_vllm_extra_installs_nothing_
 
 
 def test_the_vllm_extra_installs_nothing_but_dsv4sel_next_to_vllm(request, tmp_path_factory, release):
-    runner.start(request.session, tmp_path_factory)
+    runner.start(request, tmp_path_factory)
     out = runner.result(release, "install")
     assert out["rc"] == 0, out["stderr"]
     assert [name for name, _version in out["install"]] == ["dsv4sel"], out

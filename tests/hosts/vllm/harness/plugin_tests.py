@@ -40,7 +40,7 @@ def start_line(release: VllmRelease) -> str:
 @pytest.fixture(scope="module")
 def ran(request, tmp_path_factory, release):
     """Every scenario process, run side by side (each with its own directory and cache: harness/runner.py)."""
-    runner.start(request.session, tmp_path_factory)
+    runner.start(request, tmp_path_factory)
     return {name: runner.result(release, f"scenario:{name}") for name in runner.SCENARIOS}
 
 

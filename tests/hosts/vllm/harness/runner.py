@@ -30,13 +30,15 @@ RUNS = (("cuda", "deepseek_v4_1"), ("cuda", "deepseek_v4"), ("rocm", None), ("cp
 #: Environment variables a user may have set that would change what the processes decide.
 USER_ENV = ("DSV4SEL_RULES_PATH", "DSV4SEL_ALLOW_IMPL_MODULES", "VLLM_PLUGINS", "VLLM_LOGGING_LEVEL",
             "VLLM_CONFIGURE_LOGGING", "VLLM_LOGGING_CONFIG_PATH")
-#: At most this many vLLM processes at once (each holds about 0.7 GB).
+#: At most this many vLLM processes at once (each holds about 0.7 GB), over all pytest-xdist workers.
 WORKERS = 8
 #: The test modules of a release folder, by what they need run.
 DIFFERENTIAL, PLUGIN, INSTALL = "test_differential", "test_plugin", "test_install"
 
 _jobs: dict[tuple[str, str], Future] = {}
 _pool: list[ThreadPoolExecutor] = []
+#: The test modules whose processes this pytest process launched ("*": every collected one).
+_launched: set[str] = set()
 
 
 class Child:
@@ -176,16 +178,28 @@ def _install(child: Child, out: Path) -> dict:
 
 
 # ------------------------------------------------------------------ starting and waiting
-def start(session, tmp_path_factory) -> None:
-    """Launch every process the collected vLLM test files need, for every release (once per session)."""
-    if not _pool:
-        launch({getattr(item.module, "__name__", "") for item in session.items}, tmp_path_factory.mktemp("vllm"))
+def start(request, tmp_path_factory) -> None:
+    """Launch the processes the vLLM test files need: in one pytest process, every collected file's
+    for every release, at once (once per session). Under pytest-xdist each worker collects every
+    file but runs only those it is handed (``--dist loadfile``: whole files), so a worker launches
+    only the requesting file's processes, once: no process runs twice."""
+    module = request.module.__name__
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        if module not in _launched:
+            _launched.add(module)
+            launch({module}, tmp_path_factory.mktemp("vllm"))
+    elif not _launched:
+        _launched.add("*")
+        launch({getattr(item.module, "__name__", "") for item in request.session.items},
+               tmp_path_factory.mktemp("vllm"))
 
 
 def launch(collected: set[str], root: Path) -> None:
     """Launch the processes of the release test files named in ``collected`` (module names such as
     ``v0_34.test_differential``), under ``root``; a release whose environment is missing is left out."""
-    pool = ThreadPoolExecutor(max_workers=WORKERS)
+    # pytest-xdist workers share the machine: each takes its part of the bound
+    workers = max(2, WORKERS // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    pool = ThreadPoolExecutor(max_workers=workers)
     _pool.append(pool)
     wanted: dict[str, set[str]] = {}
     for name in sorted(collected):
