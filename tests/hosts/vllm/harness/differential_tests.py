@@ -69,7 +69,8 @@ def summary(found: dict) -> dict:
                              "undecided": sum(s["undecided"].values())} for n, s in r["sets"].items()},
                 "plugin": {k: (len(v) if k == "disagree" else v) for k, v in r["plugin"].items()
                            if k != "replaced"},
-                "diff": {k: (v if isinstance(v, int) else len(v)) for k, v in r.get("diff", {}).items()}}
+                "diff": {k: (v if isinstance(v, int) else len(v)) for k, v in r.get("diff", {}).items()},
+                "lora": {k: v for k, v in r["lora"].items() if k != "changes"}}
             for p, r in found.items()}
 
 
