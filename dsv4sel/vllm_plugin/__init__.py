@@ -31,6 +31,13 @@ them by name), and those are replaced too, deciding the same input again (memoiz
   ``cache_config`` all or nothing and returns the Selection's cache dtype and torch dtype; it
   refuses a layer whose class or layout flag is not the one the rules name.
 
+The KV wire contract of the worker's decision (the last Selection the resolver applied) is
+carried where vLLM's processes meet, patched when vLLM imports those modules (the release's
+``LATER``, :mod:`.later`): NIXL's compatibility hash between prefill and decode
+(:mod:`.handshake`), and the engine core's start-up, which refuses ranks of one instance that
+decided different contracts, or KV-cache specs, with one message naming the ranks, the fields,
+the values and the rules (:mod:`.ranks`).
+
 AMD, CPU and XPU DeepSeek-V4.0 hard-code their layer class (the release's ``HARDCODED``): the config-time
 decision checks that the rules name exactly it.
 
@@ -56,6 +63,7 @@ from .reading import _platform, decide, host_point, model_of, query_of
 from .state import _lock, _logged, _say_once, _startup, _state, logger
 from .targets import HOST, REQUESTED, SUPPORTED, release
 from .wrappers import _make_config_hook, _make_post_init, _make_resolve, _make_select
+from . import later  # the handshake and start-up checks of vLLM's modules imported later (NIXL, engine core)
 
 __all__ = [
     "HOST",
@@ -135,6 +143,7 @@ def install(rules: Any = None) -> list[tuple[str, str]]:
         if plan is None:
             return []
         version, platform, found, wired = plan
+        later.watch(wired.LATER, version, _expect)  # checks what is imported before anything is replaced
         _state["release"] = wired
         for owner, attr, _original, wrapper in found:
             setattr(owner, attr, wrapper)  # setattr on a module or class does not fail
@@ -223,9 +232,11 @@ def uninstall() -> None:
     with _lock:
         for owner, attr, original in _state["patched"] or ():
             setattr(owner, attr, original)
+        later.forget()
         _state["patched"] = None
         _state["rules"] = None
         _state["release"] = None
+        _state["selection"] = None
         _logged.clear()
 
 
