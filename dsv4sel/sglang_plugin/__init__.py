@@ -184,12 +184,20 @@ def decide(server_args, previous) -> HostDecision | None:
     if got != want:
         raise SelectionError(f"DeepSeek-V4 attention in SGLang: SGLang resolved {got}, not the rule's {want} "
                              f"({rule.location}).")
-    scheduler.publish(decision.cls, s, rule.id, rule.location,
-                      handshake.contract_tag(decision, _sglang_versions()[0], handshake.engine_env()))
+    publish(decision)
     logger.info("dsv4sel: --dsv4-attn-backend %s, KV layout %s, kv-cache dtype %s, page size %d -> %s, "
                 "decided by %s (%s)", s["dsv4_attn_backend"], s["kv_layout"], s["kv_cache_dtype"],
                 s["page_size"], decision.cls.rpartition(":")[2], rule.id, rule.location)
     return decision
+
+
+def publish(decision: HostDecision) -> None:
+    """Publish a decision for the scheduler processes (:func:`scheduler.publish
+    <dsv4sel.sglang_plugin.scheduler.publish>`), with the KV contract this SGLang builds for it in
+    this environment (:func:`handshake.contract_tag <dsv4sel.sglang_plugin.handshake.contract_tag>`)."""
+    rule = decision.selection.rule
+    scheduler.publish(decision.cls, decision.settings, rule.id, rule.location,
+                      handshake.contract_tag(decision, _sglang_versions()[0], handshake.engine_env()))
 
 
 def register() -> None:

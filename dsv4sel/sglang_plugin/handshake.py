@@ -84,8 +84,8 @@ def _differences(layout: Any, who: str, first: Any, first_who: str) -> str:
         lacking = [w for w, fields in ((who, mine), (first_who, theirs)) if fields is None]
         return (f"{' and '.join(lacking)} {'runs' if len(lacking) == 1 else 'run'} without dsv4sel (no "
                 f"'{WIRE_PREFIX.strip()}' in the layout), so SGLang decided alone there. ")
-    fields = [f"{name} {mine.get(name)} against {theirs.get(name)}" for name in dict.fromkeys([*theirs, *mine])
-              if name != "fingerprint" and mine.get(name) != theirs.get(name)]
+    fields = [f"{name} {mine.get(name)} against the first rank's {theirs.get(name)}"
+              for name in dict.fromkeys([*theirs, *mine]) if name != "fingerprint" and mine.get(name) != theirs.get(name)]
     return f"They differ in {'; '.join(fields) or 'their fingerprint only'}. "
 
 

@@ -86,7 +86,7 @@ def contracts_refusal(decisions: list) -> str | None:
         for ranks in decided[1:]:
             other = decisions[ranks[0]]["contract"]
             fields = [f"{name} {other.get(name)} against {value}" for name, value in ref["contract"].items()
-                      if other.get(name) != value]
+                      if other.get(name) != value and not name.endswith(".encoding")]
             lines.append(f"  {_ranks(ranks)} against {_ranks(base)}: {'; '.join(fields)}")
         by_decision: dict[str, list[int]] = {}
         for index, decision in enumerate(decisions):
