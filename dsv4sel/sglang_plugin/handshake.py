@@ -98,8 +98,8 @@ def rank_refusal(server: Any, data: Mapping[str, Any]) -> str | None:
         return None
     return escape(
         f"dsv4sel: prefill rank {who} registers kv_layout={layout}, but the first prefill rank ({first_who}) "
-        f"registered kv_layout={first}: the prefill ranks build different KV caches, and SGLang's bootstrap "
-        f"server would give decode the first rank's layout for every rank. "
+        f"registered kv_layout={first}: the prefill ranks do not publish one KV layout, and SGLang's bootstrap "
+        f"server would give decode the first rank's for every rank. "
         f"{_differences(layout, who, first, first_who)}Launch every prefill rank with the same "
         "--dsv4-attn-backend, --kv-cache-dtype and SGLANG_DSV4_* variables, on GPUs that decide one KV contract, "
         "with dsv4sel on every node (`dsv4sel fleet DEPLOYMENT.yaml` checks a deployment before launch).")

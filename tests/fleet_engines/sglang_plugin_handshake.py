@@ -55,6 +55,7 @@ def _side(side: dict) -> dict:
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
 
     import dsv4sel.sglang_plugin as plugin
+    from dsv4sel import SelectionError
     from dsv4sel.sglang_plugin import scheduler
     from dsv4sel.sglang_plugin.translation import decide
 
@@ -63,7 +64,10 @@ def _side(side: dict) -> dict:
     os.environ.update(side["env"])
     told = side["told"]
     if side["plugin"]:
-        decision = decide(side["point"])
+        try:
+            decision = decide(side["point"])
+        except SelectionError as exc:  # the plugin refuses the side when it decides: the launcher stops
+            return {"refused": str(exc)}
         plugin.publish(decision)
         told = decision.settings
     else:

@@ -51,11 +51,16 @@ def _build(n: int, side: dict) -> dict:
 
     from dsv4sel.vllm_plugin.state import _state
 
+    from dsv4sel import SelectionError
+
     stubs.set_device(side["capability"], "cuda")
     oracle._MEGA["available"] = side["mega"]
     stubs.set_flashinfer_sm120(True)
-    cls = oracle._layer_class(side["model"], "cuda", oracle.vllm_config(side["backend"], side["kv"],
-                                                                        model=side["model"]))
+    try:
+        cls = oracle._layer_class(side["model"], "cuda", oracle.vllm_config(side["backend"], side["kv"],
+                                                                            model=side["model"]))
+    except SelectionError as exc:  # the plugin refuses the side (at config time in `vllm serve`)
+        return {"refused": str(exc)}
     layers.prepare()
     cfg = layers.vllm_config(side["backend"], side["kv"], layers._quant_config(oracle._cls_path(cls), "cuda"))
     _state["selection"] = None
