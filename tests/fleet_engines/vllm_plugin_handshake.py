@@ -140,12 +140,20 @@ class _Executor:
         self.workers = workers
 
     def collective_rpc(self, method, *args, **kwargs):
+        """As vLLM's multiprocess executor sends a function to its workers (cloudpickle) and each worker
+        runs it (vLLM's ``run_method``); the answers come back pickled."""
+        import pickle
+
+        import cloudpickle
+        from vllm.v1.serial_utils import run_method
+
         from dsv4sel.vllm_plugin.state import _state
 
+        sent = cloudpickle.dumps(method, protocol=pickle.HIGHEST_PROTOCOL)
         out = []
         for rank, name in enumerate(self.workers):
             _state["selection"] = _built[name]["selection"]
-            out.append(method(types.SimpleNamespace(rank=rank)))
+            out.append(pickle.loads(pickle.dumps(run_method(types.SimpleNamespace(rank=rank), sent, (), {}))))
         _state["selection"] = None
         return out
 
