@@ -60,7 +60,8 @@ def _patch(module: ModuleType, targets: list[tuple], version: str, expect: Expec
     for owner, attr, raw, wrapper in found:
         _keep_original(wrapper, raw)
         setattr(owner, attr, wrapper)
-        _later["patched"].append((owner, attr, raw))
+        # a module run again (importlib.reload) holds vLLM's functions anew: forget the older ones
+        _later["patched"] = [p for p in _later["patched"] if (p[0], p[1]) != (owner, attr)] + [(owner, attr, raw)]
 
 
 class _ThenPatch(importlib.abc.Loader):
