@@ -40,6 +40,10 @@ FIX = ("Launch every rank with the same --attention-backend and --kv-cache-dtype
        "before launch).")
 NO_DECISION = ("no dsv4sel decision: vLLM decided alone there (dsv4sel's plugin did not run in that worker: install "
                "dsv4sel in every node's environment, and keep dsv4sel in VLLM_PLUGINS where that is set)")
+UNREADABLE = ("an answer this dsv4sel cannot read (another dsv4sel release in that worker's environment?): install "
+              "one dsv4sel release on every node")
+#: what a worker's decision holds (:func:`worker_decision`)
+_KEYS = {"device": str, "backend": str, "rule": str, "contract": dict, "fingerprint": str}
 
 
 def worker_decision(worker: Any = None) -> dict[str, Any] | None:
@@ -60,11 +64,18 @@ def _ranks(indices: list[int]) -> str:
     return f"rank{'s' if len(indices) > 1 else ''} {', '.join(map(str, indices))}"
 
 
+def _readable(decision: Any) -> bool:
+    """Whether a worker's answer is a decision as :func:`worker_decision` makes it (a worker may run
+    another dsv4sel release)."""
+    return isinstance(decision, dict) and all(isinstance(decision.get(k), t) for k, t in _KEYS.items())
+
+
 def _groups(decisions: list) -> dict[str | None, list[int]]:
-    """Ranks by contract fingerprint (None: no decision), in rank order."""
+    """Ranks by contract fingerprint (None: no decision; ``?``: an answer not readable), in rank order."""
     groups: dict[str | None, list[int]] = {}
     for index, decision in enumerate(decisions):
-        groups.setdefault(decision["fingerprint"] if isinstance(decision, dict) else None, []).append(index)
+        key = decision["fingerprint"] if _readable(decision) else None if decision is None else "?"
+        groups.setdefault(key, []).append(index)
     return groups
 
 
@@ -78,7 +89,7 @@ def contracts_refusal(decisions: list) -> str | None:
     groups = _groups(decisions)
     if len(groups) == 1 and None not in groups:
         return None
-    decided = [ranks for fingerprint, ranks in groups.items() if fingerprint is not None]
+    decided = [ranks for fingerprint, ranks in groups.items() if fingerprint not in (None, "?")]
     lines = []
     if decided:
         base = decided[0]
@@ -90,11 +101,11 @@ def contracts_refusal(decisions: list) -> str | None:
             lines.append(f"  {_ranks(ranks)} against {_ranks(base)}: {'; '.join(fields)}")
         by_decision: dict[str, list[int]] = {}
         for index, decision in enumerate(decisions):
-            if isinstance(decision, dict):
+            if _readable(decision):
                 by_decision.setdefault(_decided(decision), []).append(index)
         lines += [f"  {_ranks(ranks)} ({text})" for text, ranks in by_decision.items()]
-    if None in groups:
-        lines.append(f"  {_ranks(groups[None])}: {NO_DECISION}")
+    lines += [f"  {_ranks(groups[key])}: {text}" for key, text in ((None, NO_DECISION), ("?", UNREADABLE))
+              if key in groups]
     return ("DeepSeek-V4 KV cache: the ranks of this vLLM instance did not decide one KV contract, and the engine "
             "would plan one KV cache for all of them:\n" + "\n".join(lines) + "\n" + FIX)
 
@@ -124,7 +135,7 @@ def specs_refusal(specs_per_worker: list, decisions: list) -> str | None:
         return None
     layer, a, b = found[0]
     more = len({f[0] for f in found}) - 1
-    known = [f"  rank {i} ({_decided(decisions[i]) if i < len(decisions) and isinstance(decisions[i], dict) else NO_DECISION})"
+    known = [f"  rank {i} ({_decided(decisions[i]) if i < len(decisions) and _readable(decisions[i]) else NO_DECISION})"
              for i in (a, b)]
     return (f"DeepSeek-V4 KV cache: rank {b} builds another KV cache spec than rank {a} for layer {layer}"
             f"{f' (and {more} more layers)' if more else ''}: {_spec_fields(seen[layer][1], specs_per_worker[b][layer])}\n"

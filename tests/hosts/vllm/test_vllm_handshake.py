@@ -137,13 +137,14 @@ def test_ranks_that_decided_one_contract_pass_and_others_are_one_named_refusal(m
     rtx = _decision(capability="12.0", kv_cache_dtype="fp8")  # another class, the same record
     flashinfer = _decision(capability="10.0", backend="FLASHINFER_MLA_SPARSE_DSV4", kv_cache_dtype="fp8")
     assert ranks.contracts_refusal([hopper, rtx, hopper]) is None
-    refusal = ranks.contracts_refusal([hopper, hopper, flashinfer, None])
+    refusal = ranks.contracts_refusal([hopper, hopper, flashinfer, None, {"fingerprint": "kv9-x"}])
     assert refusal is not None
     assert "  rank 2 against ranks 0, 1: main.record fp8_e4m3_row against fp8_ds_mla; main.bytes_per_token 512 " \
            "against 584;" in refusal
     assert "  ranks 0, 1 (cuda 9.0: FLASHMLA_SPARSE_DSV4 by flashmla-fp8 (rules/flashmla.yaml:" in refusal
     assert "  rank 2 (cuda 10.0: FLASHINFER_MLA_SPARSE_DSV4 by flashinfer-sm10x-fp8 (rules/flashinfer.yaml:" in refusal
     assert "  rank 3: no dsv4sel decision: vLLM decided alone there" in refusal
+    assert "  rank 4: an answer this dsv4sel cannot read (another dsv4sel release" in refusal
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,7 +154,8 @@ class Spec:
 
 
 def test_workers_whose_specs_differ_are_one_refusal_naming_the_layer_the_fields_and_the_rules():
-    decisions = [{"device": "cuda 9.0", "backend": "A", "rule": "a (rules/a.yaml:3)"}, None]
+    decisions = [{"device": "cuda 9.0", "backend": "A", "rule": "a (rules/a.yaml:3)", "contract": {}, "fingerprint": "f"},
+                 None]
     specs = [{"layers.0": Spec(256, "fp8_ds_mla"), "layers.1": Spec(256, "fp8_ds_mla")},
              {"layers.0": Spec(256, "fp8"), "layers.1": Spec(64, "fp8")}]
     assert ranks.specs_refusal([specs[0], specs[0]], decisions) is None
