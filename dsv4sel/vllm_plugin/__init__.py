@@ -56,6 +56,7 @@ from .targets import (
     SUPPORTED,
 )
 from .wrappers import _make_config_hook, _make_post_init, _make_resolve, _make_select
+from . import backend_names  # issue 33: a pack's backend name through --attention-backend
 
 __all__ = [
     "HARDCODED",
@@ -197,12 +198,27 @@ def _plan() -> tuple[str, str, list[tuple[Any, str, Any, Any]]] | None:
     post_init: Any = AttentionConfig.__dict__.get("__post_init__")
     _expect("vllm.config.AttentionConfig.__post_init__", post_init, ("self",), version)
     found.append((AttentionConfig, "__post_init__", post_init, _make_post_init(post_init)))
+    found.append(_backend_names_target(version))
     platform_cls = type(current_platform)
     hook: Any = getattr(platform_cls, "check_and_update_config", None)
     _expect(f"{platform_cls.__qualname__}.check_and_update_config", hook, ("vllm_config",), version)
     raw = inspect.getattr_static(platform_cls, "check_and_update_config")
     found.append((platform_cls, "check_and_update_config", raw, _make_config_hook(hook)))
     return version, platform, found
+
+
+def _backend_names_target(version: str) -> tuple[Any, str, Any, Any]:
+    """``AttentionBackendEnum[NAME]`` (its metaclass's ``__getitem__``), where vLLM turns every
+    ``--attention-backend`` into a member: a backend the rules select is registered there
+    (:mod:`.backend_names`)."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    from .reading import _rules
+
+    meta = type(AttentionBackendEnum)
+    getitem: Any = meta.__dict__.get("__getitem__")
+    _expect(f"{meta.__module__}.{meta.__qualname__}.__getitem__", getitem, ("cls", "name"), version)
+    return meta, "__getitem__", getitem, backend_names.make_getitem(getitem, _rules, _platform)
 
 
 def _expect(where: str, original: Any, params: tuple[str, ...], version: str) -> None:
@@ -222,6 +238,7 @@ def uninstall() -> None:
     with _lock:
         for owner, attr, original in _state["patched"] or ():
             setattr(owner, attr, original)
+        backend_names.forget()
         _state["patched"] = None
         _state["rules"] = None
         _logged.clear()

@@ -86,6 +86,20 @@ def _log_decision(selection, cls: type, query: dict) -> None:
         _say_once(logging.WARNING if message.level == "warning" else logging.INFO, f"dsv4sel: {message}")
 
 
+def _refuse_dsv4_name_elsewhere(vllm_config: Any, arch: Any) -> None:
+    """A backend name only the rules know (registered by :mod:`.backend_names`) named for a model
+    that is not DeepSeek-V4: vLLM has no layer of that name, so it is refused here, as vLLM refuses
+    an unknown name, instead of failing when vLLM looks its class up."""
+    from .backend_names import registered_here
+
+    backend = getattr(getattr(vllm_config, "attention_config", None), "backend", None)
+    if registered_here(backend):
+        raise SelectionError(
+            f"--attention-backend {getattr(backend, 'name', backend)} is a DeepSeek-V4 attention backend of dsv4sel's rules, "
+            f"which vLLM itself does not have; {arch or 'this model'} is not a DeepSeek-V4 model, so no "
+            "layer of that name exists for it. Name one of vLLM's backends, or none")
+
+
 def decide_config(vllm_config: Any):
     """The decision taken when vLLM validates its configuration (``VllmConfig.__post_init__``
     calls the platform's ``check_and_update_config``): before the model, any layer or any weight.
@@ -96,6 +110,7 @@ def decide_config(vllm_config: Any):
     model = model_of(vllm_config)
     if model is None:
         arch = getattr(getattr(vllm_config, "model_config", None), "architecture", None)
+        _refuse_dsv4_name_elsewhere(vllm_config, arch)  # issue 33
         if arch is not None:
             _say_once(logging.INFO, f"dsv4sel: {arch} is not a DeepSeek-V4 model; dsv4sel decides nothing for it")
         return None
