@@ -104,20 +104,42 @@ def compile_settings(raw: dict) -> tuple[tuple[str, tuple[tuple[str, str | int],
                         for host, entry in raw.items() if entry.get("settings")))
 
 
-def problems(raw: dict) -> list[tuple[str, str]]:
+def problems(raw: dict, shipped: dict[str, tuple[str, ...]] | None = None,
+             allowed: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     """``(host, message)`` for each entry the schema admits but that is still wrong:
-    a class outside the host's package, or a version spec that does not parse."""
+    a class outside the host's package, or a version spec that does not parse.
+
+    A class outside the host's package is right when the domain ships it for that host
+    (``shipped``: host -> classes, the profile's ``host_classes``) or when its module is one the
+    rule set may import impl classes from (``allowed``: a pack's own layer for the host, allowed
+    the way its impl is)."""
+    from .values import check_impl_allowed
+    from ..errors import ImplLoadError
+
     out = []
     for host, entry in raw.items():
         module = entry["class"].partition(":")[0]
         pkg = package_of(host)
-        if module != pkg and not module.startswith(pkg + "."):
-            out.append((host, f"host {host} class {entry['class']!r} is outside the host's package {pkg!r}"))
+        if module != pkg and not module.startswith(pkg + ".") and entry["class"] not in (shipped or {}).get(host, ()):
+            try:
+                check_impl_allowed(entry["class"], allowed)
+            except ImplLoadError:
+                out.append((host, _outside(host, entry["class"], pkg, (shipped or {}).get(host, ()))))
         try:
             parse_versions(entry["versions"])
         except ValueError as exc:
             out.append((host, f"host {host} versions {entry['versions']!r}: {exc}"))
     return out
+
+
+def _outside(host: str, cls: str, pkg: str, shipped: tuple[str, ...]) -> str:
+    """The DSV315 message for a host class outside its host's package, and the ways to name one."""
+    from .hints import allow_impl_hint
+
+    ours = f"; or name {' or '.join(shipped)}, which dsv4sel ships for {host}" if shipped else ""
+    return (f"host {host} class {cls!r} is outside the host's package {pkg!r}; a pack's own {host} class is "
+            f"imported only from a module the process allows, as an impl is{allow_impl_hint(cls)} "
+            f"(a serving process: DSV4SEL_ALLOW_IMPL_MODULES={cls.partition(':')[0].split('.')[0]}){ours}")
 
 
 def host_class_problem(host: str, cls: str, versions: str) -> str | None:

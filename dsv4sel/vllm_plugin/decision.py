@@ -47,10 +47,19 @@ def host_class(selection) -> type:
             f"not for vllm {vllm.__version__}", rule=selection.rule, query=selection.query, path=selection.path)
     module_name, _, attr = cls_path.partition(":")
     if module_name not in HOST_MODULES:
+        # issue 33: dsv4sel's pack layer, or a pack's own layer from a module the process allows
+        from . import pack_layer
+
+        own = pack_layer.layer_for(selection) if cls_path == pack_layer.PACK_LAYER else pack_layer.own_layer(
+            selection, cls_path)
+        if own is not None:
+            return own
         raise SelectionError(
             f"rule {selection.rule.id} ({selection.rule.location}) names the vLLM class {cls_path}, which is "
-            f"not in one of vLLM's DeepSeek-V4 attention modules ({', '.join(sorted(HOST_MODULES))}); "
-            "dsv4sel imports no other module", rule=selection.rule, query=selection.query, path=selection.path)
+            f"not in one of vLLM's DeepSeek-V4 attention modules ({', '.join(sorted(HOST_MODULES))}) nor in a "
+            f"module this process allows (--allow-impl-module / DSV4SEL_ALLOW_IMPL_MODULES="
+            f"{module_name.partition('.')[0]}); dsv4sel imports no other module", rule=selection.rule,
+            query=selection.query, path=selection.path)
     cls = getattr(importlib.import_module(module_name), attr, None)
     if not isinstance(cls, type):
         raise SelectionError(
