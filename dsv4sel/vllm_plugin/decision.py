@@ -102,7 +102,7 @@ def _refuse_dsv4_name_elsewhere(vllm_config: Any, arch: Any) -> None:
     from .backend_names import registered_here
 
     backend = getattr(getattr(vllm_config, "attention_config", None), "backend", None)
-    if registered_here(backend):
+    if getattr(vllm_config, "model_config", None) is not None and registered_here(backend):
         raise SelectionError(
             f"--attention-backend {getattr(backend, 'name', backend)} is a DeepSeek-V4 attention backend of dsv4sel's rules, "
             f"which vLLM itself does not have; {arch or 'this model'} is not a DeepSeek-V4 model, so no "

@@ -88,9 +88,9 @@ class PackImplAttention:
         pages = self._dsv4sel_pages(layer.swa_cache_layer.kv_cache)
         extra_pages = None if kv_cache is None or swa_only else self._dsv4sel_pages(kv_cache)
         impl = self._dsv4sel_kernel
-        plan = self._dsv4sel_plan(impl, swa_metadata, tokens, heads, swa_indices, swa_lens, extra_indices,
-                                  extra_lens, extra_pages, q.device)
-        if per_layer_lens and plan.extra_topk_length is not None and plan.extra_topk_length is not extra_lens:
+        plan, fresh = self._dsv4sel_plan(impl, swa_metadata, tokens, heads, swa_indices, swa_lens, extra_indices,
+                                         extra_lens, extra_pages, q.device)
+        if per_layer_lens and not fresh:  # this layer's own top-k lengths into the step's plan
             impl.replan(plan, extra_topk_length=extra_lens)
         got = impl.run(q.unsqueeze(1), pages, swa_indices, extra_kv_cache=extra_pages, extra_indices=extra_indices,
                        attn_sink=layer.attn_sink[:heads], plan=plan)
@@ -166,22 +166,23 @@ class PackImplAttention:
         return view
 
     def _dsv4sel_plan(self, impl: Any, swa_metadata: Any, tokens: int, heads: int, swa_indices: Any, swa_lens: Any,
-                      extra_indices: Any, extra_lens: Any, extra_pages: Any, device: Any) -> Any:
-        """The step's plan for this layer type: made by the first layer of the type that decodes in
-        this step (vLLM builds a new metadata object per step), reused by the others."""
+                      extra_indices: Any, extra_lens: Any, extra_pages: Any, device: Any) -> tuple[Any, bool]:
+        """The step's plan for this layer type, and whether this call made it: made by the first layer
+        of the type that decodes in this step (vLLM builds a new metadata object per step), reused by
+        the others."""
         layer: Any = self
         plans = swa_metadata.__dict__.setdefault("_dsv4sel_plans", {})
         key = (impl.impl_name, id(impl), layer.compress_ratio, heads, int(swa_indices.shape[-1]),
                None if extra_indices is None else int(extra_indices.shape[-1]))
         plan = plans.get(key)
-        if plan is None:
-            plan = plans[key] = impl.plan(
-                batch=tokens, heads=heads, topk=int(swa_indices.shape[-1]), softmax_scale=float(layer.scale),
-                extra_topk=None if extra_indices is None else int(extra_indices.shape[-1]), topk_length=swa_lens,
-                extra_topk_length=extra_lens,
-                extra_block_size=None if extra_pages is None else impl.layout.block_size_of(extra_pages),
-                device=device)
-        return plan
+        if plan is not None:
+            return plan, False
+        plan = plans[key] = impl.plan(
+            batch=tokens, heads=heads, topk=int(swa_indices.shape[-1]), softmax_scale=float(layer.scale),
+            extra_topk=None if extra_indices is None else int(extra_indices.shape[-1]), topk_length=swa_lens,
+            extra_topk_length=extra_lens,
+            extra_block_size=None if extra_pages is None else impl.layout.block_size_of(extra_pages), device=device)
+        return plan, True
 
 
 def _vllm_global(layer: Any, name: str) -> Any:
