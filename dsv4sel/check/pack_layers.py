@@ -92,38 +92,54 @@ def _impl_class(ctx: CheckContext, impl: str, memo: dict[str, Any]) -> Any:
 def _problems(release: str, at: dict[str, str], fields: dict[str, Any], impl: Any) -> list[str]:
     """The DSV414 messages of one selection at one (model, platform, capability), for ``release``
     (written as ``{REL}`` in the text, so that releases with the same problem share a finding)."""
-    from ..dsv4.vllm_hosting import host_layer, major_of
+    from ..dsv4.vllm_hosting import host_layer
 
     model, platform, capability = at.get("model", ""), at.get("platform", ""), at.get("capability")
-    major = major_of(capability)
-    # one finding per GPU generation, not per capability value
-    where = f"{model} on {platform}" + (f" SM{major}x" if platform == "cuda" and major is not None else
-                                        " (capability unknown)" if platform == "cuda" else "")
+    where = _where(model, platform, capability)
     row = host_layer(release, model, platform, capability)
     if row is None:
         return [f"names dsv4sel's pack layer for vLLM, but vLLM {{REL}} has no DeepSeek-V4 layer that can serve "
                 f"an impl for {where} (the pack layer hosts impls in vLLM's FlashMLA and FlashInfer SM120 layers, "
                 "CUDA only); reject these inputs, or name another vLLM class for them"]
-    out = []
     base = f"vLLM {{REL}}'s {row.base_name} (which serves {where} through the pack layer)"
+    out = [*_cache_spec(base, row, fields), *_layout_read(base, row, fields, impl)]
+    out += [f"{base} refuses to be built with {name}={at[name]} (its own __init__ needs {value}); "
+            f"reject {name}={at[name]} before this rule" for name, value in row.requires if at.get(name, value) != value]
+    return out + _prefill_path(where, row, capability, impl)
+
+
+def _where(model: str, platform: str, capability: str | None) -> str:
+    """The input, one finding per GPU generation (not per capability value)."""
+    from ..dsv4.vllm_hosting import major_of
+
+    major = major_of(capability)
+    if platform != "cuda":
+        return f"{model} on {platform}"
+    return f"{model} on cuda " + (f"SM{major}x" if major is not None else "(capability unknown)")
+
+
+def _cache_spec(base: str, row, fields: dict[str, Any]) -> list[str]:
     wrong = [f"{name} {fields[name]!r} (the layer: {want!r})" for name, want in (
         ("layout", row.layout), ("bytes_per_token", row.bytes_per_token), ("block_size", row.block_size))
         if fields[name] != want]
-    if wrong:
-        out.append(f"{base} stores {row.layout} pages of {row.bytes_per_token} B/token in blocks of "
-                   f"{row.block_size}, but the rule selects " + ", ".join(wrong))
+    return [f"{base} stores {row.layout} pages of {row.bytes_per_token} B/token in blocks of {row.block_size}, but "
+            "the rule selects " + ", ".join(wrong)] if wrong else []
+
+
+def _layout_read(base: str, row, fields: dict[str, Any], impl: Any) -> list[str]:
     supported = getattr(impl, "supported_layouts", None)
     if isinstance(supported, (set, frozenset)) and supported and row.layout not in supported:
-        out.append(f"{base} hands the impl {row.layout} pages, but {fields['impl'].rpartition(':')[2]} reads "
-                   + ", ".join(sorted(supported)))
-    for name, value in row.requires:
-        if at.get(name, value) != value:
-            out.append(f"{base} refuses to be built with {name}={at[name]} (its own __init__ needs {value}); "
-                       f"reject {name}={at[name]} before this rule")
+        return [f"{base} hands the impl {row.layout} pages, but {fields['impl'].rpartition(':')[2]} reads "
+                + ", ".join(sorted(supported))]
+    return []
+
+
+def _prefill_path(where: str, row, capability: str | None, impl: Any) -> list[str]:
+    from ..dsv4.vllm_hosting import major_of
+
     has_prefill = getattr(impl, "has_prefill", None)
-    prefills = bool(has_prefill()) if callable(has_prefill) else False
-    if not prefills and major not in row.prefill_majors:
-        gpus = ", ".join(f"SM{m}x" for m in sorted(row.prefill_majors))
-        out.append(f"leaves {where} with no prefill path: {row.base_name}'s own prefill ({row.prefill_kernel}) "
-                   f"runs on {gpus} only, and the impl writes no prefill hook (prefill_library, docs/kernels.md)")
-    return out
+    if (callable(has_prefill) and has_prefill()) or major_of(capability) in row.prefill_majors:
+        return []
+    gpus = ", ".join(f"SM{m}x" for m in sorted(row.prefill_majors))
+    return [f"leaves {where} with no prefill path: {row.base_name}'s own prefill ({row.prefill_kernel}) runs on "
+            f"{gpus} only, and the impl writes no prefill hook (prefill_library, docs/kernels.md)"]

@@ -71,7 +71,7 @@ CODES: dict[str, tuple[Kind, str]] = {
     "DSV411": ("host", "a host class does not resolve where its host is installed in a listed version"),
     "DSV412": ("hostless", "a backend selects where a host's plugin serves but names no class for that host (`hosts:`)"),
     "DSV413": ("hijack", "a default rule sends inputs to a table that rejects every one of them"),
-    "DSV414": ("host-layer", "a rule served by dsv4sel's vLLM pack layer does not fit the vLLM layer that hosts its impl"),
+    "DSV414": ("host-layer", "a rule served by dsv4sel's pack layer does not fit the host's layer that serves its impl"),
     "DSV601": ("translation", "a host translation names an input or value its space does not declare"),
     "DSV602": ("host-gap", "inputs of a host's space that its translation maps to no decision"),
     "DSV603": ("host-dead", "a host translation row decides no input of its host space"),

@@ -340,7 +340,26 @@ def main(v4_dir: str, llama_dir: str) -> None:
     config_case("b12x-no-flashinfer", "12.1", v4_dir, fi_sm120=False)
     config_case("unknown-name", "12.0", v4_dir, attention_backend="B12X_MLA_SPARES")
     config_case("not-deepseek", "9.0", llama_dir, attention_backend="B12X_MLA_SPARSE")
+    config_case("own-layer", "9.0", v4_dir, attention_backend="OWNLAYER_MLA_SPARSE")
     decode_cases(v4_dir)
+    pickled_member()
+
+
+def pickled_member() -> None:
+    """A registered backend member pickled, then read back where vLLM's enum lacks it (an engine process
+    started with ``spawn`` unpickles its config before it loads plugins): it comes back by name."""
+    import pickle
+
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    from dsv4sel.vllm_plugin import backend_names
+
+    data = pickle.dumps(AttentionBackendEnum["B12X_MLA_SPARSE"])
+    backend_names.forget()  # as in a process that never registered it
+    missing = "B12X_MLA_SPARSE" not in AttentionBackendEnum.__members__
+    back = pickle.loads(data)
+    emit(case="pickle", missing_before=missing, name=back.name, value=back.value,
+         same=back is AttentionBackendEnum["B12X_MLA_SPARSE"])
 
 
 if __name__ == "__main__":
