@@ -171,7 +171,9 @@ class PackImplAttention:
         of the type that decodes in this step (vLLM builds a new metadata object per step), reused by
         the others."""
         layer: Any = self
-        plans = swa_metadata.__dict__.setdefault("_dsv4sel_plans", {})
+        # kept on the step's metadata object (vLLM's builders make a new one per step); an object
+        # without a __dict__ keeps none, and every layer plans for itself
+        plans = getattr(swa_metadata, "__dict__", {}).setdefault("_dsv4sel_plans", {})
         key = (impl.impl_name, id(impl), layer.compress_ratio, heads, int(swa_indices.shape[-1]),
                None if extra_indices is None else int(extra_indices.shape[-1]))
         plan = plans.get(key)
