@@ -11,6 +11,10 @@ layer or any weight; a rejection raises :class:`dsv4sel.SelectionError` (with su
 decision is logged once, with the path of deciding rules and the ``dsv4sel explain`` command.
 ``AttentionConfig.__post_init__`` is wrapped to keep the backend name the user gave (vLLM erases
 the MiniMax aliases ``CUTLASS_MSA`` / ``TRITON_MSA``), so an explicit backend is always decided.
+``AttentionBackendEnum[NAME]`` (its metaclass's ``__getitem__``) is wrapped so that a backend name
+the rules select but vLLM lacks (a rule pack's) is accepted by vLLM and reaches the rules
+(:mod:`.backend_names`); a rule may name dsv4sel's pack layer as its vLLM class, vLLM's own layer
+with the rule's impl as its sparse decode (:mod:`.pack_layer`).
 
 vLLM 0.33 then builds the layer through module globals looked up at call time (nothing imports
 them by name), and those are replaced too, deciding the same input again (memoized):
