@@ -18,6 +18,10 @@ layer or any weight; a rejection raises :class:`dsv4sel.SelectionError` (with su
 decision is logged once, with the path of deciding rules and the ``dsv4sel explain`` command.
 ``AttentionConfig.__post_init__`` is wrapped to keep the backend name the user gave (vLLM erases
 the MiniMax aliases ``CUTLASS_MSA`` / ``TRITON_MSA``), so an explicit backend is always decided.
+``AttentionBackendEnum[NAME]`` (its metaclass's ``__getitem__``) is wrapped so that a backend name
+the rules select but vLLM lacks (a rule pack's) is accepted by vLLM and reaches the rules
+(:mod:`.backend_names`); a rule may name dsv4sel's pack layer as its vLLM class, vLLM's own layer
+with the rule's impl as its sparse decode (:mod:`.pack_layer`).
 
 vLLM then builds the layer through module globals looked up at call time (nothing imports
 them by name), and those are replaced too, deciding the same input again (memoized):
@@ -64,6 +68,7 @@ from .state import _lock, _logged, _say_once, _startup, _state, logger
 from .targets import HOST, REQUESTED, SUPPORTED, release
 from .wrappers import _make_config_hook, _make_post_init, _make_resolve, _make_select
 from . import later  # the handshake and start-up checks of vLLM's modules imported later (NIXL, engine core)
+from . import backend_names  # issue 33: a pack's backend name through --attention-backend
 
 __all__ = [
     "HOST",
@@ -207,12 +212,27 @@ def _plan() -> tuple[str, str, list[tuple[Any, str, Any, Any]], types.ModuleType
     post_init: Any = AttentionConfig.__dict__.get("__post_init__")
     _expect("vllm.config.AttentionConfig.__post_init__", post_init, ("self",), version)
     found.append((AttentionConfig, "__post_init__", post_init, _make_post_init(post_init)))
+    found.append(_backend_names_target(version))
     platform_cls = type(current_platform)
     hook: Any = getattr(platform_cls, "check_and_update_config", None)
     _expect(f"{platform_cls.__qualname__}.check_and_update_config", hook, ("vllm_config",), version)
     raw = inspect.getattr_static(platform_cls, "check_and_update_config")
     found.append((platform_cls, "check_and_update_config", raw, _make_config_hook(hook)))
     return version, platform, found, wired
+
+
+def _backend_names_target(version: str) -> tuple[Any, str, Any, Any]:
+    """``AttentionBackendEnum[NAME]`` (its metaclass's ``__getitem__``), where vLLM turns every
+    ``--attention-backend`` into a member: a backend the rules select is registered there
+    (:mod:`.backend_names`)."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    from .reading import _rules
+
+    meta = type(AttentionBackendEnum)
+    getitem: Any = meta.__dict__.get("__getitem__")
+    _expect(f"{meta.__module__}.{meta.__qualname__}.__getitem__", getitem, ("cls", "name"), version)
+    return meta, "__getitem__", getitem, backend_names.make_getitem(getitem, _rules, _platform)
 
 
 def _expect(where: str, original: Any, params: tuple[str, ...], version: str) -> None:
@@ -233,6 +253,7 @@ def uninstall() -> None:
         for owner, attr, original in _state["patched"] or ():
             setattr(owner, attr, original)
         later.forget()
+        backend_names.forget()
         _state["patched"] = None
         _state["rules"] = None
         _state["release"] = None
