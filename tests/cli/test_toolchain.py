@@ -235,7 +235,7 @@ def test_explain_prints_the_deciding_rule_and_each_steps_description():
     why = data["rule"]["description"]
     assert why.startswith("On SM120/SM121 auto, fp8 and fp8_e4m3 mean FlashInfer's fp8_ds_mla pages")
     words = lambda text: " ".join(text.split())  # noqa: E731 - a text with its wrapping undone
-    section = r.out[r.out.index("\nselected"):r.out.index("\n\nrewrites")]
+    section = r.out[r.out.index("\nselected"):r.out.index("\n\nkv contract")]
     assert re.search(r"^  why\s+On SM120/SM121", section, re.M) and words(section).endswith(words(why))
     path = r.out.split("\npath\n")[1].split("\n\n")[0]
     steps = re.split(r"\n(?=  \d  )", "\n" + path)[1:]  # each step with its wrapped lines
@@ -310,7 +310,7 @@ def test_an_installed_pack_named_again_with_rules_loads_once_everywhere(tmp_path
         diff = run("diff", "--pack", "-", rules, env=env)  # the installed pack is in both sides
         assert diff.rc == 0 and diff.out.startswith("no change"), diff
         test = run("test", "examples/b12x-pack/tests", "--rules", rules, env=env)
-        assert test.rc == 0 and "6 of 6 rules reached" in test.out, test
+        assert test.rc == 0 and "7 of 7 rules reached" in test.out, test
     # the working copy is what is explained (its file and line), with the installed pack's impl allowance
     explain = run("explain", "--platform", "cuda", "--capability", "12.1", "--rules", working_copy, env=env)
     assert f"{working_copy}/b12x.yaml:" in explain.out

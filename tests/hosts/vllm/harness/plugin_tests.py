@@ -34,7 +34,7 @@ PLUGIN_RANGE = HOSTS["vllm"].supported
 
 def start_line(release: VllmRelease) -> str:
     return (f"dsv4sel: DeepSeek-V4 attention selection of vllm {release.version} is decided by dsv4sel "
-            "(6 functions replaced on cuda; decided when vLLM validates its config)")
+            "(7 functions replaced on cuda; decided when vLLM validates its config)")
 
 
 @pytest.fixture(scope="module")

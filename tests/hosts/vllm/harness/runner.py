@@ -33,7 +33,7 @@ USER_ENV = ("DSV4SEL_RULES_PATH", "DSV4SEL_ALLOW_IMPL_MODULES", "VLLM_PLUGINS", 
 #: At most this many vLLM processes at once (each holds about 0.7 GB), over all pytest-xdist workers.
 WORKERS = 8
 #: The test modules of a release folder, by what they need run.
-DIFFERENTIAL, PLUGIN, INSTALL = "test_differential", "test_plugin", "test_install"
+DIFFERENTIAL, PLUGIN, INSTALL, PACK_LAYER = "test_differential", "test_plugin", "test_install", "test_pack_layer"
 
 _jobs: dict[tuple[str, str], Future] = {}
 _pool: list[ThreadPoolExecutor] = []
@@ -170,6 +170,27 @@ SCENARIOS = ("serve", "configs", "no-platform", "no-platform-asked", "version", 
              "pack-allowed")
 
 
+# ------------------------------------------------------------------ the pack layer (issue 33)
+#: the example pack, and the packs of the pack-layer cases (their own code under packs/)
+B12X_PACK = ROOT / "examples" / "b12x-pack"
+PACKS = SCRIPTS.parent / "packs"
+
+
+def _pack_layer(child: Child, out: Path) -> dict[str, dict]:
+    """``harness/pack_layer.py`` in one process: its JSON lines by case."""
+    models = out / "models"
+    proc = child.run([SCRIPTS / "plugin_scenarios.py", "model", models / "v4", "DeepseekV4ForCausalLM",
+                      models / "llama", "LlamaForCausalLM"], clean_env(out / "cache"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rules = [B12X_PACK / "dsv4sel_b12x" / "rules", RULES / "torchref", RULES / "ownlayer"]
+    env = clean_env(out / "cache", DSV4SEL_RULES_PATH=os.pathsep.join(map(str, rules)),
+                    DSV4SEL_ALLOW_IMPL_MODULES="dsv4sel_b12x,ownlayer_pack",
+                    PYTHONPATH=os.pathsep.join(map(str, (ROOT, B12X_PACK, PACKS))))
+    proc = child.run([SCRIPTS / "pack_layer.py", models / "v4", models / "llama"], env, cwd=out)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return {d["case"]: d for d in (json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{"))}
+
+
 # ------------------------------------------------------------------ pip's resolver
 def _install(child: Child, out: Path) -> dict:
     proc = child.run([SCRIPTS / "extra_resolve.py", ROOT, out / "standins"], clean_env(out / "cache"), cwd=out)
@@ -204,7 +225,7 @@ def launch(collected: set[str], root: Path) -> None:
     wanted: dict[str, set[str]] = {}
     for name in sorted(collected):
         package, _, module = name.rpartition(".")
-        if module in (DIFFERENTIAL, PLUGIN, INSTALL) and package.startswith("v"):
+        if module in (DIFFERENTIAL, PLUGIN, INSTALL, PACK_LAYER) and package.startswith("v"):
             wanted.setdefault(package, set()).add(module)
     releases = [(of_package(package), modules) for package, modules in sorted(wanted.items())]
     releases = [(r, m) for r, m in releases if r.skip_reason() is None]
@@ -225,6 +246,11 @@ def launch(collected: set[str], root: Path) -> None:
             child = Child(release, rerun_command(release, DIFFERENTIAL))
             (root / release.version / "hostcheck").mkdir(parents=True)
             _jobs[(release.version, "hostcheck")] = pool.submit(_hostcheck, child, root / release.version / "hostcheck")
+        if PACK_LAYER in modules:
+            child = Child(release, rerun_command(release, PACK_LAYER))
+            (root / release.version / "pack_layer").mkdir(parents=True)
+            _jobs[(release.version, "pack_layer")] = pool.submit(_pack_layer, child,
+                                                                root / release.version / "pack_layer")
         if INSTALL in modules:
             child = Child(release, rerun_command(release, INSTALL))
             (root / release.version / "install").mkdir(parents=True)
