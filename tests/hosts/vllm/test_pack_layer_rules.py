@@ -68,13 +68,13 @@ def test_a_pack_s_own_vllm_layer_needs_its_module_allowed_and_the_error_says_how
     rules = dsv4sel.load_rules([*default_packs(), HERE / "rules" / "ownlayer"],
                                allowed_impl_modules=("ownlayer_pack",), use_cache=False)
     sel = rules.select(platform="cuda", capability="9.0", backend="OWNLAYER_MLA_SPARSE")
-    assert sel.host_class("vllm") == ("ownlayer_pack.layer:OwnFlashMLAAttention", ">=0.33.0,<0.34")
+    assert sel.host_class("vllm") == ("ownlayer_pack.layer:OwnFlashMLAAttention", ">=0.33.0,<0.35")
 
 
 def test_the_pack_layer_is_a_vllm_host_class_the_rules_may_name_without_an_allow_list():
     rules = dsv4sel.load_rules([*default_packs(), HERE / "rules" / "torchref"], use_cache=False)
     sel = rules.select(platform="cuda", capability="9.0", backend="TORCHREF_MLA_SPARSE")
-    assert sel.host_class("vllm") == (PACK_LAYER, ">=0.33.0,<0.34")
+    assert sel.host_class("vllm") == (PACK_LAYER, ">=0.33.0,<0.35")
 
 
 @pytest.mark.parametrize(("release", "model", "capability", "base", "layout", "block"), [
