@@ -1,0 +1,162 @@
+"""``dsv4sel upgrade``'s output: a :class:`dsv4sel.tools.upgrade.Upgrade` as text or as JSON data.
+
+The text fits a screen: per category a count and its largest groups (at most
+:data:`GROUPS_SHOWN`, each with its first cube), both sides of a group written by
+:func:`gist` (``FLASHMLA_MEGA_ATTN_DSV41 vllm=DeepseekV4MegaAttnAttention cache_dtype=nvfp4_ds_mla``,
+``refused``); the categories that only reword a refusal or a log line are counted in one
+line each. ``--json`` (:func:`as_dict`) holds every group, every cube and each exact outcome.
+"""
+
+from __future__ import annotations
+
+#: How many groups of one category the text shows (the largest; ``--json`` has all).
+GROUPS_SHOWN = 3
+#: Categories the text counts in one line instead of listing.
+COUNTED = ("other", "reworded")
+#: The categories the last line names when they are empty, in its words.
+UNCHANGED = {"input": "new inputs", "accepted": "names accepted", "refused": "names refused",
+             "default": "default backends", "backend": "backends of a name", "to_refusal": "decisions refused",
+             "to_decision": "refusals decided", "class": "classes", "format": "cache formats",
+             "block": "block sizes"}
+#: Field names as the group lines write them (``dsv4sel diff``'s spellings).
+_LABELS = {"layout": "layout", "cache_dtype": "cache_dtype", "torch_dtype": "torch", "bytes_per_token": "bytes/token",
+           "block_size": "block", "rewrites": "rewrites", "impl": "impl", "messages": "log"}
+
+
+def titles(result) -> dict[str, str]:
+    """Each category's heading, in the words of the releases compared."""
+    old, new, label = _short(result.old), _short(result.new), result.label
+    return {
+        "accepted": f"names newly accepted: an --attention-backend {old} refuses, {new} builds",
+        "refused": f"names newly refused: an --attention-backend {old} builds, {new} refuses",
+        "default": "another default backend (no --attention-backend)",
+        "backend": "a named --attention-backend builds another backend",
+        "to_refusal": "decisions that became refusals or errors (no --attention-backend)",
+        "to_decision": "refusals or errors that became decisions (no --attention-backend)",
+        "class": f"another {label} class",
+        "format": "another cache format (layout, cache dtype, torch dtype, bytes per token, rewrites)",
+        "block": "another block size",
+        "other": "only log lines or dsv4sel's own impl differ; not listed",
+        "reworded": "refused (or unknown) in both releases, for another reason; not listed",
+    }
+
+
+def _short(version: str) -> str:
+    """``0.34.0`` -> ``0.34``: how the registry's releases are named on the command line."""
+    return version.rsplit(".", 1)[0] if version.count(".") >= 2 else version
+
+
+def title(result, category) -> str:
+    if category.name == "input":
+        return f"{category.input} decides now ({result.label} {_short(result.old)} ignores it)"
+    return titles(result)[category.name]
+
+
+def _value(name: str, value) -> str:
+    if name == "host_class":
+        return "none" if value is None else str(value).rpartition(":")[2]
+    if name == "rewrites":
+        return ",".join(f"{k}->{v}" for k, v in value) or "none"
+    if name == "impl":
+        return str(value).rpartition(":")[2]
+    if name == "messages":
+        return "; ".join(text for _, text in value) or "none"
+    return str(value)
+
+
+#: The most values one input of a cube shows in the text before the rest is counted.
+VALUES_SHOWN = 6
+
+
+def clipped(cube: str) -> str:
+    """``cube`` with each input's value list cut to :data:`VALUES_SHOWN` values and a count of
+    the rest (``backend=<none>,CUTLASS_MSA,...(+40)``): the names vLLM ignores would fill a screen."""
+    parts = []
+    for part in cube.split(" "):
+        name, sep, values = part.partition("=")
+        items = values.split(",")
+        if sep and len(items) > VALUES_SHOWN + 1 and not values.startswith("not("):
+            part = f"{name}={','.join(items[:VALUES_SHOWN])},...(+{len(items) - VALUES_SHOWN})"
+        parts.append(part)
+    return " ".join(parts)
+
+
+def gist(g, host: str, release: str) -> str:
+    """One side of a group in words (:class:`~dsv4sel.tools.upgrade.Gist`)."""
+    if g.kind == "refused":
+        return "refused" + (f" by {g.backend}" if g.backend else "")
+    if g.kind == "undecided":
+        return "undecided"
+    if g.kind == "absent":
+        return f"not in {release}'s space"
+    parts = [g.backend]
+    for name, value in g.fields:
+        label = host if name == "host_class" else _LABELS[name]
+        parts.append(f"{label}={_value(name, value)}")
+    return " ".join(parts)
+
+
+def text(result) -> str:
+    """The report ``dsv4sel upgrade`` prints."""
+    old, new = _short(result.old), _short(result.new)
+    head = f"{result.label} {result.old} -> {result.new}"
+    if not result.categories:
+        return f"{head}: no change: {result.compared:,} inputs decide the same way\n"
+    lines = [f"{head}: {result.changed:,} of {result.compared:,} inputs decide differently",
+             f"({result.old_rules} -> {result.new_rules}; a cube names only the inputs that do not take every value)"]
+    counted = []
+    for category in result.categories:
+        if category.name in COUNTED:
+            counted.append(f"{category.count:,} input{'s' if category.count != 1 else ''}: {title(result, category)}")
+            continue
+        lines += ["", f"{title(result, category)}: {category.count:,} input{'s' if category.count != 1 else ''}"]
+        for group in category.groups[:GROUPS_SHOWN]:
+            lines.append(f"  {group.count:>6}  {gist(group.old, result.host, old)} -> {gist(group.new, result.host, new)}")
+            more = len(group.cubes) - 1
+            lines.append(f"          {clipped(group.cubes[0])}" + (f"  (+{more} more cube{'s' if more != 1 else ''})" if more else ""))
+        hidden = len(category.groups) - GROUPS_SHOWN
+        if hidden > 0:
+            lines.append(f"          ... and {hidden} more group{'s' if hidden != 1 else ''} (--json lists every one)")
+    if counted:
+        lines += ["", *counted]
+    present = {c.name for c in result.categories}
+    unchanged = [short for name, short in UNCHANGED.items() if name not in present]
+    if unchanged:
+        lines += ["", "no change in: " + ", ".join(unchanged)]
+    return "\n".join(lines) + "\n"
+
+
+def view_dict(v) -> dict:
+    """One exact outcome as data: ``kind``, the ``backend`` that selects or refuses, and for a
+    selection its ``class`` (the host's, for this release), every select field, ``block_size``
+    as this release builds it, ``rewrites``, ``messages``; for a refusal its ``reason``."""
+    o = v.outcome
+    if o.kind == "absent":
+        return {"kind": "absent"}
+    if o.kind == "gap":
+        return {"kind": "undecided", "table": o.table}
+    if o.kind == "reject":
+        return {"kind": "reject", "backend": o.backend, "reason": o.reason}
+    return {"kind": "select", "backend": o.backend, "class": v.host_class, "impl": o.impl, "layout": o.layout,
+            "cache_dtype": o.cache_dtype, "torch_dtype": o.torch_dtype, "bytes_per_token": o.bytes_per_token,
+            "block_size": v.block_size, "rewrites": dict(o.rewrites),
+            "messages": [{"level": level, "text": message} for level, message in o.messages]}
+
+
+def as_dict(result) -> dict:
+    """``dsv4sel upgrade --json``: the releases and rule sets compared, ``compared`` and
+    ``changed`` inputs, and every category (``category``, ``input``, ``title``, ``inputs``)
+    with every group (``inputs``, ``cubes``, ``old``/``new`` as the text writes them, and
+    ``changes``: each exact outcome pair with its ``inputs``, ``cubes``, ``old`` and ``new``)."""
+    old, new = _short(result.old), _short(result.new)
+    return {"version": 1, "host": result.host, "old": result.old, "new": result.new,
+            "old_rules": result.old_rules, "new_rules": result.new_rules,
+            "compared": result.compared, "changed": result.changed,
+            "categories": [{"category": c.name, "input": c.input, "title": title(result, c), "inputs": c.count,
+                            "groups": [{"inputs": g.count, "cubes": list(g.cubes),
+                                        "old": gist(g.old, result.host, old), "new": gist(g.new, result.host, new),
+                                        "changes": [{"inputs": d.count, "cubes": list(d.cubes),
+                                                     "old": view_dict(d.old), "new": view_dict(d.new)}
+                                                    for d in g.details]}
+                                       for g in c.groups]}
+                           for c in result.categories]}
