@@ -88,7 +88,7 @@ def gist(g, host: str, release: str) -> str:
     if g.kind == "undecided":
         return "undecided"
     if g.kind == "absent":
-        return f"not in {release}'s space"
+        return f"unknown to {release}"
     parts = [g.backend]
     for name, value in g.fields:
         label = host if name == "host_class" else _LABELS[name]
