@@ -48,8 +48,8 @@ def run(args: argparse.Namespace) -> int:
         paths = compat_dir(host, old, args.rules_dir), compat_dir(host, new, args.rules_dir)
     except UnknownRelease as exc:
         return error(PROG, str(exc), kind="input")
-    shown = tuple(_shown(path, release.compat, args.rules_dir) for path, release in zip(paths, (old, new)))
-    result = upgrade(host, old, new, load_rules([paths[0]]), load_rules([paths[1]]), shown)  # type: ignore[arg-type]
+    shown = (_shown(paths[0], old.compat, args.rules_dir), _shown(paths[1], new.compat, args.rules_dir))
+    result = upgrade(host, old, new, load_rules([paths[0]]), load_rules([paths[1]]), shown)
     if args.json:
         from .render.data import document
 

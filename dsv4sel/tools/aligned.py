@@ -21,6 +21,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Iterator
 
+    #: one point's input values by name (a value None: an input's default that is not declared)
+    Values = dict[str, str | None]
+
 
 class Aligned:
     """The points of ``old`` and ``new`` paired by their values.
@@ -49,9 +52,9 @@ class Aligned:
         self._old_only = sorted(set(range(self._old_layout.points)) - set(p for p in self._old_at if p is not None))
 
     @staticmethod
-    def _values(layout, point: int) -> dict[str, str]:
+    def _values(layout, point: int) -> Values:
         """The input values of ``point`` (an offset within one backend's slice)."""
-        values: dict[str, str] = {}
+        values: Values = {}
         for (names, combos), stride in zip(layout.dims, layout.strides):
             values.update(zip(names, combos[point // stride % len(combos)]))
         return values
@@ -77,14 +80,11 @@ class Aligned:
             offset: int | None = 0
             for where, names in index:
                 step = where.get(tuple(values.get(n, defaults[n]) for n in names))
-                if step is None:
-                    offset = None
-                    break
-                offset += step  # type: ignore[operator]
+                offset = None if step is None or offset is None else offset + step
             out.append(offset)
         return out
 
-    def pairs(self, backend: str | None) -> Iterator[tuple[int | None, int | None, int | None]]:
+    def pairs(self, backend: str | None) -> Iterator[tuple[int, int | None, int | None]]:
         """``(new point, old row index, new row index)`` for every point of ``backend``'s slice
         in either set (a row index None: that set does not have the point); a point only the
         old set has comes as ``(None, old row, None)`` after the rest, found by :meth:`old_point`."""
@@ -109,7 +109,7 @@ class Aligned:
         except ValueError:
             return None
 
-    def values(self, point: int) -> dict[str, str]:
+    def values(self, point: int) -> Values:
         """The input values of a point :meth:`pairs` yielded (a negative one: an old-only point,
         with the inputs only the new set has at their defaults)."""
         if point >= 0:
@@ -117,7 +117,7 @@ class Aligned:
         values = dict(self._old_points[-1 - point])
         for name in self.new.key_inputs:
             if name != "backend" and name not in values:
-                values[name] = self.new.default_of(name)  # type: ignore[assignment]
+                values[name] = self.new.default_of(name)
         return values
 
     def box(self, backend: str | None, point: int) -> tuple[int, ...]:
@@ -137,7 +137,7 @@ class Aligned:
         if point < 0:
             return None
         values = dict(self._new_points[point])
-        values[name] = self.new.default_of(name)  # type: ignore[assignment]
+        values[name] = self.new.default_of(name)
         return self._new_offset(values)
 
     def old_ignores(self, name: str, same: list[int]) -> bool:
@@ -151,15 +151,15 @@ class Aligned:
         bases = range(0, layout.size, layout.points)
         for q, values in enumerate(self._old_points):
             if values[name] != default:
-                twin = self._offset(layout, {**values, name: default})  # type: ignore[dict-item]
+                twin = self._offset(layout, {**values, name: default})
                 if twin is not None and any(same[ids[base + q]] != same[ids[base + twin]] for base in bases):
                     return False  # an input the old set decides on is found at its first points
         return True
 
-    def _new_offset(self, values: dict[str, str]) -> int | None:
+    def _new_offset(self, values: Values) -> int | None:
         return self._offset(self._new_layout, values)
 
-    def _offset(self, layout, values: dict[str, str]) -> int | None:
+    def _offset(self, layout, values: Values) -> int | None:
         offset = 0
         for (names, _), stride, where in zip(layout.dims, layout.strides, self._combo_at[id(layout)]):
             at = where.get(tuple(values[n] for n in names))

@@ -96,27 +96,36 @@ def gist(g, host: str, release: str) -> str:
     return " ".join(parts)
 
 
+def _inputs(count: int) -> str:
+    return f"{count:,} input{'s' if count != 1 else ''}"
+
+
+def _listed(result, category) -> list[str]:
+    """A listed category: its heading and count, then its largest groups, each as
+    ``count  old -> new`` over its first cube."""
+    old, new = _short(result.old), _short(result.new)
+    lines = ["", f"{title(result, category)}: {_inputs(category.count)}"]
+    for group in category.groups[:GROUPS_SHOWN]:
+        lines.append(f"  {group.count:>6}  {gist(group.old, result.host, old)} -> {gist(group.new, result.host, new)}")
+        more = len(group.cubes) - 1
+        lines.append(f"          {clipped(group.cubes[0])}" + (f"  (+{more} more cube{'s' if more != 1 else ''})" if more else ""))
+    hidden = len(category.groups) - GROUPS_SHOWN
+    if hidden > 0:
+        lines.append(f"          ... and {hidden} more group{'s' if hidden != 1 else ''} (--json lists every one)")
+    return lines
+
+
 def text(result) -> str:
     """The report ``dsv4sel upgrade`` prints."""
-    old, new = _short(result.old), _short(result.new)
     head = f"{result.label} {result.old} -> {result.new}"
     if not result.categories:
         return f"{head}: no change: {result.compared:,} inputs decide the same way\n"
     lines = [f"{head}: {result.changed:,} of {result.compared:,} inputs decide differently",
              f"({result.old_rules} -> {result.new_rules}; a cube names only the inputs that do not take every value)"]
-    counted = []
+    counted = [f"{_inputs(c.count)}: {title(result, c)}" for c in result.categories if c.name in COUNTED]
     for category in result.categories:
-        if category.name in COUNTED:
-            counted.append(f"{category.count:,} input{'s' if category.count != 1 else ''}: {title(result, category)}")
-            continue
-        lines += ["", f"{title(result, category)}: {category.count:,} input{'s' if category.count != 1 else ''}"]
-        for group in category.groups[:GROUPS_SHOWN]:
-            lines.append(f"  {group.count:>6}  {gist(group.old, result.host, old)} -> {gist(group.new, result.host, new)}")
-            more = len(group.cubes) - 1
-            lines.append(f"          {clipped(group.cubes[0])}" + (f"  (+{more} more cube{'s' if more != 1 else ''})" if more else ""))
-        hidden = len(category.groups) - GROUPS_SHOWN
-        if hidden > 0:
-            lines.append(f"          ... and {hidden} more group{'s' if hidden != 1 else ''} (--json lists every one)")
+        if category.name not in COUNTED:
+            lines += _listed(result, category)
     if counted:
         lines += ["", *counted]
     present = {c.name for c in result.categories}
