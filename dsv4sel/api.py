@@ -38,14 +38,15 @@ def _domain_files() -> tuple[str, ...]:
     return (PROFILE.schema, profile.__file__)
 
 
-def resolve(paths=None, allowed_impl_modules=None, *, also_allowed: tuple[str, ...] = (),
+def resolve(paths=None, allowed_impl_modules=None, *, extra=(), also_allowed: tuple[str, ...] = (),
             strict: bool = False) -> tuple[list, list, tuple[str, ...]]:
     """``(packs, sources, allowed)`` for rule ``paths``, as every entry point
     reads them.
 
     ``paths`` is None (the default set: the shipped rules, installed packs,
     ``DSV4SEL_RULES_PATH``), a path, a :class:`~dsv4sel.engine.sources.Pack`,
-    or a list of those; the same directory reached twice loads once. The
+    or a list of those; ``extra`` (the same kinds) is loaded on top of them, as
+    ``--rules`` adds a pack; the same directory reached twice loads once. The
     allow-list is :data:`DEFAULT_ALLOWED_IMPL_MODULES` plus
     ``allowed_impl_modules`` (added, never replacing it, as
     ``--allow-impl-module`` does), ``also_allowed`` and the packs' own
@@ -60,12 +61,30 @@ def resolve(paths=None, allowed_impl_modules=None, *, also_allowed: tuple[str, .
         also_allowed = (*also_allowed, *_sources.environment_allowed_modules())
     else:
         packs = _named_packs(paths, strict)
+    if extra:
+        packs = [*packs, *_named_packs(extra, strict)]
     packs = _sources.unique_packs(packs)
     if isinstance(allowed_impl_modules, str):
         allowed_impl_modules = (allowed_impl_modules,)
+    allowed_impl_modules = _allowed_modules(allowed_impl_modules)
     allowed = tuple(dict.fromkeys((*DEFAULT_ALLOWED_IMPL_MODULES, *(allowed_impl_modules or ()), *also_allowed,
                                    *(m for pack in packs for m in pack.impl_modules))))
     return packs, [s for pack in packs for s in pack.sources()], allowed
+
+
+def _allowed_modules(names) -> tuple[str, ...]:
+    """``allowed_impl_modules`` as given, each entry a dotted module name
+    (:func:`~dsv4sel.engine.values.allowed_module_problem`, the test every way in shares);
+    else one :class:`RuleError` naming the argument (code DSV310, as the environment's)."""
+    from .engine.values import allowed_module_problem
+    from .errors import Problem, RuleError
+
+    names = tuple(names or ())
+    for name in names:
+        problem = allowed_module_problem(name)
+        if problem is not None:
+            raise RuleError([Problem("<allowed_impl_modules>", 1, 1, f"allowed_impl_modules: {problem}", "DSV310")])
+    return names
 
 
 def _named_packs(paths, strict: bool) -> list:
@@ -100,16 +119,17 @@ def _must_hold_rules(pack) -> None:
         raise VerifyError(f"no rule files (*.yaml, *.yml) in directory {pack.path!r}")
 
 
-def load_rules(paths=None, *, allowed_impl_modules=None, use_cache: bool = True) -> RuleSet:
+def load_rules(paths=None, *, extra=(), allowed_impl_modules=None, use_cache: bool = True) -> RuleSet:
     """Load, validate and compile rule files into an immutable :class:`RuleSet`.
 
     ``paths`` lists rule packs: directories (their ``*.yaml`` files in name
     order), single files, or :class:`dsv4sel.engine.sources.Pack` values. None means
     the default set: the shipped rules, installed packs (entry point group
-    ``dsv4sel.rules``) and ``DSV4SEL_RULES_PATH``; pass
-    ``[*dsv4sel.engine.sources.default_packs(), "my-pack/"]`` to add a pack to it.
-    ``paths`` replaces the default set (a pack alone has no vocabulary; the
-    error says so). Impl classes may come only from
+    ``dsv4sel.rules``) and ``DSV4SEL_RULES_PATH``, with the modules
+    ``DSV4SEL_ALLOW_IMPL_MODULES`` allows. ``paths`` replaces the default set (a
+    pack alone has no vocabulary; the error says so); ``extra`` adds packs on top
+    of it, as ``--rules`` does: ``load_rules(extra=["my-pack/rules"])`` is the
+    default set plus a pack. Impl classes may come only from
     :data:`DEFAULT_ALLOWED_IMPL_MODULES`, the modules ``allowed_impl_modules``
     adds to it (as ``--allow-impl-module`` does) and the packs' own packages.
 
@@ -118,7 +138,7 @@ def load_rules(paths=None, *, allowed_impl_modules=None, use_cache: bool = True)
     the engine and the profile; a cache hit imports neither yaml nor
     jsonschema, and a damaged cache entry is rebuilt, never trusted.
     """
-    _packs, srcs, allowed = resolve(paths, allowed_impl_modules)
+    _packs, srcs, allowed = resolve(paths, allowed_impl_modules, extra=extra)
     return _compiled(srcs, allowed, use_cache)
 
 
@@ -257,13 +277,14 @@ def select(*, platform: str, kv_cache_dtype: str = "auto", backend: str | _Named
     return rules.select(platform, kv_cache_dtype, backend, capability, model, inputs)
 
 
-def verify(rules=None, *, allowed_impl_modules=None) -> Report:
+def verify(rules=None, *, extra=(), allowed_impl_modules=None) -> Report:
     """Prove rule files decide every input exactly once, or say where they do not.
 
-    ``rules`` is what :func:`load_rules` takes (None: the default set; rule
-    packs as paths or :class:`~dsv4sel.engine.sources.Pack` values), or a
-    :class:`RuleSet` (its source files are re-read and must still hash to
-    its digest), or a compiled :class:`~dsv4sel.engine.model.Program`.
+    ``rules`` and ``extra`` are what :func:`load_rules` takes as ``paths`` and
+    ``extra`` (None: the default set; ``verify(extra=["my-pack/rules"])``: the
+    default set plus a pack), or ``rules`` is a :class:`RuleSet` (its source
+    files are re-read and must still hash to its digest), or a compiled
+    :class:`~dsv4sel.engine.model.Program` (then without ``extra``).
     Problems in the files (YAML, schema, vocabulary typos, dangling
     references, ...) come back as findings with ``file:line:column``; when
     there are any, the space is not analysed. Raises
@@ -276,13 +297,18 @@ def verify(rules=None, *, allowed_impl_modules=None) -> Report:
     from .engine.model import Program
     from .errors import RuleError
 
+    if extra and isinstance(rules, (Program, RuleSet)):
+        from .check.findings import VerifyError
+
+        raise VerifyError("extra= adds rule packs to rule paths (or to the default set), not to a compiled "
+                          f"{type(rules).__name__}: pass the paths instead")
     if isinstance(rules, Program):
         return _with_host_spaces(verify_program(rules))
     if isinstance(rules, RuleSet):
         packs = _packs_of_ruleset(rules)
         _, srcs, allowed = resolve(packs, allowed_impl_modules, also_allowed=rules.allowed_impl_modules)
     else:
-        _, srcs, allowed = resolve(rules, allowed_impl_modules, strict=True)
+        _, srcs, allowed = resolve(rules, allowed_impl_modules, extra=extra, strict=True)
     try:
         program = build_program(srcs, allowed, PROFILE)
         # what select() would refuse, check refuses: the compiled form's bounds

@@ -102,7 +102,15 @@ def pack(directory: Path) -> tuple[Path, Path]:
     ``(rules directory, source directory)``."""
     module = directory / "src" / "demo_dsv4_kernels"
     module.mkdir(parents=True)
-    (module / "__init__.py").write_text("class DemoSparseImpl:\n    '''A pack's own kernel.'''\n")
+    (module / "__init__.py").write_text(
+        "from dsv4sel.kernels.base import SparseMLAImpl\n\n\n"
+        "class DemoSparseImpl(SparseMLAImpl):  # an impl subclasses SparseMLAImpl, or it is none\n"
+        "    '''A pack's own kernel.'''\n\n"
+        "    @classmethod\n"
+        "    def import_library(cls):\n"
+        "        raise ImportError('no kernel library here')\n\n"
+        "    def run_library(self, plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink):\n"
+        "        raise NotImplementedError\n")
     return RULES / "demo", directory / "src"
 
 

@@ -14,6 +14,7 @@ from .context import CheckContext, table_label
 from .tables import pack_order
 from .findings import ERROR, WARNING, BackendCoverage, Counts, Coverage, Finding, RuleCoverage
 from ..engine.locations import location
+from ..engine.scan import TableIndex, scan
 from ..engine.space import iter_bits, merge
 
 
@@ -140,6 +141,109 @@ def _overrides(ctx: CheckContext, rule) -> bool:
     later = rules[rules.index(rule) + 1:]
     return any(order[r.ref.pack] < order[rule.ref.pack] for r in later)
 
+
+
+class _Lost(NamedTuple):
+    """Inputs a pack's default rule took from an earlier pack's default, which served them."""
+
+    box: tuple
+    #: the rule that rejects them now (the pack's default rule itself, or its target's rule)
+    rejecting: object
+    #: the earlier pack's default rule that decided them before, and the rule that then selected
+    before: object
+    selecting: object
+
+
+def takeover_findings(ctx: CheckContext, skip=frozenset()) -> Iterator[Finding]:
+    """A warning (DSV414) for each default rule of a pack that takes inputs the default rules
+    of earlier packs served (a query without --attention-backend got a backend) and turns them
+    into rejections, with the count, one such input, the rule that served it and the rule that
+    rejects it now.
+
+    Typically an ``override: true`` widened past the inputs its target serves (``capability:
+    [8.x, 9.x]`` for a SM8x backend: every H100 loses FlashMLA), which :func:`hijack_findings`
+    does not see when the target serves some of them. A rule it already reports (``skip``:
+    their refs) gets no second finding. Exact over cubes: the earlier packs' rules are scanned
+    over the rejected cubes only, and their chains followed as the walk follows them."""
+    table = ctx.program.default_table
+    order = pack_order(ctx.program)
+    # the rules before a rule of an earlier pack (`override: true`): only they can take inputs
+    # another pack's default decided; any other rule gets only inputs no earlier pack's rule matched
+    ranks = [order[rule.ref.pack] for rule in table.rules]
+    lowest_after = [len(order)] * len(ranks)  # the earliest pack among the rules after each one
+    for r in range(len(ranks) - 2, -1, -1):
+        lowest_after[r] = min(lowest_after[r + 1], ranks[r + 1])
+    taking = {r: [o for o in table.rules[r + 1:] if order[o.ref.pack] < ranks[r]]
+              for r, rule in enumerate(table.rules)
+              if lowest_after[r] < ranks[r] and rule.ref not in skip and rule.outcome.kind in ("use", "reject")}
+    if not taking:
+        return  # one pack, or no override: nothing to scan
+    full = ctx.flow.table_scan(table, detail=True)
+    for r, earlier in taking.items():
+        rule = table.rules[r]
+        index = TableIndex(ctx.space, [o.conditions for o in earlier])
+        lost = [item for box in full.regions.get(r, ()) for item in _lost(ctx, rule, box, earlier, index)]
+        if lost:
+            yield _takeover_finding(ctx, rule, lost, full.won[r])
+
+
+def _lost(ctx: CheckContext, rule, box, earlier: list, index: TableIndex) -> Iterator[_Lost]:
+    """The cubes of ``box`` (where ``rule`` wins) that ``rule`` gets rejected and the ``earlier``
+    rules (those of earlier packs, in table order; ``index`` their masks) got selected."""
+    if rule.outcome.kind == "reject":
+        rejected = [(box, rule)]
+    else:
+        target = ctx.program.tables.get(rule.outcome.target)
+        if target is None:
+            return  # a dangling `use:`: its own finding
+        rejected = [(b, r) for b, r in _decided(ctx, target, box, ()) if r.outcome.kind == "reject"]
+    for region, rejecting in rejected:
+        before = scan(index, region)
+        for position, cubes in before.regions.items():
+            default = earlier[position]
+            target = ctx.program.tables.get(default.outcome.target) if default.outcome.kind == "use" else None
+            if target is None:
+                continue  # rejected (or dangling) before, too
+            for cube in cubes:
+                for selected, selecting in _decided(ctx, target, cube, ()):
+                    if selecting.outcome.kind == "select":
+                        yield _Lost(selected, rejecting, default, selecting)
+
+
+def _decided(ctx: CheckContext, table, box, seen: tuple) -> Iterator[tuple]:
+    """``(cube, rule)`` for each cube of ``box`` a rule of ``table``'s chain decides (select or
+    reject), following `use:` as the walk does; gaps, dangling targets and loops decide nothing."""
+    found = ctx.flow.table_scan(table, box, detail=True)
+    for position, cubes in found.regions.items():
+        rule = table.rules[position]
+        if rule.outcome.kind != "use":
+            yield from ((cube, rule) for cube in cubes)
+            continue
+        target = ctx.program.tables.get(rule.outcome.target)
+        if target is None or target.name in seen or target is table:
+            continue
+        for cube in cubes:
+            yield from _decided(ctx, target, cube, (*seen, table.name))
+
+
+def _takeover_finding(ctx: CheckContext, rule, lost: list, taken: int) -> Finding:
+    count = sum(ctx.space.size(item.box) for item in lost)
+    first = lost[0]
+    example = ctx.input(first.box, None)
+    where = (f"sends them to {rule.outcome.target}, whose table rejects them" if rule.outcome.kind == "use"
+             else "rejects them")
+    now = "" if first.rejecting is rule else f"; now {first.rejecting.ref.id} ({location(first.rejecting.ref)}) rejects it"
+    fix = (f"narrow {rule.ref.id}'s `when:` to the inputs {rule.outcome.target} serves" if rule.outcome.kind == "use"
+           else f"narrow {rule.ref.id}'s `when:` to the inputs it should refuse")
+    return ctx.finding(
+        WARNING, "takeover",
+        f"rule {rule.ref.id} turns {count} inputs that earlier packs' default rules served into rejections (of "
+        f"the {taken} inputs it takes): it {where} (e.g. {example}: {first.before.ref.id} "
+        f"({location(first.before.ref)}) chose {first.before.outcome.target}, which selects it with "
+        f"{first.selecting.ref.id} ({location(first.selecting.ref)}){now}): a query without --attention-backend "
+        f"there no longer gets a backend; {fix}" + (", or drop its `override: true`" if _overrides(ctx, rule) else ""),
+        rule.ref, rules=(rule.ref, first.before.ref, first.selecting.ref), count=count, counterexample=example,
+        table=rule.outcome.target if rule.outcome.kind == "use" else rule.table)
 
 
 def _chain_finding(ctx: CheckContext, ev, start) -> Finding:

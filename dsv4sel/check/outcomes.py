@@ -110,7 +110,7 @@ class FieldChecker:
 
     def _impl_problem(self, impl: Any) -> str | None:
         try:
-            self._classes[impl] = load_impl_class(impl, self.allowed)
+            self._classes[impl] = load_impl_class(impl, self.allowed, PROFILE.impl_base)
         except ImplLoadError as exc:
             return str(exc)
         return None

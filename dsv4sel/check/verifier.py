@@ -18,6 +18,8 @@ What counts as a finding (severity ``error`` unless noted):
 * dead: a rule that matches no input at all (only dead, never also shadowed);
 * dangling / cycle: a ``use:`` target without a table, or a loop;
 * hijack (a ``warning``): a default rule whose target table rejects every input it sends there;
+* takeover (a ``warning``): a pack's default rule that takes inputs an earlier pack's default
+  served and gets them rejected (one not already a hijack);
 * hostless (a ``warning``): a backend that selects on a platform a serving engine's plugin serves
   but names no class for that engine (``hosts:``), in a rule set written for it;
 * impl / layout / consistency: a selection whose impl class does not import
@@ -41,7 +43,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .context import CheckContext
-from .chains import gap_findings, hijack_findings, walk
+from .chains import gap_findings, hijack_findings, takeover_findings, walk
 from .selections import selection_findings
 from .tables import host_findings, model_findings, table_findings
 from ..errors import Problem
@@ -49,7 +51,7 @@ from .findings import ERROR, Finding, Report
 
 _KIND_ORDER = {k: i for i, k in enumerate((
     "load", "schema", "vocabulary", "dangling", "compile", "cycle", "dead", "overlap", "shadowed",
-    "redundant", "gap", "hijack", "impl", "layout", "consistency", "fixpoint", "model", "hostless",
+    "redundant", "gap", "hijack", "takeover", "impl", "layout", "consistency", "fixpoint", "model", "hostless",
     "translation", "host-gap", "host-dead"))}
 
 
@@ -71,7 +73,9 @@ def verify_program(program, *, layouts: Mapping[str, Any] | None = None) -> Repo
     walked = walk(ctx)
     findings.extend(walked.chain_findings)
     findings.extend(gap_findings(ctx, walked.gaps))
-    findings.extend(hijack_findings(ctx, walked.routes))
+    hijacks = list(hijack_findings(ctx, walked.routes))
+    findings.extend(hijacks)
+    findings.extend(takeover_findings(ctx, skip=frozenset(f.rules[0] for f in hijacks)))
     findings.extend(selection_findings(ctx, walked.regions, walked.examples))
     findings.extend(model_findings(ctx))
     findings.extend(host_findings(ctx))

@@ -25,8 +25,18 @@ def add_rules_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_allow_option(parser) -> None:
-    parser.add_argument("--allow-impl-module", action="append", metavar="MODULE", default=None,
+    parser.add_argument("--allow-impl-module", action="append", metavar="MODULE", default=None, type=_module_name,
                         help="also allow impl classes from MODULE (for a directory pack's own code)")
+
+
+def _module_name(text: str) -> str:
+    """An ``--allow-impl-module`` value, held to the test every way in shares (a usage error otherwise)."""
+    from ..engine.values import allowed_module_problem
+
+    problem = allowed_module_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def rule_paths(args: argparse.Namespace) -> list | None:

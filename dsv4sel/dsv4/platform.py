@@ -159,9 +159,10 @@ def impl_available(impl: str, allowed: tuple[str, ...], platform: str | None = N
     cannot load is "no", with the reason. Never raises."""
     from ..engine.values import load_impl_class
     from ..errors import ImplLoadError
+    from .profile import PROFILE
 
     try:
-        cls = load_impl_class(impl, allowed)
+        cls = load_impl_class(impl, allowed, PROFILE.impl_base)
     except ImplLoadError as exc:
         return False, f"cannot load: {exc}"
     return impl_availability(cls, platform, capability)

@@ -15,6 +15,9 @@ from ..engine.profile import Profile, declared_fields
 
 #: Impl classes are imported only from these module prefixes (and their submodules).
 DEFAULT_ALLOWED_IMPL_MODULES: tuple[str, ...] = ("dsv4sel.kernels",)
+#: The class every impl subclasses (the kernels' extension API, docs/kernels.md "Writing an impl"):
+#: any other name an allowed module exposes is refused by ``check`` and ``load_impl()``.
+IMPL_BASE = "dsv4sel.kernels.base:SparseMLAImpl"
 
 def _capability_spelling(text: str) -> str | None:
     """The canonical capability ``text`` spells (``sm90`` -> ``9.0``), or None; imported on
@@ -56,5 +59,6 @@ PROFILE = Profile(
     restates=(("cache_dtype", "kv_cache_dtype"),),
     schema=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schema", "rules.schema.json"),
     allowed_impl_modules=DEFAULT_ALLOWED_IMPL_MODULES,
+    impl_base=IMPL_BASE,
     spellings=(("capability", _capability_spelling),),
 )

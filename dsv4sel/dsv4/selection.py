@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from ..engine.values import Message, RuleRef, load_impl_class
-from ..errors import ImplLoadError
+from ..engine.values import Message, RuleRef, load_impl_class, rewrite_problem
+from ..errors import ImplLoadError, SelectionError
 from ..record import Frozen
 from .profile import DEFAULT_ALLOWED_IMPL_MODULES, PROFILE, SelectFields
 
@@ -121,12 +121,24 @@ class Selection(SelectFields, Frozen):
         return hash((self.row, self.rule, self.query))
 
     def replace(self, **changes: Any) -> Selection:
-        """A copy with ``changes``; a field the row holds (``impl=``, ``rewrites=``...) changes the row."""
+        """A copy with ``changes``; a field the row holds (``impl=``, ``rewrites=``...) changes the row.
+
+        A select field keeps its type, and ``rewrites`` may name only fields rule files
+        could rewrite (:func:`~dsv4sel.engine.values.rewrite_problem`: never ``__dict__``);
+        anything else is a :class:`SelectionError`, so that :meth:`apply` never sets it."""
         row = self.row
         if "torch_dtype_name" in changes:
             changes["torch_dtype"] = changes.pop("torch_dtype_name")
+        types = dict(PROFILE.select_fields)
         if "rewrites" in changes:
             changes["rewrites"] = tuple(dict(changes["rewrites"]).items())
+            for name, value in changes["rewrites"]:
+                problem = rewrite_problem(name, value, types)
+                if problem is not None:
+                    raise SelectionError(f"cannot rewrite {name!r}: {problem}")
+        for name, kind in types.items():
+            if name in changes and type(changes[name]) is not kind:
+                raise SelectionError(f"{name} holds a {kind.__name__}, not {changes[name]!r}")
         in_row = {name: changes.pop(name) for name in list(changes) if name in row._fields}
         return super().replace(row=row._replace(**in_row), **changes)
 
@@ -179,7 +191,7 @@ class Selection(SelectFields, Frozen):
         chose it (``file:line``) and the fix. ``dsv4sel explain`` warns about it and
         ``dsv4sel check`` reports it (DSV406)."""
         try:
-            return load_impl_class(self.impl, self.allowed_impl_modules)
+            return load_impl_class(self.impl, self.allowed_impl_modules, PROFILE.impl_base)
         except ImplLoadError as exc:
             where = f"rule {self.rule.id} ({self.rule.location})" if self.rule is not None else "its rule"
             raise ImplLoadError(f"{self.backend}: {exc}; it was selected by {where}: correct that rule's "
@@ -189,19 +201,22 @@ class Selection(SelectFields, Frozen):
     def apply(self, cache_config: Any) -> dict[str, Any]:
         """Apply :attr:`rewrites` to ``cache_config`` (duck-typed) all or nothing.
 
-        Returns the previous values of the attributes that changed. If any
-        attribute is missing or cannot be set, nothing stays changed: every
-        attribute already set is put back, including one whose setter stored
-        the value and then raised.
+        Returns the previous values of the attributes that changed. Nothing is
+        changed, and :class:`SelectionError` raised, when the config is not the one
+        this selection was decided for (its ``cache_dtype`` is neither the query's
+        ``kv_cache_dtype`` nor the value this selection already gives it: select again
+        with the config's own value) or a rewrite names no settable field of it (a
+        method, a read-only property, a name rule files cannot write); an attribute the
+        config lacks is an ``AttributeError``. If setting one fails, every attribute
+        already set is put back, including one whose setter stored the value and then
+        raised.
         """
-        if cache_config is None or not self.rewrites:
+        if cache_config is None:
             return {}
-        missing = [name for name in self.rewrites if not hasattr(cache_config, name)]
-        if missing:
-            raise AttributeError(
-                f"cannot apply rewrites: {type(cache_config).__name__} has no attribute "
-                + ", ".join(repr(m) for m in missing)
-            )
+        self._check_decided_for(cache_config)
+        if not self.rewrites:
+            return {}
+        self._check_settable(cache_config)
         previous = {name: getattr(cache_config, name) for name in self.rewrites}
         touched: list[str] = []
         try:
@@ -217,6 +232,47 @@ class Selection(SelectFields, Frozen):
                     pass
             raise
         return {k: v for k, v in previous.items() if _differs(v, self.rewrites[k])}
+
+    def _check_settable(self, cache_config: Any) -> None:
+        """Raise (AttributeError for a missing attribute, else SelectionError) unless every
+        rewrite names a field rule files could write and ``cache_config`` can set."""
+        missing = [name for name in self.rewrites if not hasattr(cache_config, name)]
+        if missing:
+            raise AttributeError(
+                f"cannot apply rewrites: {type(cache_config).__name__} has no attribute "
+                + ", ".join(repr(m) for m in missing)
+            )
+        for name, value in self.rewrites.items():
+            problem = rewrite_problem(name, value, dict(PROFILE.select_fields)) or _unsettable(cache_config, name)
+            if problem is not None:
+                raise self._refusal(cache_config, f"cannot rewrite {name!r}: {problem}")
+
+    def _check_decided_for(self, cache_config: Any) -> None:
+        """Raise SelectionError when a field of ``cache_config`` that restates an input
+        (``cache_dtype`` the ``kv_cache_dtype``) holds neither the value this selection was
+        decided for nor the one it gives that field: applying its rewrites there would
+        silently replace a value nobody decided on (``fp8_e5m2`` rewritten to ``fp8_ds_mla``
+        by a selection made for ``auto``)."""
+        point = self.query.point()
+        for field, name in PROFILE.restates:
+            if name not in point or not hasattr(cache_config, field):
+                continue
+            current = getattr(cache_config, field)
+            decided = point[name]
+            if _spells(current, decided) or _spells(current, getattr(self, field)):
+                continue
+            if not isinstance(current, str):
+                raise self._refusal(cache_config, f"its {field} is {_a(type(current).__name__)}, not {_a(name)} "
+                                    "string")
+            raise self._refusal(cache_config, (
+                f"its {field} is {_shown(current)}, but this selection was decided for {name} {decided!r}; "
+                f"select again with {name}={_shown(current)}"))
+
+    def _refusal(self, cache_config: Any, problem: str) -> SelectionError:
+        return SelectionError(
+            f"{self.backend}: cannot apply the selection of rule {self.rule.id} ({self.rule.location}) to "
+            f"{type(cache_config).__name__}: {problem}; nothing was changed",
+            rule=self.rule, query=self.query, path=self.path)
 
     def __reduce__(self):
         # the row's type is built at run time (not importable by name) and rewrites is a
@@ -241,6 +297,38 @@ class Selection(SelectFields, Frozen):
         """One line for a decision log: inputs, outcome and the deciding rule."""
         return (f"dsv4sel: {self.query} -> backend={self.backend} layout={self.layout} "
                 f"cache_dtype={self.cache_dtype} rule={self.rule.id}@{self.rule.location}")
+
+
+def _spells(current: Any, value: Any) -> bool:
+    """Whether a config's ``current`` value is ``value`` as a query reads it (case and
+    surrounding blanks aside, as :meth:`~dsv4sel.dsv4.rules.RuleSet.normalize` reads it)."""
+    if not isinstance(current, str) or not isinstance(value, str):
+        return False
+    return str.lower(str.strip(current)) == value  # str's own methods: a subclass may override them
+
+
+def _shown(text: str) -> str:
+    """A config's string value in a message, quoted (and cut, when long)."""
+    text = str.__str__(text)
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[:1] in "aeiou" else "a ") + noun
+
+
+def _unsettable(config: Any, name: str) -> str | None:
+    """Why attribute ``name`` of ``config`` is no field a rewrite may set, or None: a method
+    (rewriting it would replace behaviour), or a property without a setter."""
+    for klass in type(config).__mro__:
+        if name in klass.__dict__:
+            attr = klass.__dict__[name]
+            if isinstance(attr, property) and attr.fset is None:
+                return f"{type(config).__name__}.{name} is a read-only property"
+            break
+    if callable(getattr(config, name, None)):
+        return f"{type(config).__name__}.{name} is a method, not a field"
+    return None
 
 
 def _rebuild_selection(row: tuple, *rest: Any) -> Selection:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the serving path never imports this module; the checker rea
     #: and every comparison of a kind (mypy's ``strict_equality``) to these.
     Kind = Literal["load", "schema", "vocabulary", "compile", "impl", "dangling", "cycle", "gap", "overlap",
                    "redundant", "shadowed", "dead", "layout", "consistency", "fixpoint", "model", "host",
-                   "hostless", "hijack", "translation", "host-gap", "host-dead", "tests"]
+                   "hostless", "hijack", "takeover", "translation", "host-gap", "host-dead", "tests"]
 
 #: code -> (kind, title). Kinds are the verifier's finding kinds.
 CODES: dict[str, tuple[Kind, str]] = {
@@ -71,6 +71,7 @@ CODES: dict[str, tuple[Kind, str]] = {
     "DSV411": ("host", "a host class does not resolve where its host is installed in a listed version"),
     "DSV412": ("hostless", "a backend selects where a host's plugin serves but names no class for that host (`hosts:`)"),
     "DSV413": ("hijack", "a default rule sends inputs to a table that rejects every one of them"),
+    "DSV414": ("takeover", "a pack's default rule turns inputs an earlier pack's default served into rejections"),
     "DSV601": ("translation", "a host translation names an input or value its space does not declare"),
     "DSV602": ("host-gap", "inputs of a host's space that its translation maps to no decision"),
     "DSV603": ("host-dead", "a host translation row decides no input of its host space"),

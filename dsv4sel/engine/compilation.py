@@ -27,6 +27,7 @@ class Compilation:
         self.profile = profile
         self.allowed = allowed
         self.packs = packs
+        self._environment_files: frozenset[str] | None = None
         self.problems: list[Problem] = []
         self.descriptions: dict[RuleRef, str] = {}
         #: (file, line, column) of each declaration by a pack (not the shipped
@@ -56,9 +57,18 @@ class Compilation:
 
     def check_impl(self, f: LoadedFile, path: tuple, impl: str) -> None:
         try:
-            check_impl_allowed(impl, self.allowed)
+            check_impl_allowed(impl, self.allowed, from_environment=f.file in self.environment_files())
         except ImplLoadError as exc:
             self.error(f, path, "DSV310", str(exc))
+
+    def environment_files(self) -> frozenset[str]:
+        """The files (as messages name them) of the packs ``DSV4SEL_RULES_PATH`` lists: a
+        serving process's packs, whose impl modules its environment must allow."""
+        if self._environment_files is None:
+            from .sources import environment_packs
+
+            self._environment_files = frozenset(s.display for p in environment_packs() for s in p.sources())
+        return self._environment_files
 
     def check_template(self, f: LoadedFile, path: tuple, text: str) -> None:
         try:

@@ -65,9 +65,21 @@ def quote_hint(loaded, path: tuple) -> str:
             + ", ".join(q[1] for q in quoted) + "]")
 
 
-def allow_impl_hint(impl: str) -> str:
-    """How to allow an impl class whose module is not on the allow-list."""
+#: The environment variable a serving process allows a pack's impl modules with, and the one that
+#: lists packs (read by :mod:`dsv4sel.engine.sources`, which sits above this module).
+ALLOW_IMPL_ENV = "DSV4SEL_ALLOW_IMPL_MODULES"
+RULES_PATH_ENV = "DSV4SEL_RULES_PATH"
+
+
+def allow_impl_hint(impl: str, from_environment: bool = False) -> str:
+    """How to allow an impl class whose module is not on the allow-list: every way in, the
+    environment variable first for a pack that came from the environment (``DSV4SEL_RULES_PATH``:
+    a serving process, which has no command line to pass ``--allow-impl-module`` on)."""
     top = str(impl).partition(":")[0].split(".")[0] or "MODULE"
-    return (f"; to allow it, pass --allow-impl-module {top} (Python: allowed_impl_modules=({top!r},)), or "
-            f"install the pack with an entry point in group dsv4sel.rules, whose top-level package may "
-            f"name impl classes")
+    flag = f"--allow-impl-module {top} (Python: allowed_impl_modules=({top!r},))"
+    installed = ("install the pack with an entry point in group dsv4sel.rules, whose top-level package may "
+                 "name impl classes")
+    if from_environment:
+        return (f"; to allow it, set {ALLOW_IMPL_ENV}={top} beside {RULES_PATH_ENV}, which names this pack, "
+                f"or pass {flag}, or {installed}")
+    return f"; to allow it, pass {flag}, set {ALLOW_IMPL_ENV}={top} in a serving process's environment, or {installed}"

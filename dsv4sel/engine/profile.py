@@ -32,7 +32,8 @@ class Profile(Frozen):
     value changes nothing and is dropped; ``check`` re-selects with the
     rewritten value to prove a rewrite is a fixpoint). ``schema`` is the path
     of the rule files' JSON Schema; ``allowed_impl_modules`` the modules impl
-    classes may come from by default. ``spellings`` pairs an input with a function that gives
+    classes may come from by default, and ``impl_base`` (``"module:Class"``) the class every
+    impl subclasses: a name in an allowed module that is not such a class is no impl. ``spellings`` pairs an input with a function that gives
     the declared value another spelling means, or None (queries may accept ``sm90`` for
     ``9.0``; rules write the declared value, and the compiler's error names it).
     ``normalized`` lists the inputs of ``key`` the domain's queries normalize themselves
@@ -40,7 +41,7 @@ class Profile(Frozen):
     its declared default, so the compiler requires it to declare one (DSV305)."""
 
     __slots__ = ("subject", "key", "select_fields", "same_result", "restates", "schema", "allowed_impl_modules",
-                 "spellings", "normalized")
+                 "impl_base", "spellings", "normalized")
     _defaults = {"spellings": ()}
     subject: str
     key: tuple[str, ...]
@@ -49,6 +50,7 @@ class Profile(Frozen):
     restates: tuple[tuple[str, str], ...]
     schema: str
     allowed_impl_modules: tuple[str, ...]
+    impl_base: str
     spellings: tuple
     normalized: tuple[str, ...]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .artifact import OutcomeTable, Row, all_below, loaded, select_row_type
 from .profile import Profile
-from .values import RuleRef, check_impl_allowed
+from .values import RuleRef, check_impl_allowed, rewrite_problem
 
 #: Version of the data ``dsv4sel.engine.lower.to_table`` writes and :class:`CompiledRules` reads.
 COMPILED_FORMAT = 5  # 4: the key order and select fields are stored; 5: host settings per host entry (host, versions, pairs)
@@ -28,12 +28,6 @@ if TYPE_CHECKING:  # importing typing costs ~5 ms; with postponed annotations it
 
 #: The most distinct outcomes a compiled form holds (its array stores 2-byte indices).
 MAX_ROWS = 1 << 16
-
-
-def _is_name(name) -> bool:
-    """An input or field name as rule files spell it: ``[a-z][a-z0-9_]*``."""
-    return (type(name) is str and name[:1].isascii() and name[:1].islower()
-            and all(c.isascii() and (c.islower() or c.isdigit() or c == "_") for c in name))
 
 
 def _host_ok(host) -> bool:
@@ -55,10 +49,8 @@ def _host_ok(host) -> bool:
 
 
 def _rewrites_ok(rewrites: tuple, types: dict[str, type]) -> bool:
-    """A rewrite names a field the rules may write (`[a-z][a-z0-9_]*`, so never
-    `__dict__`), and a select field's rewrite holds a value of its type."""
-    return all(len(pair) == 2 and _is_name(pair[0]) and type(pair[1]) is types.get(pair[0], type(pair[1]))
-               and type(pair[1]) in (str, int, bool) for pair in rewrites)
+    """Every rewrite is one rule files could write (:func:`~dsv4sel.engine.values.rewrite_problem`)."""
+    return all(len(pair) == 2 and rewrite_problem(pair[0], pair[1], types) is None for pair in rewrites)
 
 
 def _hosts_ok(hosts: tuple, settings: tuple) -> bool:

@@ -174,17 +174,17 @@ def environment_packs() -> list[Pack]:
 
 def environment_allowed_modules() -> tuple[str, ...]:
     """The modules ``DSV4SEL_ALLOW_IMPL_MODULES`` allows (empty when unset). Each must be a dotted
-    Python module name (``my_pack.kernels``); anything else is one :class:`RuleError` naming the
-    variable, so a typo never silently allows nothing, or something else."""
-    import re
-
+    Python module name (``my_pack.kernels``, :func:`~dsv4sel.engine.values.allowed_module_problem`,
+    as for every way in); anything else is one :class:`RuleError` naming the variable, so a typo
+    never silently allows nothing, or something else."""
     from ..errors import Problem, RuleError
+    from .values import allowed_module_problem
 
     names = tuple(part.strip() for part in os.environ.get(ALLOW_IMPL_ENV, "").split(",") if part.strip())
     for name in names:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", name, re.ASCII):
-            raise RuleError([Problem(f"${ALLOW_IMPL_ENV}", 1, 1, f"{ALLOW_IMPL_ENV} holds {escape(name)!s}, which is "
-                                     "not a dotted module name; write e.g. my_pack.kernels (comma-separated)",
+        problem = allowed_module_problem(name)
+        if problem is not None:
+            raise RuleError([Problem(f"${ALLOW_IMPL_ENV}", 1, 1, f"{ALLOW_IMPL_ENV}: {problem} (comma-separated)",
                                      "DSV310")])
     return names
 

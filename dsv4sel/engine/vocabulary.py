@@ -30,7 +30,7 @@ def merge_vocabulary(ctx: Compilation) -> None:
         # a pack loaded alone: one problem with the fix, not one per input and condition
         ctx.error(ctx.files[0], (), "DSV306", "no `kind: vocabulary` file among the rule files, so no input is "
                   "declared: load a pack on top of the default rules (`--rules DIR` without "
-                  "--only-rules; in Python `load_rules([*dsv4sel.engine.sources.default_packs(), DIR])`), or "
+                  "--only-rules; in Python `dsv4sel.load_rules(extra=[DIR])`), or "
                   "give it a vocabulary of its own")
         return
     merged: dict[str, Slot] = {}

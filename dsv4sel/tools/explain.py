@@ -256,7 +256,7 @@ def explain_query(rules: RuleSet, query: Query, notes: tuple[Message, ...] = ())
         selection, refusal = decided, None
         rewrites = tuple(Rewrite(name, query.kv_cache_dtype if name == "cache_dtype" else None, value)
                          for name, value in decided.rewrites.items())
-        messages = decided.messages + _impl_warning(decided.impl)
+        messages = decided.messages + _impl_warning(decided.impl, decided.allowed_impl_modules)
         alternatives: tuple[Alternative, ...] = ()
     else:
         selection, refusal = None, _refusal(rules, query, decided)
@@ -273,23 +273,83 @@ def explain_query(rules: RuleSet, query: Query, notes: tuple[Message, ...] = ())
                        rules.digest)
 
 
-def _impl_warning(impl: str) -> tuple[Message, ...]:
-    """A warning when the selected impl's module cannot be found here, the problem `dsv4sel
-    check` reports as DSV406: the answer must not look like a working selection. Only the
-    module is looked up (``find_spec`` imports its parent packages, never the module itself,
-    so explain still imports no torch); a missing class shows when the impl is loaded."""
+def _impl_warning(impl: str, allowed: tuple[str, ...]) -> tuple[Message, ...]:
+    """A warning when the selected impl will not load here, the problem `dsv4sel check` reports
+    as DSV406: the answer must not look like a working selection. What is wrong is said:
+    :func:`_impl_problem`."""
+    problem = _impl_problem(impl, allowed)
+    if problem is None:
+        return ()
+    return (Message(f"the impl {impl} cannot be loaded here ({problem}): loading it will fail; "
+                    "`dsv4sel check` reports this as DSV406", "warning"),)
+
+
+def _impl_problem(impl: str, allowed: tuple[str, ...]) -> str | None:
+    """Why ``impl`` will not load here, or None, told as cheaply as it can be.
+
+    An impl of the shipped kernels (the profile's own allow-list) is not imported on the happy
+    path, so explain imports no torch and no ``typing`` for the shipped rules: its module is
+    looked up (``find_spec`` imports its parent packages, never the module itself) and its
+    source read for the class's top-level ``class`` statement. Any other impl (a pack's own
+    module), and a shipped-module name whose class statement is not there, is loaded for real
+    through the one loader (:func:`~dsv4sel.engine.values.load_impl_class`, as ``check`` and
+    ``load_impl()`` load it), so a misspelled class, a name that is no impl and a module that
+    raises at import (an impl without ``run_library``) each show, with the loader's reason."""
+    from ..dsv4.profile import PROFILE
+    from ..engine.values import check_impl_allowed, load_impl_class
+    from ..errors import ImplLoadError
+
+    try:
+        module, attr = check_impl_allowed(impl, PROFILE.allowed_impl_modules)
+    except ImplLoadError:
+        pass  # not a shipped kernel: loaded below
+    else:
+        found = _class_statement(module, attr)
+        if found is not None:
+            return None if found else f"no module named {module!r}"
+    try:
+        load_impl_class(impl, allowed, PROFILE.impl_base)
+    except ImplLoadError as exc:
+        reason = str(exc)
+        prefix = f"impl {impl!r}: "
+        return reason[len(prefix):] if reason.startswith(prefix) else reason
+    return None
+
+
+#: The most of a module's source read to find a class statement (the shipped kernels' modules
+#: are tens of kilobytes): past it, the module is loaded instead.
+_SOURCE_READ = 1 << 20
+
+
+def _class_statement(module: str, attr: str) -> bool | None:
+    """False when ``module`` is not there; True when its source has the top-level statement
+    ``class ATTR``; None when that cannot be told without importing it (then the caller does)."""
     import importlib.util
 
-    module = impl.partition(":")[0]
     try:
-        found = importlib.util.find_spec(module) is not None
-        reason = f"no module named {module!r}"
-    except (ImportError, ValueError) as exc:  # a parent package is missing or broken
-        found, reason = False, f"{type(exc).__name__}: {exc}"
-    if found:
-        return ()
-    return (Message(f"the impl {impl} cannot be imported here ({reason}): loading it will fail; "
-                    "`dsv4sel check` reports this as DSV406", "warning"),)
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # a parent package is missing or broken
+        return None
+    if spec is None:
+        return False
+    origin = spec.origin if spec.has_location else None
+    if not origin or not origin.endswith(".py"):
+        return None
+    try:
+        with open(origin, "rb") as source:
+            text = source.read(_SOURCE_READ + 1)
+    except OSError:
+        return None
+    if len(text) > _SOURCE_READ:
+        return None
+    statement = b"\nclass " + attr.encode()
+    text = b"\n" + text
+    at = text.find(statement)
+    while at != -1:
+        if text[at + len(statement):at + len(statement) + 1] in (b"(", b":", b" "):
+            return True
+        at = text.find(statement, at + 1)
+    return None
 
 
 def _refusal(rules: RuleSet, query: Query, rejection: Rejection) -> Refusal:

@@ -80,12 +80,16 @@ def _path_text(selection) -> str:
 def decision_line(selection, cls: type, query: dict) -> str:
     """The one log line of a decision: backend, vLLM class, cache dtype (with its rewrite), the
     whole path of deciding rules with ``file:line`` and the ``dsv4sel explain`` command."""
+    import vllm
+
     kv = query["kv_cache_dtype"]
+    # a release may build another block size than the rule's (its hosts: vllm entry's settings)
+    block = selection.settings_for(HOST, vllm.__version__).get("block_size", selection.block_size)
     rewrites = ", ".join(f"{k} {kv if k == 'cache_dtype' else ''} -> {v}".replace("  ", " ")
                          for k, v in sorted(selection.rewrites.items()))
     return (f"dsv4sel: {query['model']} attention {selection.backend} -> {cls.__module__}.{cls.__qualname__}, "
             f"kv cache {selection.cache_dtype} ({selection.layout}, {selection.bytes_per_token} B/token, "
-            f"block {selection.block_size})"
+            f"block {block})"
             f"{'; rewrites ' + rewrites if rewrites else ''}; decided by {_path_text(selection)}; "
             f"`{_explain_hint(query)}` shows why")
 

@@ -68,18 +68,27 @@ def _matches(finding, want: dict) -> bool:
     return all(got[key] == value for key, value in want.items())
 
 
+def case_packs(name: str, data: dict, into: Path) -> list[str]:
+    """The case's rule packs in ``into``: rules/ (``base`` and its own), then its ``pack`` folder."""
+    packs = [str(materialize(name, data, into))]
+    if data.get("pack"):
+        shutil.copytree(CASES / name / data["pack"], into / data["pack"])
+        packs.append(data["pack"])
+    return packs
+
+
 def case_report(name: str, directory: Path):
     """Materialize case ``name`` into ``directory`` (the working directory) and verify it."""
     data = yaml.safe_load((CASES / name / "case.yaml").read_text())
-    return verify([str(materialize(name, data, directory))])
+    return verify(case_packs(name, data, directory))
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_case(name, tmp_path, monkeypatch, case_schema):
     data, cases = load_case(name, case_schema, monkeypatch)
     monkeypatch.chdir(tmp_path)
-    rules = materialize(name, data, tmp_path)
-    report = verify([str(rules)])
+    packs = case_packs(name, data, tmp_path)
+    report = verify(packs)
     unmatched = list(report.findings)
     for want in data["findings"]:
         hit = next((f for f in unmatched if _matches(f, want)), None)
@@ -87,7 +96,7 @@ def test_case(name, tmp_path, monkeypatch, case_schema):
         unmatched.remove(hit)
     assert not unmatched, f"{name}: findings the case does not expect:\n" + "\n".join(map(str, unmatched))
     if cases:
-        result = testcases.run_tests(dsv4sel.load_rules(paths=[str(rules)], use_cache=False), cases)
+        result = testcases.run_tests(dsv4sel.load_rules(paths=packs, use_cache=False), cases)
         assert result.ok, [f.message for r in result.failed for f in r.failures]
 
 
@@ -103,7 +112,7 @@ def test_a_bad_case_file_is_refused_at_its_line(tmp_path, monkeypatch, case_sche
 
 def test_every_case_folder_is_collected():
     # a case folder without case.yaml, or a case file with another name, would silently not run
-    strays = [p for p in CASES.rglob("*.y*ml") if p.name != "case.yaml" and p.parent.name != "rules"]
+    strays = [p for p in CASES.rglob("*.y*ml") if p.name != "case.yaml" and p.parent.name not in ("rules", "pack")]
     folders = [p.name for p in CASES.iterdir() if p.is_dir()]
     assert strays == [] and sorted(folders) == NAMES
     assert NAMES, "no case folders"

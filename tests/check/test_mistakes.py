@@ -37,6 +37,7 @@ def findings(*args: str, env=None) -> list[tuple]:
     ("unquoted-number", "DSV202", "error", "my.yaml", 23, 40),
     ("duplicate-key", "DSV106", "error", "my.yaml", 23, 75),
     ("hijacking-override", "DSV413", "warning", "defaults.yaml", 8, None),
+    ("widened-override", "DSV414", "warning", "defaults.yaml", 10, None),
     ("wrong-field-type", "DSV201", "error", "my.yaml", 12, 15),
     ("missing-field", "DSV204", "error", "my.yaml", 27, 13),
     ("no-vllm-host", "DSV412", "warning", "my.yaml", 18, None),  # at its first select rule, once
@@ -99,6 +100,38 @@ def test_a_hijacking_override_names_the_rule_an_input_it_lost_and_the_fix():
     assert result.rc == 1  # a warning is a finding
 
 
+def test_an_override_widened_past_its_backend_names_an_input_it_took_from_a_served_default(tmp_path):
+    # issue 32 point 21: the pack's table serves SM8x, so DSV413 (a table rejecting everything it
+    # is sent) does not apply, yet every H100 query without --attention-backend lost FlashMLA
+    result = run("check", "--rules", f"{MISTAKES}/widened-override")
+    (line,) = [s for s in result.out.splitlines() if "DSV414" in s]
+    pack = f"{MISTAKES}/widened-override"
+    assert line.startswith(
+        f"{pack}/defaults.yaml:10: warning DSV414 [takeover] rule my-default turns 16 inputs that earlier packs' "
+        "default rules served into rejections (of the 460 inputs it takes): it sends them to MY_MLA_SPARSE, whose "
+        "table rejects them (e.g. model=deepseek_v4 platform=cuda capability=9.0 backend=<none> kv_cache_dtype=")
+    assert ": default-cuda-sm9x-sm10x (rules/defaults.yaml:" in line
+    assert "chose FLASHMLA_SPARSE_DSV4, which selects it with flashmla-" in line
+    assert f"; now my-unsupported ({pack}/my.yaml:26) rejects it)" in line
+    assert line.endswith(": a query without --attention-backend there no longer gets a backend; narrow my-default's "
+                         "`when:` to the inputs MY_MLA_SPARSE serves, or drop its `override: true`")
+    assert result.rc == 1  # a warning is a finding
+    assert [(code, n) for code, n in json_counts(f"{MISTAKES}/widened-override")] == [("DSV414", 16)]
+    # narrowed to what it was written for (one edit of the example, made here so that it follows
+    # it), the override takes only inputs no default served: clean
+    narrowed = tmp_path / "narrowed"
+    narrowed.mkdir()
+    for name in ("my.yaml", "defaults.yaml"):
+        text = (REPO / MISTAKES / "widened-override" / name).read_text()
+        (narrowed / name).write_text(text.replace("capability: [8.x, 9.x]", "capability: 8.x"))
+    assert "capability: 8.x}" in (narrowed / "defaults.yaml").read_text()
+    assert findings("--rules", str(narrowed)) == []
+
+
+def json_counts(pack: str) -> list[tuple[str, int]]:
+    return [(f["code"], f["count"]) for f in json.loads(run("check", "--json", "--rules", pack).out)["findings"]]
+
+
 def test_a_capability_in_a_query_spelling_names_the_declared_value():
     result = run("check", "--rules", f"{MISTAKES}/capability-spelling")
     assert ("'sm120' is not a declared value of 'capability'; rules write the declared value: '12.0' "
@@ -148,7 +181,7 @@ def test_explain_warns_when_the_selected_impl_cannot_be_imported():
             "--rules", f"{MISTAKES}/wrong-impl-module")
     result = run(*args)
     assert result.rc == 0
-    assert ("warning  the impl dsv4sel.kernels.refrence:DeepseekV4ReferenceSparseImpl cannot be imported here "
+    assert ("warning  the impl dsv4sel.kernels.refrence:DeepseekV4ReferenceSparseImpl cannot be loaded here "
             "(no module named 'dsv4sel.kernels.refrence'): loading it will fail; `dsv4sel check` reports this as "
             "DSV406") in result.out
     data = json.loads(run(*args, "--json").out)

@@ -245,3 +245,38 @@ def test_verify_a_ruleset_loaded_from_a_directory(write_rules):
     write_rules(RULES / "catch_all_and_later")  # the files changed since loading
     with pytest.raises(VerifyError, match="cannot find the rule files"):
         verify(ruleset)
+
+
+
+def _served_then_rejected(program) -> int:
+    """Point by point (the specification, ``Program.resolve``): the inputs without a requested
+    backend that the default rules of the first pack alone got selected and the program rejects."""
+    import copy
+
+    before = copy.copy(program)
+    before.default_table = copy.copy(program.default_table)
+    first = program.rules[0].ref.pack
+    before.default_table.rules = [r for r in program.default_table.rules if r.ref.pack == first]
+    points: list[dict] = [{}]
+    for name, decl in program.inputs.items():
+        points = [{**p, name: v} for p in points for v in decl.values_for(p)]
+    return sum(1 for p in points
+               if program.resolve(None, p).kind == "reject" and before.resolve(None, p).kind == "select")
+
+
+@pytest.mark.parametrize(("pack", "codes", "lost"), [
+    ("widened-override", ["DSV414"], 16),
+    ("hijacking-override", ["DSV413"], 16),  # its table rejects everything: DSV413 says it, once
+    ("clean", [], 0),
+])
+def test_a_takeover_counts_exactly_the_inputs_a_pack_turned_from_served_to_rejected(pack, codes, lost):
+    # DSV414 scans cubes; the reference resolves every point with and without the pack's default rules
+    from _cli import REPO
+    from dsv4sel.engine.build import build_program
+
+    _, srcs, allowed = dsv4sel.api.resolve(extra=[str(REPO / "examples" / "mistakes" / pack)])
+    program = build_program(srcs, allowed, PROFILE)
+    assert _served_then_rejected(program) == lost
+    findings = verify_program(program).findings
+    assert [f.code for f in findings] == codes
+    assert [f.count for f in findings if f.code == "DSV414"] == ([lost] if codes == ["DSV414"] else [])

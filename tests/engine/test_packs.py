@@ -121,3 +121,64 @@ def test_the_example_pack_checks_clean_combined_with_the_shipped_rules():
                             capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "B12X_MLA_SPARSE" in result.stdout and result.stdout.rstrip().splitlines()[-1].startswith("clean:")
+
+
+@pytest.mark.parametrize("entry", ["", "a..b", "my_pack.", "../x", "own;rm"])
+def test_every_way_to_allow_an_impl_module_refuses_the_same_entries(entry, monkeypatch):
+    # issue 32 point 11: allowed_impl_modules=[''] and --allow-impl-module '' were taken, though
+    # the environment variable refused them; one test now holds each way in, with one wording
+    from _cli import run
+
+    said = f"{entry!r} is not a dotted module name; write e.g. my_pack.kernels"
+    with pytest.raises(RuleError) as api:
+        dsv4sel.load_rules(allowed_impl_modules=["dsv4sel_b12x", entry])
+    assert [(p.code, str(p.loc), p.message) for p in api.value.problems] == [
+        ("DSV310", "<allowed_impl_modules>:1:1", f"allowed_impl_modules: {said}")]
+    with pytest.raises(RuleError):
+        dsv4sel.verify(allowed_impl_modules=(entry,))
+    cli = run("explain", "--platform", "cuda", "--allow-impl-module", entry)
+    assert cli.rc == 2 and cli.err.endswith(f"error: argument --allow-impl-module: {said}\n"), cli
+    if entry:  # the variable's empty entries are the separators' (`a,,b`), skipped
+        monkeypatch.setenv("DSV4SEL_ALLOW_IMPL_MODULES", entry)
+        with pytest.raises(RuleError) as env:
+            dsv4sel.load_rules()
+        assert [p.message for p in env.value.problems] == [f"DSV4SEL_ALLOW_IMPL_MODULES: {said} (comma-separated)"]
+
+
+def test_a_module_name_in_any_way_in_is_taken(monkeypatch):
+    assert dsv4sel.load_rules(allowed_impl_modules="my_pack.kernels").allowed_impl_modules[-1] == "my_pack.kernels"
+    monkeypatch.setenv("DSV4SEL_ALLOW_IMPL_MODULES", " my_pack.kernels ,, other ")
+    assert dsv4sel.load_rules().allowed_impl_modules[-2:] == ("my_pack.kernels", "other")
+
+
+def test_a_pack_from_the_environment_without_its_module_allowed_names_the_variable_first(monkeypatch):
+    # issue 32 point 19: the serving process (select(), the plugins) has no command line; the
+    # message named --allow-impl-module and allowed_impl_modules=, not the variable it needs
+    pack = RULES / "own_module"
+    monkeypatch.setenv("DSV4SEL_RULES_PATH", str(pack))
+    monkeypatch.delenv("DSV4SEL_ALLOW_IMPL_MODULES", raising=False)
+    with pytest.raises(RuleError) as info:
+        dsv4sel.load_rules()
+    (problem,) = info.value.problems
+    assert (problem.code, problem.file, problem.line) == ("DSV310", _shown(pack / "own.yaml"), 8)
+    assert problem.message.endswith(
+        "; to allow it, set DSV4SEL_ALLOW_IMPL_MODULES=my_pack beside DSV4SEL_RULES_PATH, which names this "
+        "pack, or pass --allow-impl-module my_pack (Python: allowed_impl_modules=('my_pack',)), or install the "
+        "pack with an entry point in group dsv4sel.rules, whose top-level package may name impl classes")
+    # the same pack given by the caller: the caller's own ways first, the variable still named
+    monkeypatch.delenv("DSV4SEL_RULES_PATH")
+    with pytest.raises(RuleError) as given:
+        dsv4sel.load_rules(extra=[str(pack)])
+    assert ("to allow it, pass --allow-impl-module my_pack (Python: allowed_impl_modules=('my_pack',)), set "
+            "DSV4SEL_ALLOW_IMPL_MODULES=my_pack in a serving process's environment, or install the pack"
+            ) in given.value.problems[0].message
+    # and with the variable set, the pack loads
+    monkeypatch.setenv("DSV4SEL_RULES_PATH", str(pack))
+    monkeypatch.setenv("DSV4SEL_ALLOW_IMPL_MODULES", "my_pack")
+    assert "OWN_MLA_SPARSE" in dsv4sel.load_rules().backends
+
+
+def test_the_hints_name_the_variables_the_sources_read():
+    from dsv4sel.engine import hints, sources
+
+    assert (hints.ALLOW_IMPL_ENV, hints.RULES_PATH_ENV) == (sources.ALLOW_IMPL_ENV, sources.RULES_PATH_ENV)

@@ -272,6 +272,7 @@ def test_discovering_an_installed_pack_runs_none_of_its_code(tmp_path, init):
 
 
 def test_an_impl_module_that_exits_at_import_is_one_error_not_the_end_of_the_process(tmp_path, monkeypatch):
+    from dsv4sel.dsv4.profile import PROFILE
     from dsv4sel.engine.values import load_impl_class
     from dsv4sel.errors import ImplLoadError
 
@@ -280,7 +281,7 @@ def test_an_impl_module_that_exits_at_import_is_one_error_not_the_end_of_the_pro
     monkeypatch.syspath_prepend(str(tmp_path))
     for module in ("exiter", "interrupter"):
         with pytest.raises(ImplLoadError, match=f"cannot import {module}: (SystemExit|KeyboardInterrupt)"):
-            load_impl_class(f"{module}:X", (module,))
+            load_impl_class(f"{module}:X", (module,), PROFILE.impl_base)
 
 
 BROKEN_PACKS = {
@@ -347,19 +348,19 @@ def test_a_huge_unknown_value_of_any_input_is_refused_without_matching_it():
 
 # ------------------------------------------------------------- smaller points
 
-class _Hostile:
-    """A value whose comparisons raise, as a broken config type's might."""
+class _Hostile(str):
+    """A config value whose comparisons raise, as a broken config type's might."""
 
     def __ne__(self, other):
         raise RuntimeError("no comparing")
 
     __eq__ = __ne__
-    __hash__ = object.__hash__
+    __hash__ = str.__hash__
 
 
 def test_apply_leaves_the_config_unchanged_when_a_comparison_raises():
-    sel = dsv4sel.select(platform="cuda", capability="9.0")  # rewrites cache_dtype
-    old = _Hostile()
+    sel = dsv4sel.select(platform="cuda", capability="9.0")  # decided for auto; rewrites cache_dtype
+    old = _Hostile("auto")
 
     class Config:
         cache_dtype = old
@@ -380,6 +381,15 @@ def test_apply_leaves_the_config_unchanged_when_a_comparison_raises():
     with pytest.raises(RuntimeError, match="stored, then raised"):
         sel.apply(failing)
     assert failing.__dict__["cache_dtype"] is old
+
+    # a value that is no string at all is not the `auto` this selection was decided for
+    class Odd:
+        cache_dtype = object()
+
+    odd = Odd()
+    with pytest.raises(dsv4sel.SelectionError, match="its cache_dtype is an object, not a kv_cache_dtype string"):
+        sel.apply(odd)
+    assert odd.cache_dtype is Odd.cache_dtype
 
 
 def test_explain_only_rules_without_rules_is_a_usage_error_as_in_check():

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from dsv4sel.dsv4.host_registry import HOSTS
+
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Bottom first. A module may import its own layer and the layers below it.
@@ -33,7 +35,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("translation: a host's own inputs mapped onto the rules, as data", ("translation",)),
     ("check: the verifier", ("check",)),
     ("face: the public API", ("__init__", "api")),
-    ("operator tools and embeddings", ("tools", "vllm", "vllm_plugin", "sglang_plugin")),
+    # the hosts' plugins, as the host registry names them (a new host's plugin needs no edit here)
+    ("operator tools and embeddings", ("tools", "vllm", *(h.plugin.removeprefix("dsv4sel.") for h in HOSTS.values()))),
     ("cli", ("cli",)),
 )
 #: What the serving path (``import dsv4sel`` + ``select()``) may not import at module level.

@@ -285,3 +285,72 @@ def test_why_not_lists_only_the_backends_of_the_platform_and_model(custom):
     assert [w.backend for w in ex.why_not] == ["F"]  # F serves m on cuda (with fast=yes)
     assert ex.why_not[0].blocked_by == "capability"
     assert explain(custom, platform="cpu", model="m").why_not == ()
+
+
+# ------------------------------------------------------------- an impl that will not load
+
+def _pack_with_impl(tmp_path: Path, impl: str) -> str:
+    """The clean example pack (examples/mistakes/clean), its impl replaced: a one-line edit made
+    here so that it follows the example."""
+    from _cli import REPO
+
+    clean = (REPO / "examples" / "mistakes" / "clean" / "my.yaml").read_text()
+    shipped = "impl: dsv4sel.kernels.reference:DeepseekV4ReferenceSparseImpl"
+    assert shipped in clean
+    pack = tmp_path / "pack"
+    pack.mkdir(parents=True)
+    (pack / "my.yaml").write_text(clean.replace(shipped, f"impl: {impl}"))
+    return str(pack)
+
+
+def _impl_warnings(pack: str, allowed=()) -> list[str]:
+    rules = dsv4sel.load_rules(extra=[pack], allowed_impl_modules=allowed)
+    ex = explain(rules, platform="cuda", capability="12.0", backend="MY_MLA_SPARSE")
+    assert ex.ok
+    return [str(m) for m in ex.messages if m.level == "warning"]
+
+
+def test_explain_says_the_selected_impl_names_no_class_of_its_module(tmp_path):
+    # issue 32 point 18: a misspelled class gave a clean explain
+    impl = "dsv4sel.kernels.reference:DeepseekV4RefrenceSparseImpl"
+    assert _impl_warnings(_pack_with_impl(tmp_path, impl)) == [
+        f"the impl {impl} cannot be loaded here (dsv4sel.kernels.reference has no class "
+        "'DeepseekV4RefrenceSparseImpl'; did you mean 'DeepseekV4ReferenceSparseImpl'?): loading it will fail; "
+        "`dsv4sel check` reports this as DSV406"]
+
+
+def test_explain_says_the_selected_impl_is_no_impl(tmp_path):
+    impl = "dsv4sel.kernels.base:Any"  # a name the module imported, not a class it defines
+    (warning,) = _impl_warnings(_pack_with_impl(tmp_path, impl))
+    assert ("(dsv4sel.kernels.base.Any is the class typing.Any, not an impl: an impl is a subclass of "
+            "dsv4sel.kernels.base.SparseMLAImpl)") in warning
+
+
+def test_explain_says_the_selected_impl_s_module_raises_at_import(tmp_path, monkeypatch):
+    # issue 32 point 18: a pack's impl without run_library raises when its module is imported
+    src = tmp_path / "src"
+    (src / "my_broken_pack").mkdir(parents=True)
+    (src / "my_broken_pack" / "__init__.py").write_text(
+        "from dsv4sel.kernels.base import SparseMLAImpl\n\n\n"
+        "class BrokenImpl(SparseMLAImpl):\n"
+        "    @classmethod\n"
+        "    def import_library(cls):\n"
+        "        raise ImportError('no library here')\n")
+    monkeypatch.syspath_prepend(str(src))
+    impl = "my_broken_pack:BrokenImpl"
+    (warning,) = _impl_warnings(_pack_with_impl(tmp_path, impl), allowed=["my_broken_pack"])
+    assert warning.startswith(f"the impl {impl} cannot be loaded here (cannot import my_broken_pack: TypeError: "
+                              "BrokenImpl must implement run_library: run_library(self, plan, q, kv_cache, ")
+    # the same module with the hook written: a clean explain
+    (src / "my_broken_pack" / "__init__.py").write_text(
+        (src / "my_broken_pack" / "__init__.py").read_text()
+        + "\n    def run_library(self, plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink):\n"
+          "        raise NotImplementedError\n")
+    assert _impl_warnings(_pack_with_impl(tmp_path / "fixed", impl), allowed=["my_broken_pack"]) == []
+
+
+def test_explain_says_the_selected_impl_s_module_is_not_there(tmp_path):
+    impl = "dsv4sel.kernels.refrence:DeepseekV4ReferenceSparseImpl"
+    assert _impl_warnings(_pack_with_impl(tmp_path, impl)) == [
+        f"the impl {impl} cannot be loaded here (no module named 'dsv4sel.kernels.refrence'): loading it will "
+        "fail; `dsv4sel check` reports this as DSV406"]

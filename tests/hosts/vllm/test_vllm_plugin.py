@@ -276,7 +276,15 @@ def test_a_layer_module_that_will_not_import_is_one_selection_error(monkeypatch,
 def _own_module_pack(tmp_path):
     src = tmp_path / "src" / "own_kernels_pack"
     src.mkdir(parents=True)
-    (src / "__init__.py").write_text("class OwnImpl:\n    '''A pack's kernel in its own module.'''\n")
+    (src / "__init__.py").write_text(
+        "from dsv4sel.kernels.base import SparseMLAImpl\n\n\n"
+        "class OwnImpl(SparseMLAImpl):  # an impl subclasses SparseMLAImpl, or it is none\n"
+        "    '''A pack's kernel in its own module.'''\n\n"
+        "    @classmethod\n"
+        "    def import_library(cls):\n"
+        "        raise ImportError('no kernel library here')\n\n"
+        "    def run_library(self, plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink):\n"
+        "        raise NotImplementedError\n")
     return RULES / "own", tmp_path / "src"  # OWN_DSV4 selects own_kernels_pack:OwnImpl
 
 
@@ -309,6 +317,6 @@ def test_a_malformed_allowed_module_is_one_located_rule_error(monkeypatch, value
     from dsv4sel import RuleError
 
     monkeypatch.setenv("DSV4SEL_ALLOW_IMPL_MODULES", value)
-    with pytest.raises(RuleError, match="DSV4SEL_ALLOW_IMPL_MODULES holds .* which is not a dotted module name") as err:
+    with pytest.raises(RuleError, match="DSV4SEL_ALLOW_IMPL_MODULES: .* is not a dotted module name") as err:
         dsv4sel.load_rules()
     assert err.value.problems[0].code == "DSV310"
