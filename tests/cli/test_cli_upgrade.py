@@ -54,7 +54,7 @@ def test_each_category_is_a_count_and_its_groups_old_to_new():
     assert "36 inputs: refused (or unknown) in both releases, for another reason; not listed" in lines
     assert "6 inputs: only log lines or dsv4sel's own impl differ; not listed" in lines
     assert "B serves SM120 only" not in out and "A on SM100" not in out
-    assert lines[-1] == "no change in: backends of a name"
+    assert lines[-1] == "no change in: backends a name builds"
 
 
 def test_the_json_lists_every_changed_input_with_its_exact_outcomes():

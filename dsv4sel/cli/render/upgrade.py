@@ -14,10 +14,10 @@ GROUPS_SHOWN = 3
 #: Categories the text counts in one line instead of listing.
 COUNTED = ("other", "reworded")
 #: The categories the last line names when they are empty, in its words.
-UNCHANGED = {"input": "new inputs", "accepted": "names accepted", "refused": "names refused",
-             "default": "default backends", "backend": "backends of a name", "to_refusal": "decisions refused",
-             "to_decision": "refusals decided", "class": "classes", "format": "cache formats",
-             "block": "block sizes"}
+UNCHANGED = {"input": "new inputs that decide", "accepted": "names accepted", "refused": "names refused",
+             "default": "default backends", "backend": "backends a name builds",
+             "to_refusal": "decisions that became refusals", "to_decision": "refusals that became decisions",
+             "class": "classes", "format": "cache formats", "block": "block sizes"}
 #: Field names as the group lines write them (``dsv4sel diff``'s spellings).
 _LABELS = {"layout": "layout", "cache_dtype": "cache_dtype", "torch_dtype": "torch", "bytes_per_token": "bytes/token",
            "block_size": "block", "rewrites": "rewrites", "impl": "impl", "messages": "log"}
