@@ -331,13 +331,14 @@ outcome; [cli.md](cli.md#dsv4sel-upgrade) describes the command.
 def upgrade_pages() -> dict[Path, str]:
     """Every upgrade page the registry and the compat sets present call for, as it should read."""
     from dsv4sel.dsv4.host_registry import HOSTS
+    from dsv4sel.tools.upgrade import release_name
 
     pages = {}
     for host in HOSTS.values():
         for old, new in zip(host.releases, host.releases[1:]):
             if not all((REPO / "rules" / r.compat).is_dir() for r in (old, new)):
                 continue
-            short = [r.version.rsplit(".", 1)[0] for r in (old, new)]
+            short = [release_name(r.version) for r in (old, new)]
             report = run_dsv4sel(["upgrade", host.name, *short], {})
             pages[REPO / "docs" / f"upgrade-{host.name}-{short[0]}-to-{short[1]}.md"] = UPGRADE_PAGE.format(
                 host=host.name, label=host.label, old=short[0], new=short[1], old_rules=f"rules/{old.compat}",

@@ -76,8 +76,9 @@ def _offer_releases(parser: argparse.ArgumentParser) -> None:
     """Give ``upgrade``'s HOST the registry's hosts and FROM/TO every release it names (``0.33``
     and ``0.33.0``) as ``choices``, for the script only, as :func:`_offer_values` does."""
     from ..dsv4.host_registry import HOSTS
+    from ..tools.upgrade import release_name
 
-    releases = sorted({v for h in HOSTS.values() for r in h.releases for v in (r.version.rsplit(".", 1)[0], r.version)})
+    releases = sorted({v for h in HOSTS.values() for r in h.releases for v in (release_name(r.version), r.version)})
     values = {"host": sorted(HOSTS), "old": releases, "new": releases}
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction) and "upgrade" in action.choices:

@@ -162,6 +162,12 @@ class Upgrade(Frozen):
 
 # ------------------------------------------------------------------ the registry
 
+def release_name(version: str) -> str:
+    """How a release is named to people: its tested version without a trailing ``.0``
+    (``0.34.0`` -> ``0.34``, ``0.5.23`` stays), as the command line accepts it."""
+    return version[:-2] if version.count(".") >= 2 and version.endswith(".0") else version
+
+
 def find_release(host_name: str, version: str) -> tuple[Host, Release]:
     """The registry's host ``host_name`` and its release ``version`` (``0.34`` or ``0.34.0``).
     Raises :class:`UnknownRelease` listing the hosts or releases there are."""
@@ -174,7 +180,8 @@ def find_release(host_name: str, version: str) -> tuple[Host, Release]:
                              f"known hosts: {', '.join(sorted(HOSTS))}")
     release = host.release(version)
     if release is None:
-        known = ", ".join(f"{r.version.rsplit('.', 1)[0]} ({r.version})" for r in host.releases)
+        known = ", ".join(r.version if release_name(r.version) == r.version else f"{release_name(r.version)} ({r.version})"
+                          for r in host.releases)
         raise UnknownRelease(f"{host.label} has no release {escape(version)!r} that dsv4sel follows; "
                              f"known releases: {known}")
     return host, release

@@ -2,12 +2,14 @@
 
 The text fits a screen: per category a count and its largest groups (at most
 :data:`GROUPS_SHOWN`, each with its first cube), both sides of a group written by
-:func:`gist` (``FLASHMLA_MEGA_ATTN_DSV41 vllm=DeepseekV4MegaAttnAttention cache_dtype=nvfp4_ds_mla``,
+:func:`gist_text` (``FLASHMLA_MEGA_ATTN_DSV41 vllm=DeepseekV4MegaAttnAttention cache_dtype=nvfp4_ds_mla``,
 ``refused``); the categories that only reword a refusal or a log line are counted in one
 line each. ``--json`` (:func:`as_dict`) holds every group, every cube and each exact outcome.
 """
 
 from __future__ import annotations
+
+from ...tools.upgrade import release_name
 
 #: How many groups of one category the text shows (the largest; ``--json`` has all).
 GROUPS_SHOWN = 3
@@ -25,7 +27,7 @@ _LABELS = {"layout": "layout", "cache_dtype": "cache_dtype", "torch_dtype": "tor
 
 def titles(result) -> dict[str, str]:
     """Each category's heading, in the words of the releases compared."""
-    old, new, label = _short(result.old), _short(result.new), result.label
+    old, new, label = release_name(result.old), release_name(result.new), result.label
     return {
         "accepted": f"names newly accepted: an --attention-backend {old} refuses, {new} builds",
         "refused": f"names newly refused: an --attention-backend {old} builds, {new} refuses",
@@ -41,14 +43,9 @@ def titles(result) -> dict[str, str]:
     }
 
 
-def _short(version: str) -> str:
-    """``0.34.0`` -> ``0.34``: how the registry's releases are named on the command line."""
-    return version.rsplit(".", 1)[0] if version.count(".") >= 2 else version
-
-
 def title(result, category) -> str:
     if category.name == "input":
-        return f"{category.input} decides now ({result.label} {_short(result.old)} ignores it)"
+        return f"{category.input} decides now ({result.label} {release_name(result.old)} ignores it)"
     return titles(result)[category.name]
 
 
@@ -81,7 +78,7 @@ def clipped(cube: str) -> str:
     return " ".join(parts)
 
 
-def gist(g, host: str, release: str) -> str:
+def gist_text(g, host: str, release: str) -> str:
     """One side of a group in words (:class:`~dsv4sel.tools.upgrade.Gist`)."""
     if g.kind == "refused":
         return "refused" + (f" by {g.backend}" if g.backend else "")
@@ -103,10 +100,10 @@ def _inputs(count: int) -> str:
 def _listed(result, category) -> list[str]:
     """A listed category: its heading and count, then its largest groups, each as
     ``count  old -> new`` over its first cube."""
-    old, new = _short(result.old), _short(result.new)
+    old, new = release_name(result.old), release_name(result.new)
     lines = ["", f"{title(result, category)}: {_inputs(category.count)}"]
     for group in category.groups[:GROUPS_SHOWN]:
-        lines.append(f"  {group.count:>6}  {gist(group.old, result.host, old)} -> {gist(group.new, result.host, new)}")
+        lines.append(f"  {group.count:>6}  {gist_text(group.old, result.host, old)} -> {gist_text(group.new, result.host, new)}")
         more = len(group.cubes) - 1
         lines.append(f"          {clipped(group.cubes[0])}" + (f"  (+{more} more cube{'s' if more != 1 else ''})" if more else ""))
     hidden = len(category.groups) - GROUPS_SHOWN
@@ -157,13 +154,13 @@ def as_dict(result) -> dict:
     ``changed`` inputs, and every category (``category``, ``input``, ``title``, ``inputs``)
     with every group (``inputs``, ``cubes``, ``old``/``new`` as the text writes them, and
     ``changes``: each exact outcome pair with its ``inputs``, ``cubes``, ``old`` and ``new``)."""
-    old, new = _short(result.old), _short(result.new)
+    old, new = release_name(result.old), release_name(result.new)
     return {"version": 1, "host": result.host, "old": result.old, "new": result.new,
             "old_rules": result.old_rules, "new_rules": result.new_rules,
             "compared": result.compared, "changed": result.changed,
             "categories": [{"category": c.name, "input": c.input, "title": title(result, c), "inputs": c.count,
                             "groups": [{"inputs": g.count, "cubes": list(g.cubes),
-                                        "old": gist(g.old, result.host, old), "new": gist(g.new, result.host, new),
+                                        "old": gist_text(g.old, result.host, old), "new": gist_text(g.new, result.host, new),
                                         "changes": [{"inputs": d.count, "cubes": list(d.cubes),
                                                      "old": view_dict(d.old), "new": view_dict(d.new)}
                                                     for d in g.details]}
