@@ -37,12 +37,26 @@ def add_parser(sub) -> None:
     p.add_argument("--kv-cache-dtype", default="auto", metavar="D", help="vLLM --kv-cache-dtype (default: auto)")
     p.add_argument("--model", metavar="M", help="model family (default: the rules' default, deepseek_v4)")
     add_input_option(p)
+    p.add_argument("--tokens", type=_tokens, metavar="N",
+                   help="also give the KV memory N tokens of one sequence need, per kind of layer and for the "
+                        "whole model (docs/deployments.md states the formula)")
+    p.add_argument("--layers", metavar="SPEC",
+                   help="the model's layers for --tokens, e.g. swa=2,c4=21,c128=20,window=128 (default: "
+                        "DeepSeek-V4-Flash's for deepseek_v4; required for other models)")
     add_rules_option(p)
     p.add_argument("--json", action="store_true", help="print one JSON object (keys: docs/cli.md)")
     p.add_argument("--detect", action="store_true",
                    help="fill --platform, --capability and probed inputs (e.g. mega_attn) from this machine "
                         "through torch and the kernel probes; explicit options win")
     p.set_defaults(run=run)
+
+
+def _tokens(text: str) -> int:
+    """``--tokens``: a positive whole number (argparse reports the ValueError as a usage error)."""
+    value = text.replace("_", "")
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number of tokens")
+    return int(value)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,16 +80,21 @@ def run(args: argparse.Namespace) -> int:
             return error(PROG, f"--detect: {found.problem} (here: --platform P [--capability C])")
         platform, capability, detected = found.platform, found.capability, found.detected
         inputs = {**found.inputs, **inputs}
+    if args.layers is not None and args.tokens is None:
+        return error(PROG, "--layers describes the model for --tokens N; pass --tokens too")
     if not platform:
         return error(PROG, "--platform is required (one of " + ", ".join(rules.values("platform"))
                      + "), or pass --detect to read it from this machine")
     try:
         result = explain(rules, platform=platform, capability=capability, backend=args.backend,
-                         kv_cache_dtype=args.kv_cache_dtype, model=args.model, extra=inputs)
+                         kv_cache_dtype=args.kv_cache_dtype, model=args.model, extra=inputs,
+                         tokens=args.tokens, layers=args.layers)
     except InvalidQuery as exc:
         # the reason already names the nearest value and all valid ones; the
         # suggestions list would only repeat it
         return error(PROG, exc.reason)
+    except ValueError as exc:  # --layers that do not parse, or a model whose layers are not known
+        return error(PROG, str(exc))
     if args.json:
         from .render.data import document
 

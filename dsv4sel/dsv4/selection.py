@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # importing typing costs ~5 ms; with postponed annotations it
     from typing import Any, Mapping
 
     from ..engine.artifact import SelectRow
+    from .contract import KVContract
 
 
 #: The inputs a :class:`Query` names, each normalized in its own way by
@@ -274,6 +275,27 @@ class Selection(SelectFields, Frozen):
             f"{type(cache_config).__name__}: {problem}; nothing was changed",
             rule=self.rule, query=self.query, path=self.path)
 
+    @property
+    def contract(self) -> KVContract:
+        """The KV wire contract of this decision (:mod:`dsv4sel.dsv4.contract`): its cache pools,
+        records, encodings, fp8 flavour and block size, with a stable fingerprint. Made on access
+        (the serving path never builds it); :meth:`contract_for` gives it as one engine builds it."""
+        return self.contract_for(None)
+
+    def contract_for(self, engine: str | None, release: str | None = None,
+                     settings: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> KVContract:
+        """The contract as ``engine`` (``vllm``, ``sglang``; None: the decision's own) at ``release``
+        builds this decision; SGLang's pools follow the settings it is told (default:
+        :meth:`settings_for`) and its environment ``env``."""
+        from .contract import contract_of
+
+        if engine == "sglang" and settings is None:
+            settings = self.settings_for("sglang")
+        q, row = self.query, self.row
+        return contract_of(model=q.model, platform=q.platform, capability=q.capability, layout=row.layout,
+                           cache_dtype=row.cache_dtype, block_size=row.block_size, engine=engine,
+                           release=release, settings=settings, env=env)
+
     def __reduce__(self):
         # the row's type is built at run time (not importable by name) and rewrites is a
         # read-only mappingproxy: neither pickles, so the row goes as a plain tuple
@@ -282,7 +304,8 @@ class Selection(SelectFields, Frozen):
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data (JSON-ready): the selection's fields, ``rule`` and ``path`` as
-        ``{id, file, line, location, pack}``, ``query`` as :meth:`Query.as_dict`."""
+        ``{id, file, line, location, pack}``, ``query`` as :meth:`Query.as_dict`, ``contract``
+        as :meth:`KVContract.as_dict <dsv4sel.dsv4.contract.KVContract.as_dict>`."""
         def ref(r: RuleRef) -> dict[str, Any]:
             return {"id": r.id, "file": r.file, "line": r.line, "location": r.location, "pack": r.pack}
 
@@ -290,7 +313,7 @@ class Selection(SelectFields, Frozen):
             **self.fields(),
             "rewrites": dict(self.rewrites), "messages": [{"level": m.level, "text": str(m)} for m in self.messages],
             "rule": ref(self.rule), "path": [ref(r) for r in self.path], "query": self.query.as_dict(),
-            "is_default": self.is_default,
+            "is_default": self.is_default, "contract": self.contract.as_dict(),
         }
 
     def record(self) -> str:

@@ -7,7 +7,8 @@ not on message text. Families:
 * ``DSV1xx`` reading a file (YAML), ``DSV2xx`` the schema,
 * ``DSV3xx`` compiling (vocabulary, references, impl allow-list),
 * ``DSV4xx`` verifying the decision space (gaps, overlaps, ...),
-* ``DSV5xx`` rule test files and test cases (``dsv4sel test``).
+* ``DSV5xx`` rule test files and test cases (``dsv4sel test``),
+* ``DSV6xx`` host translations, ``DSV7xx`` deployment files (``dsv4sel fleet``).
 
 Each stage sets the code where it finds the problem (``Problem.code``); the
 verifier's findings take theirs from their kind (:func:`kind_code`).
@@ -24,7 +25,7 @@ if TYPE_CHECKING:  # the serving path never imports this module; the checker rea
     #: and every comparison of a kind (mypy's ``strict_equality``) to these.
     Kind = Literal["load", "schema", "vocabulary", "compile", "impl", "dangling", "cycle", "gap", "overlap",
                    "redundant", "shadowed", "dead", "layout", "consistency", "fixpoint", "model", "host",
-                   "hostless", "hijack", "takeover", "translation", "host-gap", "host-dead", "tests"]
+                   "hostless", "hijack", "takeover", "translation", "host-gap", "host-dead", "tests", "deployment"]
 
 #: code -> (kind, title). Kinds are the verifier's finding kinds.
 CODES: dict[str, tuple[Kind, str]] = {
@@ -75,6 +76,9 @@ CODES: dict[str, tuple[Kind, str]] = {
     "DSV601": ("translation", "a host translation names an input or value its space does not declare"),
     "DSV602": ("host-gap", "inputs of a host's space that its translation maps to no decision"),
     "DSV603": ("host-dead", "a host translation row decides no input of its host space"),
+    "DSV701": ("deployment", "a deployment side names an engine release without a compat rule set"),
+    "DSV702": ("deployment", "a deployment side's input or value is not one its rule set declares"),
+    "DSV703": ("deployment", "a deployment side's `env` names a variable that does not decide for its engine"),
     "DSV501": ("tests", "a test file where a rule file belongs, or the other way round"),
     "DSV502": ("tests", "no test files at a path"),
     "DSV510": ("tests", "test case failed"),

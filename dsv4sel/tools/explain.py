@@ -37,6 +37,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing and dataclasses cost ~15 ms of cold start; values use record.Frozen
     from typing import Any, Mapping
 
+    from ..dsv4.kvmemory import Geometry, KVMemory
+
 #: Version of the :meth:`Explanation.as_dict` layout. Bumped only when a key is
 #: removed or changes meaning; adding keys keeps the version.
 JSON_VERSION = 1
@@ -138,7 +140,8 @@ class Explanation(Frozen):
     ``rejection`` is set. ``alternatives`` is empty unless rejected."""
 
     __slots__ = ("query", "selection", "rejection", "path", "rewrites", "messages", "why_not",
-                 "alternatives", "rules_digest")
+                 "alternatives", "rules_digest", "memory")
+    _defaults = {"memory": None}
 
     query: Query
     selection: Selection | None
@@ -149,6 +152,8 @@ class Explanation(Frozen):
     why_not: tuple[WhyNot, ...]
     alternatives: tuple[Alternative, ...]
     rules_digest: str
+    #: the KV memory ``explain(tokens=N)`` asked for (None: not asked, or rejected)
+    memory: KVMemory | None
 
     @property
     def ok(self) -> bool:
@@ -204,6 +209,8 @@ class Explanation(Frozen):
                 "rule": _rule_dict(a.selection.rule),
             } for a in self.alternatives],
             "rules_digest": self.rules_digest,
+            "contract": None if self.selection is None else self.selection.contract.as_dict(),
+            "memory": None if self.memory is None else self.memory.as_dict(),
         }
 
 
@@ -232,19 +239,42 @@ def _selection_dict(sel: Selection | None) -> dict[str, Any] | None:
 
 def explain(rules: RuleSet, *, platform: Any, kv_cache_dtype: Any = "auto", backend: Any = None,
             capability: Any = None, model: Any = None,
-            extra: Mapping[str, Any] | None = None) -> Explanation:
+            extra: Mapping[str, Any] | None = None, tokens: int | None = None,
+            layers: str | None = None) -> Explanation:
     """Explain the decision for one raw query (arguments as :func:`dsv4sel.select`;
-    ``model`` None means the rules' default model).
+    ``model`` None means the rules' default model). With ``tokens`` a selection also
+    carries the KV memory that many tokens need (:mod:`dsv4sel.dsv4.kvmemory`), for the
+    layers ``layers`` names (``swa=2,c4=21,c128=20,window=128``) or the model's known ones.
 
     Raises :class:`~dsv4sel.InvalidQuery` (naming the valid values and the
-    nearest one) when an input is outside the rules' vocabulary. A query that
-    no backend serves is not an error here: the Explanation says why.
+    nearest one) when an input is outside the rules' vocabulary, and ValueError for a
+    ``layers`` that does not parse or a model whose layers dsv4sel does not know. A
+    query that no backend serves is not an error here: the Explanation says why.
     """
     if model is None:
         model = rules.default_of("model") or rules.values("model")[0]
     query, notes = rules.normalize(platform=platform, kv_cache_dtype=kv_cache_dtype, backend=backend,
                                    capability=capability, model=model, extra=extra)
-    return explain_query(rules, query, notes)
+    geometry = None if tokens is None else _geometry(query.model, layers)
+    result = explain_query(rules, query, notes)
+    if geometry is not None and tokens is not None and result.selection is not None:
+        from ..dsv4.kvmemory import kv_memory
+
+        result = result.replace(memory=kv_memory(result.selection.contract, tokens, geometry))
+    return result
+
+
+def _geometry(model: str, layers: str | None) -> Geometry:
+    """The layers ``--layers`` names, or the ones dsv4sel knows for ``model``; ValueError otherwise."""
+    from ..dsv4.kvmemory import GEOMETRIES, RATIOS, parse_layers
+
+    if layers is not None:
+        return parse_layers(layers, model)
+    if model in GEOMETRIES:
+        return GEOMETRIES[model]
+    keys = ",".join(["swa=A", *(f"c{r}={n}" for r, n in zip(RATIOS.get(model, ()), "BC"))])
+    raise ValueError(f"dsv4sel knows no layer counts for {model}: pass them, --layers {keys},window=TOKENS "
+                     "(from the checkpoint's config.json)")
 
 
 def explain_query(rules: RuleSet, query: Query, notes: tuple[Message, ...] = ()) -> Explanation:

@@ -24,7 +24,7 @@ def test_selection_shows_outcome_rewrite_path_and_deciding_rule():
     out = r.out
     assert re.search(r"^selected\s+FLASHMLA_SPARSE_DSV4 \(platform default\)$", out, re.M), out
     assert re.search(r"^  impl\s+dsv4sel\.kernels\.flashmla:DeepseekV4FlashMLASparseImpl$", out, re.M)
-    assert re.search(r"^  bytes per token\s+584$", out, re.M)
+    assert re.search(r"^  bytes per token\s+584 per layer \(main pool\)$", out, re.M)
     assert re.search(rf"^  decided by\s+flashmla-fp8  {re.escape(loc('flashmla.yaml', 'flashmla-fp8'))}$", out, re.M)
     assert re.search(r"^  cache_dtype  auto -> fp8_ds_mla$", out, re.M), out
     # the path: the default rule first, then the backend rule, each with file:line
@@ -70,7 +70,7 @@ def test_json_is_one_object_with_the_documented_keys():
     assert r.rc == 0
     data = json.loads(r.out)
     assert list(data) == ["version", "status", "query", "selection", "rejection", "rule", "path", "rewrites",
-                          "messages", "why_not", "alternatives", "rules_digest"]
+                          "messages", "why_not", "alternatives", "rules_digest", "contract", "memory"]
     assert data["status"] == "selected" and data["selection"]["backend"] == "FLASHMLA_SPARSE_DSV4"
     assert data["rule"]["location"] == loc("flashmla.yaml", "flashmla-fp8")
     assert [p["action"] for p in data["path"]] == ["default", "select"]
@@ -172,6 +172,7 @@ def test_detect_without_a_platform_says_what_to_do():
 
 
 @pytest.mark.parametrize(("query", "rc"), [(["--capability", "9.0", "--kv-cache-dtype", "fp8"], 0),
+                                          (["--capability", "9.0", "--tokens", "131072"], 0),
                                           (["--capability", "10.0", "--kv-cache-dtype", "bfloat16"], 1)])
 def test_a_warm_explain_loads_only_its_own_code(query, rc):
     """A cold explain is on operators' and scripts' path: with the rules compiled it imports
@@ -188,3 +189,25 @@ def test_a_warm_explain_loads_only_its_own_code(query, rc):
             "print(rc, sorted(m for m in sys.modules if m in others or m.split('.')[0] in heavy))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
     assert proc.stdout.strip() == f"{rc} []", (proc.stdout, proc.stderr, SHARED_CACHE)
+
+
+def test_tokens_gives_the_kv_memory_per_kind_of_layer_and_for_the_model():
+    r = run("explain", "--platform", "cuda", "--capability", "9.0", "--tokens", "131072", "--json")
+    assert r.rc == 0, r
+    memory = json.loads(r.out)["memory"]
+    assert memory["tokens"] == 131072 and memory["window"] == 128
+    assert [(m["kind"], m["count"], m["per_layer"]) for m in memory["layers"]] == [
+        ("swa", 2, 128 * 584), ("c4", 21, 128 * 584 + 32768 * 584 + 32768 * 132), ("c128", 20, 128 * 584 + 1024 * 584)]
+    assert memory["total"] == sum(m["count"] * m["per_layer"] for m in memory["layers"])
+    text = run("explain", "--platform", "cuda", "--capability", "9.0", "--tokens", "131072").out
+    assert re.search(r"^  main\s+fp8_ds_mla\s+584 B/token per layer\s+block-split\s+fp8 ocp$", text, re.M), text
+    assert re.search(r"^  total\s+507,874,304 B \(484\.35 MiB\)$", text, re.M), text
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--model", "deepseek_v4_1", "--input", "mega_attn=available"], "knows no layer counts for deepseek_v4_1"),
+    (["--layers", "swa=2"], "give the sliding window too"),
+])
+def test_tokens_without_known_layers_exits_2_naming_what_to_pass(args, says):
+    r = run("explain", "--platform", "cuda", "--capability", "10.0", "--tokens", "1000", *args)
+    assert r.rc == 2 and says in r.err and "--layers" in r.err and r.out == "", r

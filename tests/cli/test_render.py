@@ -21,7 +21,10 @@ from dsv4sel.dsv4.platform import InputProbe, Machine, impl_available, machine
 from dsv4sel.tools.diff import ABSENT, Change, Diff, Outcome, diff
 from dsv4sel.tools.upgrade import Category, Detail, Gist, Group, Upgrade, View
 from dsv4sel.tools.doctor import Report, build_report, impl_checks
+from dsv4sel.dsv4.contract import KVContract
+from dsv4sel.dsv4.kvmemory import KVMemory
 from dsv4sel.tools.explain import Explanation, explain
+from dsv4sel.tools.fleet import FleetReport
 from dsv4sel.tools.matrix import Matrix, build_matrix
 
 from _cli import REPO, environ, run
@@ -48,7 +51,7 @@ RENDERING = ("to_markdown", "to_json", "to_text", "to_dict", "render", "lines", 
 
 
 @pytest.mark.parametrize("kind", [Matrix, Diff, Change, Outcome, Explanation, Report, Machine, InputProbe,
-                                  Upgrade, Category, Group, Detail, Gist, View])
+                                  FleetReport, KVContract, KVMemory, Upgrade, Category, Group, Detail, Gist, View])
 def test_the_tools_values_carry_no_rendering(kind):
     # as_dict() is a value's data (JSON-ready, versioned); text of any kind is cli/render's
     assert [name for name in RENDERING if hasattr(kind, name)] == []
@@ -237,3 +240,15 @@ def test_an_impl_that_cannot_answer_is_unavailable_with_the_reason():
     ok, reason = impl_available("elsewhere:Impl", ("dsv4sel.kernels",))
     assert not ok and reason.startswith("cannot load: ")
 
+
+
+def test_fleet_s_text_and_json_are_its_report_rendered_in_process(rules):
+    from dsv4sel.cli.render.fleet import report_lines
+    from dsv4sel.tools.deployment import load_deployment
+    from dsv4sel.tools.fleet import decide_fleet
+
+    path = "tests/tools/fleet/row09_sglang_v41_h200_b200_pd.yaml"
+    report = decide_fleet(load_deployment(str(REPO / path)), rules, "engine")
+    cli = run("fleet", path, "--as", "engine")
+    assert cli.out == "\n".join(report_lines(report.replace(file=path), PLAIN)) + "\n"
+    assert run("fleet", path, "--as", "engine", "--json").out == document(report.replace(file=path).as_dict())

@@ -197,6 +197,15 @@ def _items(entry: dict, tmp_path: Path, monkeypatch):
             shutil.copy(TESTS / name, tmp_path / Path(name).name)
         cases, files = load_cases([Path(name).name for name in entry["cases"]])
         return diagnostics(run_tests(dsv4sel.default_rules(), cases, files=files))
+    if "deployment" in entry:  # `dsv4sel fleet`'s problems with a deployment file, named as given
+        from dsv4sel.tools.deployment import DeploymentError, load_deployment
+        from dsv4sel.tools.fleet import decide_fleet
+
+        name = Path(entry["deployment"]).name
+        shutil.copy(TESTS / entry["deployment"], tmp_path / name)
+        with pytest.raises(DeploymentError) as info:
+            decide_fleet(load_deployment(name), dsv4sel.default_rules(), entry.get("as", "dsv4sel"))
+        return info.value.problems
     if "test_files" in entry:  # `dsv4sel test`'s problems with test files, named as given
         from dsv4sel.tools.testcases import TestFileError, load_cases
 
@@ -228,7 +237,8 @@ def _at(item) -> str:
 def test_each_code_s_wording(key, tmp_path, monkeypatch):
     """The message of a code as a user reads it, from the input the table names: ``rules``,
     folders under tests/ copied in order into ``rules/``, or ``test_files`` (under tests/) copied
-    beside it, or ``cases`` (test files run against the shipped rules), in a fresh working
+    beside it, or ``cases`` (test files run against the shipped rules), or ``deployment`` (a
+    deployment file decided as ``dsv4sel fleet`` decides it), in a fresh working
     directory, with ``host_site`` (a folder under tests/) on sys.path; at the place the table gives."""
     entry = WORDING[key]
     monkeypatch.chdir(tmp_path)

@@ -136,6 +136,20 @@ def test_layouts_mapping_enumerates_exactly_the_five_layouts_read_only() -> None
         LAYOUTS["x"] = LAYOUTS["bf16_row"]  # type: ignore[index]
 
 
+def test_the_record_table_the_wire_contract_reads_states_every_layout_s_sizes() -> None:
+    # kernels/record.py's RECORDS is what dsv4sel.dsv4.contract reads without importing the layouts:
+    # the same layouts, the same sizes, and fp8 exactly where the cache holds e4m3 values
+    from dsv4sel.kernels.record import RECORD_FIELDS, RECORDS
+
+    assert set(RECORDS) == set(LAYOUTS)
+    for name, layout in LAYOUTS.items():
+        record = dict(zip(RECORD_FIELDS, RECORDS[name]))
+        assert (record["bytes_per_token"], record["alignment"]) == (layout.bytes_per_token, layout.alignment), name
+        assert record["has_fp8"] == (name != "bf16_row"), name
+        assert record["arrangement"] == ("row" if name.endswith("_row") else
+                                         "block-split" if name == "fp8_ds_mla" else "token-interleaved"), name
+
+
 def test_layouts_are_frozen_values() -> None:
     layout = get_layout("fp8_ds_mla")
     with pytest.raises(dataclasses.FrozenInstanceError):

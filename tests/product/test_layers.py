@@ -127,11 +127,14 @@ def test_the_kernels_never_import_the_core():
     assert reach == []
 
 
-def test_the_core_reaches_the_kernels_only_through_the_platform_probe():
-    # impl classes are named by strings in the rules and loaded from the allow-list
+def test_the_core_reaches_the_kernels_only_through_the_platform_probe_and_the_record_table():
+    # impl classes are named by strings in the rules and loaded from the allow-list; the KV wire
+    # contract reads the records' sizes and encodings from the kernels' plain-data record table
     reach = sorted((m, t) for m in MODULES if not m.startswith("dsv4sel.kernels")
                    for t in GRAPH[m] if t.startswith("dsv4sel.kernels"))
-    assert reach == [("dsv4sel.dsv4.platform", "dsv4sel.kernels.platform")]
+    assert reach == [("dsv4sel.dsv4.contract", "dsv4sel.kernels.record"),
+                     ("dsv4sel.dsv4.platform", "dsv4sel.kernels.platform")]
+    assert imports("dsv4sel.kernels.record", MODULES["dsv4sel.kernels.record"]) == set()
 
 
 def test_there_is_no_import_cycle():

@@ -160,7 +160,7 @@ def test_values_are_frozen(rules):
 
 
 TOP_KEYS = ["version", "status", "query", "selection", "rejection", "rule", "path", "rewrites", "messages",
-            "why_not", "alternatives", "rules_digest"]
+            "why_not", "alternatives", "rules_digest", "contract", "memory"]
 
 
 def _json(ex) -> dict:

@@ -1,6 +1,7 @@
 """``dsv4sel explain``'s text: a :class:`dsv4sel.tools.explain.Explanation` for people.
 
-The query, the outcome with the deciding rule and its ``description:``, the
+The query, the outcome with the deciding rule and its ``description:``, the KV wire
+contract (each cache pool, per layer) and with ``--tokens`` the KV memory, the
 rewrites, the rule messages, the path of rules (``file:line``), why every other
 backend of the platform does not serve, and on a rejection the nearest working
 alternatives. ``--json`` is the explanation's own ``as_dict()``.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from ...engine.hosts import described
 from ...dsv4.alternatives import flag
+from .contract import contract_lines, memory_lines
 from .text import Style, align, location, where
 
 _ACTIONS = {"default": "default backend -> {target}", "use": "hands over to {target}",
@@ -33,11 +35,23 @@ def report_lines(ex, style: Style, detected: bool = False) -> list[str]:
     why not, and on a rejection the nearest working alternatives."""
     lines = _query_lines(ex.query, style, detected)
     lines += _selection_lines(ex, style) if ex.selection is not None else _rejection_lines(ex, style)
+    lines += _contract_and_memory_lines(ex, style)
     lines += _rewrite_and_message_lines(ex, style)
     lines += _path_lines(ex, style)
     lines += _why_not_lines(ex.why_not, style)
     if ex.rejection is not None:
         lines += _alternative_lines(ex.alternatives, ex.query, style)
+    return lines
+
+
+def _contract_and_memory_lines(ex, style: Style) -> list[str]:
+    """The selection's KV wire contract (its cache pools, per layer) and, with ``--tokens``, the
+    KV memory that many tokens need."""
+    if ex.selection is None:
+        return []
+    lines = [""] + contract_lines(ex.selection.contract, style)
+    if ex.memory is not None:
+        lines += [""] + memory_lines(ex.memory, style)
     return lines
 
 
@@ -55,7 +69,7 @@ def _selection_lines(ex, style: Style) -> list[str]:
     lines = [style.paint("selected", "bold", "green") + f"  {style.bold(s.backend)} ({how})"]
     lines += align([
         ["impl", s.impl], ["layout", s.layout], ["cache dtype", s.cache_dtype],
-        ["torch dtype", s.torch_dtype_name], ["bytes per token", str(s.bytes_per_token)],
+        ["torch dtype", s.torch_dtype_name], ["bytes per token", f"{s.bytes_per_token} per layer (main pool)"],
         ["block size", str(s.block_size)],
         *[row for host, cls, versions, told in described(s.hosts, s.host_settings)
           for row in ([[f"{host} class", f"{cls} ({host} {versions})"]]
