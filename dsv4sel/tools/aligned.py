@@ -32,7 +32,7 @@ class Aligned:
     has), ``domains`` each input's values in display order (the new set's, then values only the
     old one declares), ``backends`` every requested backend (None: the platform default) of
     either set. :meth:`pairs` yields the array slots to compare; :meth:`box` gives the cube of
-    one point; :meth:`default_of` the point with one input set to its declared default.
+    one point; :meth:`with_default` the point with one input at its declared default.
     """
 
     def __init__(self, old: RuleSet, new: RuleSet):
@@ -46,9 +46,13 @@ class Aligned:
         self._old_points = [self._values(self._old_layout, p) for p in range(self._old_layout.points)]
         self.domains = self._domains()
         self._value_bits = [{v: 1 << i for i, v in enumerate(d)} for d in self.domains]
-        self._combo_at = {id(layout): [{combo: i for i, combo in enumerate(combos)} for _, combos in layout.dims]
-                          for layout in (self._old_layout, self._new_layout)}
-        self._old_at = self._old_offsets()
+        self._old_index = self._combo_index(self._old_layout)
+        self._new_index = self._combo_index(self._new_layout)
+        defaults = {name: old.default_of(name) for name in old.key_inputs if name != "backend"}
+        #: for each new point, the old point with the same values (None: outside the old space); an
+        #: input the old set lacks is dropped, one the new set lacks is at the old set's default
+        self._old_at = [self._offset(self._old_layout, self._old_index, {**defaults, **values})
+                        for values in self._new_points]
         self._old_only = sorted(set(range(self._old_layout.points)) - set(p for p in self._old_at if p is not None))
 
     @staticmethod
@@ -69,25 +73,10 @@ class Aligned:
             out.append(tuple(dict.fromkeys(seen)))
         return tuple(out)
 
-    def _old_offsets(self) -> list[int | None]:
-        """For each new point, the old point with the same values (None: outside the old space)."""
-        layout, old = self._old_layout, self.old
-        index = [({combo: i * stride for i, combo in enumerate(combos)}, names)
-                 for (names, combos), stride in zip(layout.dims, layout.strides)]
-        defaults = {name: old.default_of(name) for name in old.key_inputs if name != "backend"}
-        out: list[int | None] = []
-        for values in self._new_points:
-            offset: int | None = 0
-            for where, names in index:
-                step = where.get(tuple(values.get(n, defaults[n]) for n in names))
-                offset = None if step is None or offset is None else offset + step
-            out.append(offset)
-        return out
-
     def pairs(self, backend: str | None) -> Iterator[tuple[int, int | None, int | None]]:
         """``(new point, old row index, new row index)`` for every point of ``backend``'s slice
         in either set (a row index None: that set does not have the point); a point only the
-        old set has comes as ``(None, old row, None)`` after the rest, found by :meth:`old_point`."""
+        old set has comes after the rest as ``(-1 - its old offset, old row, None)``."""
         new_base = self._base(self._new_layout, backend)
         old_base = self._base(self._old_layout, backend)
         new_ids, old_ids = self._new_ids, self._old_ids
@@ -129,16 +118,14 @@ class Aligned:
     def new_row(self, backend: str | None, point: int) -> int | None:
         """The new set's row index at a new point (None outside its space)."""
         base = self._base(self._new_layout, backend)
-        return None if base is None or point is None else self._new_ids[base + point]
+        return None if base is None else self._new_ids[base + point]
 
     def with_default(self, point: int, name: str) -> int | None:
         """The new point equal to ``point`` but for input ``name`` at the new set's default
         (None when that point is outside the new space, or ``point`` is old-only)."""
         if point < 0:
             return None
-        values = dict(self._new_points[point])
-        values[name] = self.new.default_of(name)
-        return self._new_offset(values)
+        return self._offset(self._new_layout, self._new_index, {**self._new_points[point], name: self.new.default_of(name)})
 
     def old_ignores(self, name: str, same: list[int]) -> bool:
         """Whether the old set decides the same at every point whatever the value of input
@@ -151,17 +138,22 @@ class Aligned:
         bases = range(0, layout.size, layout.points)
         for q, values in enumerate(self._old_points):
             if values[name] != default:
-                twin = self._offset(layout, {**values, name: default})
+                twin = self._offset(layout, self._old_index, {**values, name: default})
                 if twin is not None and any(same[ids[base + q]] != same[ids[base + twin]] for base in bases):
                     return False  # an input the old set decides on is found at its first points
         return True
 
-    def _new_offset(self, values: Values) -> int | None:
-        return self._offset(self._new_layout, values)
+    @staticmethod
+    def _combo_index(layout) -> list[dict[tuple, int]]:
+        """Per dimension of ``layout``, each value tuple's position."""
+        return [{combo: i for i, combo in enumerate(combos)} for _, combos in layout.dims]
 
-    def _offset(self, layout, values: Values) -> int | None:
+    @staticmethod
+    def _offset(layout, index: list[dict[tuple, int]], values: Values) -> int | None:
+        """The offset of the point with ``values`` in one backend's slice of ``layout`` (None: a
+        value ``layout`` does not have)."""
         offset = 0
-        for (names, _), stride, where in zip(layout.dims, layout.strides, self._combo_at[id(layout)]):
+        for (names, _), stride, where in zip(layout.dims, layout.strides, index):
             at = where.get(tuple(values[n] for n in names))
             if at is None:
                 return None
