@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 #: Every category, in the order a report lists them.
 CATEGORIES = ("input", "accepted", "refused", "default", "backend", "to_refusal", "to_decision",
               "class", "format", "block", "other", "reworded")
+#: The categories in which nothing a user builds or is refused changes: a refusal's reason, a log line.
+WORDING = ("other", "reworded")
 #: The fields a group shows when both sides select and they differ, in this order; where
 #: none of them differs, the :data:`MINOR_FIELDS` that do (the ``other`` category).
 SHOWN_FIELDS = ("host_class", "layout", "cache_dtype", "torch_dtype", "bytes_per_token", "block_size", "rewrites")
@@ -158,6 +160,11 @@ class Upgrade(Frozen):
     @property
     def changed(self) -> int:
         return sum(c.count for c in self.categories)
+
+    @property
+    def decided(self) -> int:
+        """The changed inputs a user builds (or is refused) differently: all but :data:`WORDING`."""
+        return sum(c.count for c in self.categories if c.name not in WORDING)
 
 
 # ------------------------------------------------------------------ the registry

@@ -38,7 +38,8 @@ def test_the_report_is_what_the_value_renders_and_exit_1_says_something_changed(
 def test_each_category_is_a_count_and_its_groups_old_to_new():
     out = run("upgrade", "vllm", "0.33", "0.34", "--rules-dir", str(PAIR)).out
     lines = out.splitlines()
-    assert lines[0] == "vLLM 0.33.0 -> 0.34.0: 90 of 168 inputs decide differently"
+    assert lines[0] == ("vLLM 0.33.0 -> 0.34.0: 48 of 168 inputs decide differently, "
+                        "42 more only reword a refusal or a log line")
     assert lines[lines.index("lora decides now (vLLM 0.33 ignores it): 2 inputs") + 1:][:2] == [
         "       1  A vllm=AttentionA -> D vllm=AttentionD",
         "          platform=cuda capability=10.0 backend=<none> kv_cache_dtype=auto lora=on"]
@@ -61,6 +62,7 @@ def test_the_json_lists_every_changed_input_with_its_exact_outcomes():
     data = json.loads(run("upgrade", "vllm", "0.33", "0.34", "--rules-dir", str(PAIR), "--json").out)
     assert (data["version"], data["host"], data["old"], data["new"]) == (1, "vllm", "0.33.0", "0.34.0")
     assert data["changed"] == 90 == sum(c["inputs"] for c in data["categories"])
+    assert data["decided"] == 90 - 36 - 6
     reworded = next(c for c in data["categories"] if c["category"] == "reworded")
     changes = [change for group in reworded["groups"] for change in group["changes"]]
     assert sum(c["inputs"] for c in changes) == 36  # listed in full here, though the text only counts them

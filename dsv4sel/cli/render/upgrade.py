@@ -9,12 +9,12 @@ line each. ``--json`` (:func:`as_dict`) holds every group, every cube and each e
 
 from __future__ import annotations
 
-from ...tools.upgrade import release_name
+from ...tools.upgrade import WORDING, release_name
 
 #: How many groups of one category the text shows (the largest; ``--json`` has all).
 GROUPS_SHOWN = 3
 #: Categories the text counts in one line instead of listing.
-COUNTED = ("other", "reworded")
+COUNTED = WORDING
 #: The categories the last line names when they are empty, in its words.
 UNCHANGED = {"input": "new inputs that decide", "accepted": "names accepted", "refused": "names refused",
              "default": "default backends", "backend": "backends a name builds",
@@ -117,7 +117,9 @@ def text(result) -> str:
     head = f"{result.label} {result.old} -> {result.new}"
     if not result.categories:
         return f"{head}: no change: {result.compared:,} inputs decide the same way\n"
-    lines = [f"{head}: {result.changed:,} of {result.compared:,} inputs decide differently",
+    reworded = result.changed - result.decided
+    lines = [f"{head}: {result.decided:,} of {result.compared:,} inputs decide differently"
+             + (f", {reworded:,} more only reword a refusal or a log line" if reworded else ""),
              f"({result.old_rules} -> {result.new_rules}; a cube names only the inputs that do not take every value)"]
     counted = [f"{_inputs(c.count)}: {title(result, c)}" for c in result.categories if c.name in COUNTED]
     for category in result.categories:
@@ -150,14 +152,14 @@ def view_dict(v) -> dict:
 
 
 def as_dict(result) -> dict:
-    """``dsv4sel upgrade --json``: the releases and rule sets compared, ``compared`` and
-    ``changed`` inputs, and every category (``category``, ``input``, ``title``, ``inputs``)
+    """``dsv4sel upgrade --json``: the releases and rule sets compared, ``compared``,
+    ``changed`` and ``decided`` inputs (``changed`` less what only rewords), and every category (``category``, ``input``, ``title``, ``inputs``)
     with every group (``inputs``, ``cubes``, ``old``/``new`` as the text writes them, and
     ``changes``: each exact outcome pair with its ``inputs``, ``cubes``, ``old`` and ``new``)."""
     old, new = release_name(result.old), release_name(result.new)
     return {"version": 1, "host": result.host, "old": result.old, "new": result.new,
             "old_rules": result.old_rules, "new_rules": result.new_rules,
-            "compared": result.compared, "changed": result.changed,
+            "compared": result.compared, "changed": result.changed, "decided": result.decided,
             "categories": [{"category": c.name, "input": c.input, "title": title(result, c), "inputs": c.count,
                             "groups": [{"inputs": g.count, "cubes": list(g.cubes),
                                         "old": gist_text(g.old, result.host, old), "new": gist_text(g.new, result.host, new),
