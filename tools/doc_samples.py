@@ -303,10 +303,11 @@ UPGRADE_PAGE = """\
 # Upgrading {label} {old} to {new}: what changes for DeepSeek-V4
 
 What {label} {new} itself decides differently from {label} {old} for DeepSeek-V4 and V4.1, as
-the two releases' compat rule sets state it (`{old_rules}`, `{new_rules}`: each release's own
-decisions, wrong ones included, checked against the real release by its differential suite).
-This is what an upgrade changes where {label} decides alone; with dsv4sel's plugin the shipped
-rules decide on both releases, and [{host}.md]({host}.md) lists where they differ from each.
+the two releases' compat rule sets state it (each release's own decisions, wrong ones included,
+checked against the real release by its differential suite):
+`{old_rules}` and `{new_rules}`. This is what an upgrade changes where {label} decides alone;
+with dsv4sel's plugin the shipped rules decide on both releases, and [{host}.md]({host}.md)
+lists where they differ from each.
 
 ```console
 $ dsv4sel upgrade {host} {old} {new}
