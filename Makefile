@@ -16,13 +16,16 @@ SGLANG_STAMP := $(SGLANG_VENV)/.dsv4sel-sglang-env
 
 .PHONY: run test check bench docs clean vllm-env sglang-env
 
-# Setup is quiet (pip -qq keeps errors, drops the mirror's notices) so that
-# the output of `make run` starts with the main job.
+# Setup says what it is doing, one line per step, and nothing else (pip -qq keeps errors,
+# drops the mirror's notices), so that the output of `make run` is the main job.
 $(STAMP): pyproject.toml setup.py
 	@echo "setting up $(VENV) (first run only)"
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/python || { echo "  creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "  upgrading pip"
 	@$(BIN)/python -m pip install -qq --upgrade pip
+	@echo "  installing $(TORCH) (pinned: an unpinned torch would pull a multi-GB CUDA build)"
 	@$(BIN)/python -m pip install -qq $(TORCH)
+	@echo "  installing dsv4sel (editable) and its test tools"
 	@$(BIN)/python -m pip install -qq -e '.[test]'
 	@touch $@
 
@@ -30,11 +33,14 @@ $(STAMP): pyproject.toml setup.py
 # rebuilt whenever a rule file or an engine module changes.
 ARTIFACT := dsv4sel/shipped.dsv4c
 $(ARTIFACT): $(STAMP) $(shell find rules dsv4sel/engine dsv4sel/dsv4/profile.py dsv4sel/schema -name '*.yaml' -o -name '*.py' -o -name '*.json' 2>/dev/null)
+	@echo "compiling the shipped rules ($(ARTIFACT))"
 	@$(BIN)/python -c "import dsv4sel.api as a; a.write_shipped_artifact()" > /dev/null
 
+# The main job first: one explain, then the rules' check in one line (`dsv4sel check` alone
+# prints the coverage tables too).
 run: $(STAMP) $(ARTIFACT)
-	$(BIN)/dsv4sel check
 	$(BIN)/dsv4sel explain --platform cuda --capability 9.0 --kv-cache-dtype auto
+	$(BIN)/dsv4sel check --summary
 
 # Builds .venv-vllm on first use (~1-3 min); a failed build is logged and the vLLM tests skip.
 vllm-env: $(STAMP)

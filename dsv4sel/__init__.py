@@ -20,6 +20,10 @@ jsonschema: compiled rules are cached by content hash (see :mod:`dsv4sel.engine.
 
 from __future__ import annotations
 
+from .process import quiet_when_command
+
+quiet_when_command()  # first: the command's own imports are interruptible without a traceback
+
 from ._version import __version__  # noqa: E402
 
 from .api import default_rules, load_rules, select  # noqa: E402

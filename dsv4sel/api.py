@@ -115,8 +115,9 @@ def _must_hold_rules(pack) -> None:
 
     if not os.path.exists(pack.path):
         raise VerifyError(f"rule path {pack.path!r} does not exist")
-    if not pack.sources():
-        raise VerifyError(f"no rule files (*.yaml, *.yml) in directory {pack.path!r}")
+    empty = [s.unreadable for s in pack.sources() if s.code == "DSV306"]  # a directory without rule files
+    if empty:
+        raise VerifyError(empty[0])
 
 
 def load_rules(paths=None, *, extra=(), allowed_impl_modules=None, use_cache: bool = True) -> RuleSet:

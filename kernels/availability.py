@@ -44,7 +44,9 @@ _RENAMED: Mapping[str, str] = {
     "_target_reason": "target_reason",
     "_library_label": "library_label",
 }
-_DOCS = "docs/kernels.md, 'Writing an impl'"
+#: The published page (a wheel has no docs/ folder); the kernels import nothing of the core, so the
+#: URL is dsv4sel._version.DOCS_URL written out (tests/product/test_packaging.py holds them equal).
+_DOCS = "https://github.com/dsv4sel/dsv4sel/blob/main/docs/kernels.md, 'Writing an impl'"
 
 #: How the "cannot run here" reasons name each platform's hardware and its capability.
 _PLATFORM_HARDWARE = {"cuda": "NVIDIA GPUs", "rocm": "AMD GPUs", "xpu": "Intel GPUs"}

@@ -41,7 +41,8 @@ from .decode import length_mask
 from .errors import UnsupportedLayoutError
 from .layouts import FP8_E4M3_MAX, Fp8E4m3RowLayout
 
-__all__ = ["DeepseekV4FlashInferMLASparseImpl", "FLASHINFER_INSTALL_HINT", "SWA_COLUMNS"]
+__all__ = ["DeepseekV4FlashInferMLASparseImpl", "DeepseekV4FlashInferSM120Impl", "FLASHINFER_INSTALL_HINT",
+           "SWA_COLUMNS"]
 
 FLASHINFER_INSTALL_HINT = "pip install 'dsv4sel[flashinfer]' (flashinfer-python >= 0.6.14) with a CUDA build of torch"
 ENTRY_POINT = "trtllm_batch_decode_sparse_mla_dsv4"
@@ -285,6 +286,78 @@ class DeepseekV4FlashInferMLASparseImpl(SparseMLAImpl):
         if lengths is None:
             return torch.full((b * s,), default, dtype=torch.int32, device=device)
         return lengths.to(device=device, dtype=torch.int32).repeat_interleave(s)
+
+
+#: The FlashInfer module whose dispatch table lists the SM120 DeepSeek-V4 decode shapes, and the table
+#: (keyed by (query heads, top-k)) that vLLM 0.33 reads before it builds the SM120 layer.
+SM120_MODULE = "flashinfer.mla._sparse_mla_sm120"
+SM120_DISPATCH = "_DECODE_DSV4_DISPATCH"
+SM120_HINT = "install a FlashInfer build that contains flashinfer-ai/flashinfer#4380"
+
+
+class DeepseekV4FlashInferSM120Impl(DeepseekV4FlashInferMLASparseImpl):
+    """FlashInfer's packed DeepSeek-V4 sparse decode on SM12x, with FlashInfer's SM120
+    specialization: the probe of the rules' ``flashinfer_sm120`` input (``dsv4sel doctor``,
+    ``explain --detect``), which says whether the default backend of an RTX PRO 6000 or a
+    DGX Spark can start.
+
+    ``is_available()`` is True on an SM12x GPU when FlashInfer imports with the sparse decode
+    entry point and its SM120 dispatch table (``flashinfer.mla._sparse_mla_sm120``) lists a
+    DeepSeek-V4 (query heads, top-k) shape; the reason names the shapes, since vLLM checks the
+    model's own shape (its heads per GPU, its window) when it builds the layer. Without
+    FlashInfer the reason is "flashinfer not installed". Decoding is its parent's.
+    """
+
+    impl_name: ClassVar[str] = "DeepseekV4FlashInferSM120Impl"
+    layouts_by_major: ClassVar[Mapping[int, frozenset[str]]] = {12: LAYOUTS_BY_MAJOR[12]}
+    supported_layouts: ClassVar[frozenset[str]] = LAYOUTS_BY_MAJOR[12]
+    targets: ClassVar[Mapping[str, frozenset]] = {"cuda": frozenset({12})}
+    kernel_label: ClassVar[str] = "FlashInfer's DeepSeek-V4 SM120 sparse decode"
+    built_for: ClassVar[str] = "runs on SM12x (SM120, SM121)"
+    other_gpu_hint: ClassVar[str] = ""
+
+    @classmethod
+    def library_missing_reason(cls, exc: BaseException) -> str:
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "flashinfer":
+            return f"flashinfer not installed: {FLASHINFER_INSTALL_HINT}"
+        return super().library_missing_reason(exc)
+
+    @classmethod
+    def entry_point_reason(cls, module: Any, capability: Any) -> str | None:
+        shapes = _sm120_shapes()
+        return shapes if isinstance(shapes, str) else None
+
+    @classmethod
+    def is_available(cls, platform: str | None = None, capability: Any = None) -> tuple[bool, str]:
+        """As the base class's, the SM120 decode shapes named when available. Never raises."""
+        ok, reason = super().is_available(platform, capability)
+        if ok:
+            shapes = _sm120_shapes()
+            listed = ", ".join(f"({h}, {k})" for h, k in shapes) if isinstance(shapes, list) and shapes \
+                else "(its table does not list them)"
+            reason += (f"; SM120 DeepSeek-V4 decode for (heads, top-k) {listed}: vLLM checks the model's "
+                       "own shape when it builds the layer")
+        return ok, reason
+
+
+def _sm120_shapes() -> list[tuple[int, int]] | str:
+    """The (query heads, top-k) shapes of FlashInfer's SM120 DeepSeek-V4 dispatch table, sorted
+    (empty when the table cannot be listed but answers membership), or why there is none."""
+    import importlib
+
+    try:
+        table = getattr(importlib.import_module(SM120_MODULE), SM120_DISPATCH, None)
+    except ImportError as exc:
+        return f"this FlashInfer has no SM120 sparse MLA module ({SM120_MODULE}: {exc}): {SM120_HINT}"
+    if table is None:
+        return f"this FlashInfer has no DeepSeek-V4 SM120 decode table ({SM120_MODULE}.{SM120_DISPATCH}): {SM120_HINT}"
+    try:
+        keys = [k for k in table if isinstance(k, tuple) and len(k) == 2]
+    except TypeError:  # a table that answers `in` only
+        return []
+    if not keys:
+        return f"this FlashInfer's DeepSeek-V4 SM120 decode table is empty: {SM120_HINT}"
+    return sorted(keys, key=repr)
 
 
 def _i32(t: Any, device: Any) -> Any:

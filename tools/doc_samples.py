@@ -14,13 +14,14 @@ generated text, each marked in the Markdown itself so that a reader sees where i
 **Console samples.** A fenced block whose info string starts with ``console`` and whose first
 line starts with ``$ ``. Every ``$ `` line is a command run from the repository root; the lines
 up to the next ``$ `` line (or the fence) are its output, stdout and stderr together, as a
-terminal shows them (not wrapped, no colour). Commands are ``dsv4sel ...`` (run with the
-interpreter running this tool, so the checkout's own code) or ``export NAME=VALUE`` (set for the
-later commands of the block); ``# ...`` ends a command as in a shell. Words after ``console``
-in the info string select the lines shown, so a long report can be quoted in part and still be
-checked: ``head=N`` (the first N lines), ``tail=N`` (the last N), ``grep=REGEX`` (lines matching
-it, ``re.search``), ``paragraphs=N`` (the first N blank-line-separated paragraphs). Every run of
-lines left out becomes one ``...`` line, indented as the first line it stands for.
+pipe gets them (no colour; not wrapped, except ``explain``'s report, at 100 columns). Commands
+are ``dsv4sel ...`` (run with the interpreter running this tool, so the checkout's own code) or
+``export NAME=VALUE`` (set for the later commands of the block); ``# ...`` ends a command as
+in a shell. Words after ``console`` in the info string select the lines shown, so a long
+report can be quoted in part and still be checked: ``head=N`` (the first N lines), ``tail=N``
+(the last N), ``grep=REGEX`` (lines matching it, ``re.search``), ``paragraphs=N`` (the first N
+blank-line-separated paragraphs). Every run of lines left out becomes one ``...`` line, indented
+as the first line it stands for.
 
 **Python samples.** A fenced ``pycon`` block is a doctest-style session: ``>>> `` and ``... ``
 lines are source, the other lines the expected output (a value's ``repr``, what it prints, or

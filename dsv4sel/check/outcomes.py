@@ -92,6 +92,8 @@ class FieldChecker:
             try:
                 module = importlib.import_module(LAYOUTS_MODULE)
                 self._layouts = dict(module.LAYOUTS)
+            except MemoryError:  # the machine's, not the layouts' failure
+                raise
             except Exception as exc:  # noqa: BLE001 - an import error of any kind is the finding
                 self._layout_error = f"cannot read the layouts: import {LAYOUTS_MODULE} failed: {exc}"
         return self._layouts

@@ -5,9 +5,10 @@ Each subcommand lives in its own module with ``add_parser(subparsers)`` and
 verifier), renders the value it returns with :mod:`dsv4sel.cli.render` and
 sets the exit status. A command line that starts with a subcommand imports and
 builds that subcommand's parser alone (the cold start of ``dsv4sel explain``). Exit codes: 0 success, 1 a finding or a rejection,
-2 unusable input (bad arguments, bad rule files), 3 an internal error. No
-traceback reaches the user: expected errors print one message; anything else
-is reported as a bug in one line (``DSV4SEL_DEBUG=1`` shows the traceback).
+2 unusable input (bad arguments, bad rule files, not enough memory), 3 an internal error, 130 an
+interrupt (Ctrl-C, at any moment: :mod:`dsv4sel.process`). No traceback reaches the user:
+expected errors print one message; anything else is reported as a bug in one line
+(``DSV4SEL_DEBUG=1`` shows the traceback).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from importlib import import_module
 
 from .._version import __version__
 from ..errors import RuleError, SelectionError
-from .exits import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE  # noqa: F401  (public here too)
+from ..process import interruptible
+from .exits import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE  # noqa: F401  (public here too)
 from .streams import silence_stdout
 
 #: The subcommands in ``--help`` order, each a module of this package.
@@ -119,11 +121,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line ``argv`` (None: this process's, ``sys.argv``) and return the exit status."""
-    from .streams import safe_streams
+    """Run the command line ``argv`` (None: this process's, ``sys.argv``, which ends with it)
+    and return the exit status. A Ctrl-C at any moment of it is exit 130, nothing printed."""
+    with interruptible(ending=argv is None):
+        try:
+            from .streams import safe_streams
 
-    with safe_streams():
-        code = _run(argv)
+            with safe_streams():
+                code = _run(argv)
+        except KeyboardInterrupt:
+            code = EXIT_INTERRUPTED
     if argv is None:
         # the process ends with this command: the interpreter's final collection would walk
         # every object left (~13M instructions, 3 ms, for explain) to free nothing that needs
@@ -135,13 +142,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
-    from . import common
-
-    words = sys.argv[1:] if argv is None else list(argv)
-    common.JSON_ERRORS = common.wants_json(words)
-    parser = build_parser(_alone(words))
+    """The command's exit status; an interrupt is :func:`main`'s to report."""
+    out_of_memory: str | None = None
     try:
-        args = parser.parse_args(argv)
+        from . import common
+
+        words = sys.argv[1:] if argv is None else list(argv)
+        common.JSON_ERRORS = common.wants_json(words)
+        args = build_parser(_alone(words)).parse_args(argv)
         return _finish(args.run(args))
     except SystemExit as exc:  # argparse: --help, --version, usage errors
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
@@ -161,10 +169,24 @@ def _run(argv: list[str] | None) -> int:
         silence_stdout()
         _say(f"dsv4sel: cannot write the output: {exc.strerror or exc}")
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 130
+    except MemoryError as exc:  # reported below, once the frames holding what was allocated are gone
+        out_of_memory = str(exc)
     except Exception as exc:  # noqa: BLE001 - a bug: one line for the user, the traceback on request
         return _internal(exc)
+    return _out_of_memory(argv, out_of_memory or "")
+
+
+def _out_of_memory(argv: list[str] | None, detail: str) -> int:
+    """Not enough memory (a limit such as ``ulimit -v`` or a container's): unusable input
+    for this process, exit 2, said plainly in one line (a bug is something else)."""
+    message = (f"out of memory{f' ({detail})' if detail else ''}: this process may not allocate what the "
+               "command needs (a memory limit such as ulimit -v, or a container's?); give it more memory, "
+               "or load fewer rule packs")
+    try:
+        return _unusable(_command(argv), message, (), "input")
+    except MemoryError:
+        _say(f"{_command(argv)}: {message}")
+        return EXIT_USAGE
 
 
 def _alone(words: list[str]) -> str | None:

@@ -4,7 +4,7 @@ Prints every finding (``file:line[:column]: severity [kind] message``, then
 the rules involved and one concrete input), the coverage figures (inputs
 that select, reject or are undecided; per requested backend and per rule)
 and a summary line (:mod:`dsv4sel.cli.render.check` renders the verifier's
-report). ``--json`` prints :meth:`dsv4sel.check.findings.Report.to_dict`
+report); ``--summary`` prints the findings and one line. ``--json`` prints :meth:`dsv4sel.check.findings.Report.to_dict`
 instead. ``--rules`` adds packs on top of the default rule set and
 ``--only-rules`` checks them alone, as for the other subcommands. Exit
 status: 0 clean, 1 findings, 2 unusable input (a path that does not exist,
@@ -25,6 +25,7 @@ from .options import add_format_option
 EXAMPLES = """\
 examples:
   dsv4sel check                                      # the shipped rules and installed packs
+  dsv4sel check --summary                            # one line when clean: no coverage tables
   dsv4sel check my-pack/rules --allow-impl-module my_pack
   dsv4sel check --only-rules --rules my-rules/       # a complete rule set of its own
   dsv4sel check --format github                      # ::error annotations in a GitHub workflow
@@ -48,6 +49,9 @@ def add_parser(sub) -> None:
     # exactly the rule set `explain --rules ...` uses
     add_rules_option(p)
     add_format_option(p)
+    p.add_argument("--summary", action="store_true",
+                   help="text format: the findings and one summary line, without the coverage tables "
+                        "(one line when the rules are clean)")
     p.set_defaults(run=run)
 
 
@@ -86,6 +90,16 @@ def run(args: argparse.Namespace) -> int:
     except VerifyError as exc:
         print(f"dsv4sel check: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    _write(args, report)
+    # one rule for every command: rule files that do not load are unusable input (2), even
+    # here, where they are listed as findings; 1 is for findings of the analysed space
+    if not report.analysed:
+        return EXIT_USAGE
+    return EXIT_OK if report.ok else EXIT_FINDINGS
+
+
+def _write(args: argparse.Namespace, report) -> None:
+    """The report on stdout, in the format asked for."""
     if args.format == "json":
         from .render.data import document
 
@@ -102,12 +116,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(sarif(found))
     else:
-        from .render.check import text
+        from .render.check import summary, text
         from .render.text import wrapped
 
-        sys.stdout.write(wrapped(text(report)))
-    # one rule for every command: rule files that do not load are unusable input (2), even
-    # here, where they are listed as findings; 1 is for findings of the analysed space
-    if not report.analysed:
-        return EXIT_USAGE
-    return EXIT_OK if report.ok else EXIT_FINDINGS
+        sys.stdout.write(wrapped(summary(report) if args.summary else text(report)))

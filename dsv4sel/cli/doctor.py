@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .._version import DOCS_URL
 from .common import add_rules_option
 from .exits import EXIT_FINDINGS, EXIT_OK
 from .options import add_input_option
@@ -27,12 +28,13 @@ def add_parser(sub) -> None:
                     "--platform/--capability ask about another machine. Exit 0 when the auto selection "
                     "can run, 1 when it cannot, 2 for bad arguments or rule files.")
     p.add_argument("--platform", metavar="P", help="ask about this platform instead of detecting it")
-    p.add_argument("--capability", metavar="C", help="the capability (with --platform, or to override "
-                                                     "the detected one)")
+    p.add_argument("--capability", metavar="C", help="the capability or GPU name (with --platform, or to "
+                                                     "override the detected one; a GPU name such as MI300X "
+                                                     "alone names its platform)")
     p.add_argument("--model", metavar="M", help="model family (default: the rules' default model)")
     add_input_option(p)
     add_rules_option(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object (keys: docs/cli.md)")
+    p.add_argument("--json", action="store_true", help=f"print one JSON object (keys: {DOCS_URL}/cli.md)")
     p.set_defaults(run=run)
 
 
@@ -55,8 +57,9 @@ def run(args: argparse.Namespace) -> int:
 
         sys.stdout.write(document(report.as_dict()))
     else:
-        from .render.doctor import report_lines
-        from .render.text import style_for
+        from .render.doctor import report_text
+        from .render.text import output_width, style_for
 
-        sys.stdout.write("\n".join(report_lines(report, style_for(sys.stdout))) + "\n")
+        # its tables stay one row per line in a pipe: wrapped on a terminal only
+        sys.stdout.write(report_text(report, style_for(sys.stdout), output_width(sys.stdout)))
     return EXIT_OK if report.ok else EXIT_FINDINGS

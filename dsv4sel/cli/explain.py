@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .._version import DOCS_URL
 from .common import add_rules_option
 from .exits import EXIT_FINDINGS, EXIT_OK
 from .options import add_input_option
@@ -29,9 +30,11 @@ def add_parser(sub) -> None:
                     "backend of the platform does not serve it and, on rejection, the nearest working "
                     "alternatives. Exit 0 selected, 1 rejected, 2 bad arguments or rule files.")
     p.add_argument("--platform", metavar="P", help="cuda, rocm, xpu or cpu (the rules' vocabulary); "
-                                                   "required unless --detect")
-    p.add_argument("--capability", metavar="C", help="CUDA compute capability such as 9.0, or a ROCm gfx "
-                                                     "arch such as gfx942 (default: unknown)")
+                                                   "required unless --detect or a --capability that names "
+                                                   "its platform (H100, MI300X, gfx942)")
+    p.add_argument("--capability", metavar="C", help="CUDA compute capability such as 9.0, a ROCm gfx "
+                                                     "arch such as gfx942, or a GPU name such as H100 or "
+                                                     "MI300X (default: unknown)")
     p.add_argument("--backend", "--attention-backend", dest="backend", metavar="B",
                    help="the requested attention backend (default: none, the platform default)")
     p.add_argument("--kv-cache-dtype", default="auto", metavar="D", help="vLLM --kv-cache-dtype (default: auto)")
@@ -44,7 +47,7 @@ def add_parser(sub) -> None:
                    help="the model's layers for --tokens, e.g. swa=2,c4=21,c128=20,window=128 (default: "
                         "DeepSeek-V4-Flash's for deepseek_v4; required for other models)")
     add_rules_option(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object (keys: docs/cli.md)")
+    p.add_argument("--json", action="store_true", help=f"print one JSON object (keys: {DOCS_URL}/cli.md)")
     p.add_argument("--detect", action="store_true",
                    help="fill --platform, --capability and probed inputs (e.g. mega_attn) from this machine "
                         "through torch and the kernel probes; explicit options win")
@@ -70,21 +73,29 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return error(PROG, str(exc))
     rules = load(args)  # a RuleError reaches cli.main: exit 2 with file:line:column
-    platform, capability, detected = args.platform, args.capability, False
+    platform, capability, origin = args.platform, args.capability, ""
     if args.detect:
-        from ..dsv4.platform import machine
+        from ..dsv4.platform import INFERRED, machine
 
         # the doctor's machine: --platform names one (nothing detected), else this one, probes included
         found = machine(rules, args.platform, args.capability)
         if found.platform is None:
             return error(PROG, f"--detect: {found.problem} (here: --platform P [--capability C])")
-        platform, capability, detected = found.platform, found.capability, found.detected
+        platform = found.platform
+        capability = found.capability_given or found.capability
+        origin = "detected" if found.detected else f"from --capability {capability}" \
+            if found.source == INFERRED else ""
         inputs = {**found.inputs, **inputs}
+    elif not platform and capability is not None:
+        # a GPU name (or a capability only one platform declares) names its platform
+        platform = rules.capability_platform(capability)
+        origin = f"from --capability {capability}" if platform else ""
     if args.layers is not None and args.tokens is None:
         return error(PROG, "--layers describes the model for --tokens N; pass --tokens too")
     if not platform:
         return error(PROG, "--platform is required (one of " + ", ".join(rules.values("platform"))
-                     + "), or pass --detect to read it from this machine")
+                     + "), or pass --detect to read it from this machine, or a --capability that names "
+                     "its GPU (H100, MI300X)")
     try:
         result = explain(rules, platform=platform, capability=capability, backend=args.backend,
                          kv_cache_dtype=args.kv_cache_dtype, model=args.model, extra=inputs,
@@ -100,9 +111,8 @@ def run(args: argparse.Namespace) -> int:
 
         sys.stdout.write(document(result.as_dict()))
     else:
-        from .render.explain import report_lines
-        from .render.text import output_width, style_for, wrap_lines
+        from .render.explain import report_text
+        from .render.text import report_width, style_for
 
-        text = report_lines(result, style_for(sys.stdout), detected)
-        sys.stdout.write("\n".join(wrap_lines(text, output_width(sys.stdout))) + "\n")
+        sys.stdout.write(report_text(result, style_for(sys.stdout), report_width(sys.stdout), origin))
     return EXIT_OK if result.ok else EXIT_FINDINGS

@@ -27,7 +27,10 @@ def parse_inputs(items: list[str] | None) -> dict[str, str]:
 
 def add_format_option(parser, default: str = "text") -> None:
     parser.add_argument("--format", choices=FORMATS, default=default,
-                        help="text (default), json, github (workflow annotations ::error file=...) or "
-                             "sarif (SARIF 2.1.0 for code scanning)")
+                        # the annotation is quoted: argparse may wrap the help before it, and the CLI's
+                        # stdout writes a line that starts with a colon as \x3a (cli/streams.py), so that
+                        # no text can forge a workflow command; a quote keeps the colons as typed
+                        help="text (default), json, github (workflow annotations, '::error file=...' lines) "
+                             "or sarif (SARIF 2.1.0 for code scanning)")
     parser.add_argument("--json", action="store_const", const="json", dest="format",
                         help="the same as --format json")

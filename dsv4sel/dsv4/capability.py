@@ -26,7 +26,11 @@ GPU names stays a bounded cost. A string naming two GPUs (``H100 MI300X``)
 is refused, not decided by the first.
 
 This module knows spellings only; which capabilities exist is the
-vocabulary's business (see :meth:`dsv4sel.dsv4.rules.RuleSet.normalize`).
+vocabulary's business (see :meth:`dsv4sel.dsv4.rules.RuleSet.normalize`):
+:func:`spelled` is the one reading of a spelling (every command and the
+doctor's kernel checks go through it), and :func:`platforms_declaring` says
+which platforms of a vocabulary declare what it spells, so a GPU name tells
+its platform (``MI300X`` is ROCm) when none was given.
 """
 
 from __future__ import annotations
@@ -82,6 +86,26 @@ def canonical(capability: object) -> str | None:
     if match:
         return match.group(1)
     return None
+
+
+def spelled(capability: object, aliases: dict[tuple[str, ...], str]) -> str | None:
+    """The canonical text ``capability`` spells: :func:`canonical`, else the value of the GPU
+    name it contains (:func:`match_alias` over ``aliases``, :func:`name_tokens` of each alias
+    to its value); None when it is neither."""
+    text = canonical(capability)
+    if text is None and isinstance(capability, str):
+        text = match_alias(capability, aliases)
+    return text
+
+
+def platforms_declaring(text: str, declared: dict[str, tuple[str, ...]]) -> list[str]:
+    """The platforms of ``declared`` (platform -> its capability values) that declare the
+    canonical capability ``text``; none for ``unknown``, which every platform declares."""
+    return [] if text == "unknown" else [p for p, values in declared.items() if text in values]
+
+
+#: How messages name each platform's hardware ("MI300X is a ROCm GPU").
+PLATFORM_NAMES = {"cuda": "CUDA", "rocm": "ROCm", "xpu": "XPU", "cpu": "CPU"}
 
 
 def name_tokens(name: str) -> tuple[str, ...]:

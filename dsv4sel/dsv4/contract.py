@@ -229,7 +229,8 @@ def contract_of(*, model: str, platform: str, capability: str, layout: str, cach
         records = _sglang_records(model, layout, capability, settings, env or {})
         block = int(settings.get("page_size", block_size))
     else:
-        records, block = _decided_records(layout, cache_dtype), block_size
+        # a host release may build another block size than the rule's (``hosts: vllm`` settings)
+        records, block = _decided_records(layout, cache_dtype), int((settings or {}).get("block_size", block_size))
     pools = tuple(_pool(name, record, arrangement, engine, platform, capability)
                   for name, (record, arrangement) in zip(POOLS, records))
     return KVContract(model, engine, release, block, pools)

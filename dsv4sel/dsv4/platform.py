@@ -37,6 +37,9 @@ CAPABILITY_ENV = "DSV4SEL_CAPABILITY"
 PLATFORMS = ("cuda", "rocm", "xpu", "cpu")
 #: :attr:`Machine.source` of a machine asked about by name rather than detected.
 GIVEN = "--platform"
+#: :attr:`Machine.source` of a machine whose platform the given capability names (``--capability
+#: MI300X`` without ``--platform``: a ROCm GPU), asked about like a given one.
+INFERRED = "--capability"
 
 
 def detect() -> tuple[str, str | None]:
@@ -60,29 +63,37 @@ def detect() -> tuple[str, str | None]:
 
 
 class InputProbe(Frozen):
-    """A pack-declared input filled from the machine: ``value`` is the
-    input's last declared value when the ``impl`` class's ``is_available()``
-    says yes, its first otherwise (the schema's ``probe:`` contract);
-    ``reason`` is the class's."""
+    """An input filled from the machine: ``value`` is the input's last declared
+    value when the ``impl`` class's ``is_available()`` says yes, its first
+    otherwise (the schema's ``probe:`` contract); ``reason`` is the class's.
+    ``asked`` is False where the input decides nothing on the machine (the
+    FlashInfer SM120 specialization off SM12x) or the platform is unknown: the
+    probe is not run, ``value`` is the input's default and ``reason`` says why."""
 
-    __slots__ = ("name", "impl", "value", "reason")
+    __slots__ = ("name", "impl", "value", "reason", "asked")
+    _defaults = {"asked": True}
     name: str
     impl: str
     value: str
     reason: str
+    asked: bool
 
 
 class Machine(Frozen):
     """The machine asked about. ``platform`` is None when it could not be
     detected (``problem`` says why); ``source`` says where it came from:
     ``torch``, ``DSV4SEL_PLATFORM`` (``, --capability`` added when the
-    capability was given over a detected platform), or ``--platform`` (another
-    machine, asked about by name). ``torch`` is the torch version, or None
-    with ``torch_problem`` saying why. ``probes`` are the pack-declared inputs
-    read from it (:class:`InputProbe`, in the rules' order)."""
+    capability was given over a detected platform), ``--platform`` (another
+    machine, asked about by name) or ``--capability`` (the platform of the GPU
+    the capability names, given without ``--platform``). ``capability`` is the
+    canonical spelling of a given capability (``9.0`` for ``H100``), which
+    ``capability_given`` keeps as written when it differs. ``torch`` is the
+    torch version, or None with ``torch_problem`` saying why. ``probes`` are
+    the inputs read from it (:class:`InputProbe`, in the rules' order)."""
 
-    __slots__ = ("platform", "capability", "source", "torch", "torch_problem", "problem", "probes")
-    _defaults = {"probes": ()}
+    __slots__ = ("platform", "capability", "source", "torch", "torch_problem", "problem", "probes",
+                 "capability_given")
+    _defaults = {"probes": (), "capability_given": None}
     platform: str | None
     capability: str | None
     source: str
@@ -90,11 +101,13 @@ class Machine(Frozen):
     torch_problem: str | None
     problem: str | None
     probes: tuple[InputProbe, ...]
+    capability_given: str | None
 
     @property
     def given(self) -> bool:
-        """True when the platform was named (``--platform``), not detected."""
-        return self.source == GIVEN
+        """True when the machine was named (``--platform``, or a capability that names its
+        platform), not detected."""
+        return self.source in (GIVEN, INFERRED)
 
     @property
     def detected(self) -> bool:
@@ -118,23 +131,46 @@ class Machine(Frozen):
         return self.platform, None if self.capability in (None, "unknown") else self.capability
 
 
-def _read(platform: str | None, capability: str | None) -> Machine:
+def _read(rules: RuleSet, platform: str | None, capability: str | None) -> Machine:
     """The machine without its probes (see :func:`machine`)."""
     torch, torch_problem = import_torch()
     version = getattr(torch, "__version__", None) if torch is not None else None
+    given_cap, written = _spelled(rules, capability)
     if platform:
-        return Machine(platform, capability, GIVEN, version, torch_problem, None)
+        return Machine(platform, given_cap, GIVEN, version, torch_problem, None, capability_given=written)
+    # a capability that names its platform (MI300X: ROCm) asks about that machine
+    named = rules.capability_platform(capability) if capability is not None else None
     try:
         found, found_capability = detect()
     except InvalidQuery as exc:
+        if named is not None:
+            return Machine(named, given_cap, INFERRED, version, torch_problem, None, capability_given=written)
         return Machine(None, None, "", version, torch_problem, exc.reason)
+    if named is not None and named != found:
+        return Machine(named, given_cap, INFERRED, version, torch_problem, None, capability_given=written)
     env = os.environ.get(PLATFORM_ENV, "").strip().lower()
     # detect() falls back to the environment only when torch sees no device
     gpu = probe_torch()[0] is not None
     source = PLATFORM_ENV if env == found and not gpu else "torch"
     if capability is not None:
-        found_capability, source = capability, source + ", --capability"
-    return Machine(found, found_capability, source, version, torch_problem, None)
+        found_capability, source = given_cap, source + ", --capability"
+    return Machine(found, found_capability, source, version, torch_problem, None,
+                   capability_given=written if capability is not None else None)
+
+
+def _spelled(rules: RuleSet, capability: str | None) -> tuple[str | None, str | None]:
+    """A given capability as ``(canonical, as written)``: the one spelling normalizer's reading
+    (:func:`dsv4sel.dsv4.capability.spelled`: ``H100`` is ``9.0``), which is what the kernels are
+    asked about, and the text as written when it differs (None when not). A capability that
+    spells nothing stays as written, for the query's normalization to refuse by name."""
+    if capability is None:
+        return None, None
+    from .capability import spelled
+
+    text = spelled(capability, rules.gpu_names())
+    if text is None or text == capability:
+        return capability, None
+    return text, capability
 
 
 def machine(rules: RuleSet, platform: str | None = None, capability: str | None = None) -> Machine:
@@ -142,13 +178,39 @@ def machine(rules: RuleSet, platform: str | None = None, capability: str | None 
 
     With ``platform`` it is that machine (``source`` ``--platform``; the
     capability is ``capability``, None for unknown); nothing is detected. Without,
-    it is this machine: :func:`detect`'s platform and capability, the latter
-    replaced by ``capability`` when given. Never raises: a platform that cannot be
-    detected is ``platform`` None with the reason in ``problem``. Imports torch
-    (through ``kernels.platform.import_torch``, which keeps its NumPy warning quiet).
+    a ``capability`` that names its platform (a GPU name, a gfx arch: see
+    :meth:`~dsv4sel.dsv4.rules.RuleSet.capability_platform`) names the machine
+    when it is not this one's platform (``source`` ``--capability``); else it is
+    this machine: :func:`detect`'s platform and capability, the latter replaced by
+    ``capability`` when given. A given capability is held in its canonical
+    spelling. Never raises: a platform that cannot be detected is ``platform``
+    None with the reason in ``problem``. Imports torch (through
+    ``kernels.platform.import_torch``, which keeps its NumPy warning quiet).
     """
-    found = _read(platform, capability)
-    return found.replace(probes=probe_inputs(rules, *found.target))
+    found = _read(rules, platform, capability)
+    return found.replace(probes=probe_inputs(rules, *found.target, at=_point(rules, found.platform, found.capability)))
+
+
+def _this_machine(rules: RuleSet) -> dict[str, str]:
+    """:func:`_point` of this machine (:func:`detect`); empty when it cannot be detected."""
+    try:
+        return _point(rules, *detect())
+    except InvalidQuery:
+        return {}
+
+
+def _point(rules: RuleSet, platform: str | None, capability: str | None) -> dict[str, str]:
+    """``platform`` and ``capability`` as declared values of the rules, for
+    :meth:`~dsv4sel.dsv4.rules.RuleSet.decides`; empty when they are not (an unknown
+    platform, a capability the rules do not declare there)."""
+    if platform is None:
+        return {}
+    try:
+        query, _ = rules.normalize(platform=platform, capability=capability,
+                                   model=rules.default_of("model") or rules.values("model")[0])
+    except InvalidQuery:
+        return {}
+    return {"platform": query.platform, "capability": query.capability}
 
 
 def impl_available(impl: str, allowed: tuple[str, ...], platform: str | None = None,
@@ -168,13 +230,30 @@ def impl_available(impl: str, allowed: tuple[str, ...], platform: str | None = N
     return impl_availability(cls, platform, capability)
 
 
-def probe_inputs(rules: RuleSet, platform: str | None = None,
-                 capability: str | None = None) -> tuple[InputProbe, ...]:
+def probe_inputs(rules: RuleSet, platform: str | None = None, capability: str | None = None,
+                 at: dict[str, str] | None = None) -> tuple[InputProbe, ...]:
     """Fill every input that declares a ``probe:`` from this machine (or from
-    ``platform``/``capability``); a probe that cannot load counts as "no"."""
+    ``platform``/``capability``); a probe that cannot load counts as "no".
+
+    ``at`` is where the machine is in the rules (its platform and capability as declared
+    values; None: ``platform`` and ``capability``'s, or this machine's when they are None):
+    a probe is asked only where its input decides something there, so the FlashInfer SM120
+    specialization is not asked about off SM12x, nor mega-attention off SM10x; such an
+    input keeps its default (``asked`` False, the reason says why). An empty ``at`` (the
+    platform is unknown) asks none."""
+    if at is None:
+        at = _point(rules, platform, capability) if platform is not None else _this_machine(rules)
     out = []
     for name, impl in rules.probes.items():
-        values = rules.values(name)
+        default = rules.default_of(name) or rules.values(name)[0]
+        if not at:
+            out.append(InputProbe(name, impl, default, "not probed: the platform or its capability is unknown", False))
+            continue
+        if not rules.decides(name, at):
+            where = f"{at['platform']}" + ("" if at["capability"] == "unknown" else f" {at['capability']}")
+            out.append(InputProbe(name, impl, default, f"not probed: it decides nothing on {where}", False))
+            continue
+        values = rules.values(name, at.get(rules.scope(name)[0] or "")) or rules.values(name)
         ok, reason = impl_available(impl, rules.allowed_impl_modules, platform, capability)
         out.append(InputProbe(name, impl, values[-1] if ok else values[0], reason))
     return tuple(out)

@@ -225,7 +225,7 @@ class RuleSet(CompiledRules):
         if capability.__class__ is str and capability in valid:
             return capability  # already canonical: spares the cold start the spelling parser
         from ..engine.text import escape
-        from .capability import MAX_LENGTH, SPELLINGS, acceptable, canonical, match_alias, name_tokens
+        from .capability import MAX_LENGTH, SPELLINGS, acceptable, spelled
 
         if isinstance(capability, str) and not acceptable(capability):
             # refused before any matching: its cost must not grow with the string
@@ -233,19 +233,41 @@ class RuleSet(CompiledRules):
                 f"capability {escape(repr(capability[:MAX_LENGTH]))}{'...' if len(capability) > MAX_LENGTH else ''} "
                 f"({len(capability):,} characters) is not a capability spelling: one is at most {MAX_LENGTH} "
                 f"printable ASCII characters. Write it as {SPELLINGS}.", [])
-        text = canonical(capability)
-        if text is None and isinstance(capability, str):
-            text = match_alias(capability, {name_tokens(a): v for a, v in self.aliases("capability")})
+        text = spelled(capability, self.gpu_names())
         if text in valid:
             return text
         if text is not None:  # a valid spelling of a capability this platform does not declare
             return self._undeclared_capability(platform, capability, text, valid, notes)
         return self._unknown_capability(platform, capability, valid)
 
+    def gpu_names(self) -> dict[tuple[str, ...], str]:
+        """The vocabulary's GPU names (``aliases:`` of the capability) as
+        :func:`~dsv4sel.dsv4.capability.spelled` reads them."""
+        from .capability import name_tokens
+
+        return {name_tokens(a): v for a, v in self.aliases("capability")}
+
+    def capability_platform(self, capability: Any) -> str | None:
+        """The one platform whose declared capabilities include the one ``capability`` spells
+        (``MI300X``, ``gfx942`` -> ``rocm``; ``H100``, ``9.0`` -> ``cuda``); None when it
+        spells none, ``unknown``, or one several platforms declare. What a command asks
+        when a capability is given without a platform."""
+        from .capability import platforms_declaring, spelled
+
+        text = spelled(capability, self.gpu_names())
+        if text is None:
+            return None
+        found = platforms_declaring(text, {p: self.values("capability", p) for p in self.values("platform")})
+        return found[0] if len(found) == 1 else None
+
     def _undeclared_capability(self, platform: str, capability: Any, text: str, valid: tuple[str, ...],
                                notes: list[Message]) -> str:
         """The fallback for capability ``text``, which ``platform`` does not declare (with a
-        warning in ``notes``), or an :class:`InvalidQuery` when the rules give none."""
+        warning in ``notes``), or an :class:`InvalidQuery` when the rules give none. A
+        capability another platform declares (a ROCm GPU asked about on cuda) is refused
+        naming that platform, whatever the fallback: it is a wrong platform, not an
+        unknown capability of this one."""
+        self._refuse_other_platform(platform, capability, text)
         _, fallback = self.scope("capability")
         if fallback is not None and fallback in valid:
             notes.append(Message(f"capability {text!r} is not declared for {platform} in the rule "
@@ -257,6 +279,23 @@ class RuleSet(CompiledRules):
             + " is not declared in the rule "
             f"vocabulary. Declared {platform} capabilities: {', '.join(valid)}. Pass capability 'unknown' to "
             f"decide without it, or declare it in a rule pack", [v for v in valid if v == "unknown"])
+
+    def _refuse_other_platform(self, platform: str, capability: Any, text: str) -> None:
+        """Refuse capability ``text`` (spelled ``capability``) when exactly one other platform
+        declares it: "MI300X is a ROCm GPU (gfx942): use --platform rocm". Else return."""
+        from .capability import PLATFORM_NAMES, canonical, platforms_declaring
+
+        others = platforms_declaring(text, {p: self.values("capability", p)
+                                            for p in self.values("platform") if p != platform})
+        if len(others) != 1:
+            return
+        other = others[0]
+        name = PLATFORM_NAMES.get(other, other)
+        if canonical(capability) is None:  # a GPU name
+            what = f"{capability} is a {name} GPU ({text})"
+        else:
+            what = f"{capability!r} is a {name} capability" + (f" ({text})" if capability != text else "")
+        raise InvalidQuery(f"{what}: use --platform {other}", suggestions=(f"--platform {other}",))
 
     def _unknown_capability(self, platform: str, capability: Any, valid: tuple[str, ...]) -> str:
         """The :class:`InvalidQuery` for a value that spells no capability, naming the nearest."""
@@ -300,6 +339,35 @@ class RuleSet(CompiledRules):
         raise InvalidQuery(message, suggestions=tuple(flag("capability", n) for n in near))
 
     # ------------------------------------------------------------ evaluation
+    def decides(self, name: str, point: Mapping[str, Any]) -> bool:
+        """Whether input ``name`` changes an outcome where the inputs of ``point`` (declared
+        values, by name) hold: two of its values give different outcomes at some values of
+        the inputs ``point`` leaves free (the backend's include None, the platform default).
+        With every other input in ``point`` this is "does it decide this query?" (explain's
+        query line shows only those); with the platform and capability alone, "does it decide
+        anything on this machine?" (the doctor asks an input's probe only then)."""
+        from itertools import product
+
+        names = self.key_inputs
+        free = [i for i, n in enumerate(names) if n != name and n not in point]
+        choices = [(None, *self.backends) if names[i] == "backend" else self.values(names[i]) for i in free]
+        key = [point.get(n) for n in names]
+        at, values, lookup = names.index(name), self.values(name), self.index
+        for combo in product(*choices):
+            for i, value in zip(free, combo):
+                key[i] = value
+            seen = None
+            for value in values:
+                key[at] = value
+                index = lookup(tuple(key))
+                if index is None:  # a value not declared here (a scoped input)
+                    continue
+                if seen is None:
+                    seen = index
+                elif index != seen and self.rows[index] != self.rows[seen]:
+                    return True
+        return False
+
     def key(self, query: Query, **changes: str | None) -> tuple:
         """The lookup key of a normalized query, with the inputs named in ``changes``
         (built-in or pack-declared) set to other values: the one place a key is

@@ -289,8 +289,10 @@ class Selection(SelectFields, Frozen):
         :meth:`settings_for`) and its environment ``env``."""
         from .contract import contract_of
 
-        if engine == "sglang" and settings is None:
-            settings = self.settings_for("sglang")
+        if engine is not None and settings is None:
+            # what that engine's release is told or builds (SGLang's page and layout, vLLM 0.34's
+            # 64-token FlashInfer-V4.1 blocks on SM12x)
+            settings = self.settings_for(engine, release) if release is None or _is_version(release) else {}
         q, row = self.query, self.row
         return contract_of(model=q.model, platform=q.platform, capability=q.capability, layout=row.layout,
                            cache_dtype=row.cache_dtype, block_size=row.block_size, engine=engine,
@@ -377,3 +379,13 @@ def _newest(entries: list[tuple[str, str]]) -> tuple[str, str] | None:
     from ..engine.hosts import upper_bound
 
     return max(entries, key=lambda e: upper_bound(e[1]))
+
+
+def _is_version(text: str) -> bool:
+    from ..engine.hosts import release_of
+
+    try:
+        release_of(text)
+    except ValueError:
+        return False
+    return True

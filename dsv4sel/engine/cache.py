@@ -32,8 +32,15 @@ interpreter already trusts it with the code beside it. Decoding it is a
 tuples. :func:`decode` (the user cache) never reads marshal.
 
 Writes go to a temporary file (mode 0600) renamed into place; a failure
-leaves no temporary file. Pruning removes only entries this module wrote:
-names of its own pattern, owned by the user, starting with ``MAGIC``.
+leaves no temporary file. A writer killed between the two leaves one, so every
+write first removes the stale temporaries of earlier writers: names of the
+pattern :func:`write_entry` gives them (``.NAME.PID.RANDOM.tmp``), regular
+files owned by the user, whose writer process is gone or which are older than
+:data:`STALE_SECONDS`. Pruning removes only entries this module wrote: names
+of its own pattern, owned by the user, starting with ``MAGIC``.
+
+A missing cache directory is created 0700, and any missing parent of it
+(``~/.cache``) 0700 too, whatever the umask: the user's cache is the user's.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ import stat
 import zlib
 
 _KEEP = 16  # entries kept per directory; older ones are pruned on write
+#: A temporary file older than this is stale whatever its writer: writing one takes milliseconds.
+STALE_SECONDS = 3600
 MAGIC = b"dsv4sel-cache-3\n"
 #: The packaged artifact's magic (as long as :data:`MAGIC`): its first part is marshal.
 ARTIFACT_MAGIC = b"dsv4sel-pkgd-1\n\n"
@@ -201,12 +210,7 @@ def _open_dir(create: bool) -> int | None:
     writable by no one else (created 0700 when missing and ``create``); else None."""
     directory = cache_dir()
     if create:
-        parent = os.path.dirname(os.path.abspath(directory))
-        try:
-            os.makedirs(parent, exist_ok=True)
-            os.mkdir(directory, 0o700)
-        except OSError:
-            pass  # exists already (checked below), or cannot be made: skipped
+        _make_private(os.path.abspath(directory))
     try:
         fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW)
     except OSError:
@@ -220,6 +224,26 @@ def _open_dir(create: bool) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+def _make_private(directory: str) -> None:
+    """Create ``directory`` and every missing parent of it with mode 0700 (os.makedirs
+    would give the parents 0777 less the umask: 0777 itself under umask 000). One that
+    exists is left as it is; the directory itself is checked when opened."""
+    missing = []
+    path = directory
+    while path and not os.path.lexists(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+            os.chmod(path, 0o700)  # mkdir's mode is masked by the umask; this one is not
+        except OSError:
+            return  # exists already (made meanwhile: checked when opened), or cannot be made: skipped
 
 
 def _read_at(dir_fd: int | None, path: str, owned: bool) -> Entry | None:
@@ -291,6 +315,7 @@ def write_entry(name: str, data: dict, blob: bytes = b"", prune: bool = False) -
         return
     tmp = None
     try:
+        _remove_stale_temporaries(dir_fd)
         raw = encode(data, blob)
         tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600, dir_fd=dir_fd)
@@ -309,6 +334,49 @@ def write_entry(name: str, data: dict, blob: bytes = b"", prune: bool = False) -
             except OSError:
                 pass
         os.close(dir_fd)
+
+
+def _temporary_writer(name: str) -> int | None:
+    """The writer's process id in a temporary file name :func:`write_entry` gives
+    (``.NAME.PID.RANDOM.tmp``: NAME an entry's eight hex digits, RANDOM eight more), else None."""
+    parts = name.split(".")
+    if (len(parts) != 5 or parts[0] or parts[4] != "tmp" or not _is_entry_name(parts[1] + SUFFIX)
+            or not parts[2].isdigit() or not parts[2].isascii() or not _is_entry_name(parts[3] + SUFFIX)):
+        return None
+    pid = int(parts[2])
+    return pid if pid > 0 else None
+
+
+def _gone(pid: int) -> bool:
+    """Whether no process ``pid`` runs here (one of another user still counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, OverflowError, ValueError):
+        return False
+    return False
+
+
+def _remove_stale_temporaries(dir_fd: int) -> None:
+    """Remove the temporary files of writers killed between writing and renaming (see the
+    module docstring): only names of :func:`write_entry`'s pattern, regular files owned by
+    the user, whose writer is gone or that are older than :data:`STALE_SECONDS`."""
+    import time
+
+    now = time.time()
+    with os.scandir(dir_fd) as it:
+        for e in it:
+            pid = _temporary_writer(e.name)
+            if pid is None:
+                continue
+            try:
+                info = e.stat(follow_symlinks=False)
+                if (stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
+                        and (now - info.st_mtime > STALE_SECONDS or _gone(pid))):
+                    os.unlink(e.name, dir_fd=dir_fd)
+            except OSError:
+                continue
 
 
 def _is_entry_name(name: str) -> bool:

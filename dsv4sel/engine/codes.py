@@ -38,6 +38,7 @@ CODES: dict[str, tuple[Kind, str]] = {
     "DSV107": ("load", "malformed key or scalar (a bad integer, a leading zero, a non-scalar key)"),
     "DSV108": ("load", "the file exceeds a bound (alias expansion, nesting depth, a recursive alias)"),
     "DSV109": ("load", "a control character in a name or text"),
+    "DSV110": ("load", "the rule files of one load exceed a bound of the whole (files, bytes, YAML nodes)"),
     "DSV201": ("schema", "does not match the schema"),
     "DSV202": ("schema", "unquoted YAML number or boolean where a string belongs"),
     "DSV203": ("schema", "unknown field"),

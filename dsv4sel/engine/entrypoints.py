@@ -19,7 +19,12 @@ ENTRY_POINT_GROUP = "dsv4sel.rules"
 MAX_READ_BYTES = 1 << 20
 
 
-def declared_packs() -> list[tuple[str, str, str, str, int, str]]:
+#: One declaration: (entry-point name, module, distribution folder, its entry_points.txt, line,
+#: path entry, problem). ``problem`` is None, or why the file declares nothing readable.
+Declaration = tuple[str, str, str, str, int, str, "str | None"]
+
+
+def declared_packs() -> list[Declaration]:
     """Every pack declaration on the import path (see :func:`declared`)."""
     return declared(entry_point_metadata())
 
@@ -56,17 +61,20 @@ def _dist_name(folder: str) -> str:
     return "".join("_" if c in "-_." else c for c in name.lower()).replace("__", "_")
 
 
-def declared(key: tuple) -> list[tuple[str, str, str, str, int, str]]:
-    """``(entry-point name, module, distribution, entry_points.txt path, line, path entry)``
-    for each pack that the metadata ``key`` (see :func:`entry_point_metadata`)
+def declared(key: tuple) -> list[Declaration]:
+    """``(entry-point name, module, distribution, entry_points.txt path, line, path entry,
+    None)`` for each pack that the metadata ``key`` (see :func:`entry_point_metadata`)
     declares, read as importlib.metadata reads it: an INI file of ``[group]``
     headers and ``name = module[:attr]`` lines, the first distribution of a
-    name on the path shadowing later copies of it."""
+    name on the path shadowing later copies of it. An ``entry_points.txt`` that
+    mentions the group but is not valid INI gives one declaration named after
+    its distribution, with the reason as its problem: its packs cannot be read,
+    and silently dropping them would serve a decision without them."""
     if not any(declared for _entry, _names, declared in key):
         return []  # no pack installed: spare the cold start configparser's import
     import configparser
 
-    out = []
+    out: list[Declaration] = []
     seen: set[str] = set()
     for entry, _names, declared in key:
         for folder, text in declared:
@@ -79,19 +87,49 @@ def declared(key: tuple) -> list[tuple[str, str, str, str, int, str]]:
             # for that, which typeshed's method type does not allow
             parser.optionxform = str  # type: ignore[assignment,method-assign]
             decoded = text.decode("utf-8", "replace")
+            where = os.path.join(entry or ".", folder, "entry_points.txt")
             try:
                 parser.read_string(decoded)
-            except configparser.Error:
+            except configparser.Error as exc:
+                out.append((dist, "", folder, where, _error_line(exc), entry or ".", _not_ini(exc)))
                 continue
             if not parser.has_section(ENTRY_POINT_GROUP):
                 continue
             lines = decoded.splitlines()
-            where = os.path.join(entry or ".", folder, "entry_points.txt")
             for name, value in parser.items(ENTRY_POINT_GROUP):
                 line = next((i + 1 for i, t in enumerate(lines)
                              if t.split("=", 1)[0].strip() == name and "=" in t), 1)
-                out.append((name, value.split(":")[0].strip(), folder, where, line, entry or "."))
+                out.append((name, value.split(":")[0].strip(), folder, where, line, entry or ".", None))
     return out
+
+
+def _error_line(exc: Exception) -> int:
+    """The line configparser's error names (a ParsingError lists its bad lines), else 1."""
+    line = getattr(exc, "lineno", None)
+    errors = getattr(exc, "errors", None)
+    if line is None and errors:
+        line = errors[0][0]
+    return line if isinstance(line, int) and line > 0 else 1
+
+
+def _not_ini(exc: Exception) -> str:
+    """Why an entry_points.txt that mentions the group cannot be read, in one line."""
+    import configparser
+
+    from .text import escape
+
+    if isinstance(exc, configparser.MissingSectionHeaderError):
+        reason = "a line before any [section] header"
+    elif isinstance(exc, configparser.DuplicateSectionError):
+        reason = f"section [{escape(str(exc.section))}] twice"
+    elif isinstance(exc, configparser.DuplicateOptionError):
+        reason = f"{escape(str(exc.option))!r} twice in section [{escape(str(exc.section))}]"
+    elif isinstance(exc, configparser.ParsingError):
+        reason = "a line that is neither a [section] header nor name = value"
+    else:
+        reason = type(exc).__name__
+    return (f"this entry_points.txt mentions {ENTRY_POINT_GROUP} but is not valid INI ({reason}), so the "
+            "rule packs it declares cannot be read; reinstall the distribution or fix the file")
 
 
 def is_module_path(module: str) -> bool:

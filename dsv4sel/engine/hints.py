@@ -2,7 +2,8 @@
 
 YAML reads unquoted ``8.0`` as a float, ``no`` as false and ``12`` as an int;
 where the rule or test schema expects a string, the message says to quote the
-value and shows it quoted as it was written in the file.
+value and shows it quoted as it was written in the file. A compiler dependency
+that does not import is told apart from one that is not installed.
 """
 
 from __future__ import annotations
@@ -83,3 +84,21 @@ def allow_impl_hint(impl: str, from_environment: bool = False) -> str:
         return (f"; to allow it, set {ALLOW_IMPL_ENV}={top} beside {RULES_PATH_ENV}, which names this pack, "
                 f"or pass {flag}, or {installed}")
     return f"; to allow it, pass {flag}, set {ALLOW_IMPL_ENV}={top} in a serving process's environment, or {installed}"
+
+
+def dependency_error(exc: ImportError, module: str, distribution: str) -> Exception:
+    """What to raise when importing ``module`` (from ``distribution``), which the compiler
+    needs, failed with ``exc``: ``pip install`` only when it is not installed. An import
+    that fails for want of memory (a MemoryError inside it, or the dynamic loader unable
+    to map a library) is a MemoryError, and any other failure says the module is broken,
+    never that it is missing."""
+    text = str(exc)
+    if isinstance(exc.__context__, MemoryError) or any(
+            sign in text for sign in ("failed to map segment", "Cannot allocate memory")):
+        return MemoryError(f"importing {module}: {text}")
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == module:
+        return ImportError(f"dsv4sel needs {distribution} to compile rule files, and it is not installed: "
+                           f"pip install {distribution.lower()} (a warm compiled cache needs neither PyYAML "
+                           "nor jsonschema)")
+    return ImportError(f"dsv4sel needs {distribution} to compile rule files, and it is installed but does not "
+                       f"import ({type(exc).__name__}: {text}); reinstall it")

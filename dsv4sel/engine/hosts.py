@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import re
 
+from ..process import Interrupted
+
 TYPE_CHECKING = False  # not `typing`: explain and the serving path import this module
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
@@ -199,6 +201,8 @@ def host_class_problem(host: str, cls: str, versions: str) -> str | None:
     module_name, _, attr = cls.partition(":")
     try:
         module = importlib.import_module(module_name)
+    except (Interrupted, MemoryError):  # the user's Ctrl-C, the machine's memory: not the host's failure
+        raise
     except BaseException as exc:  # noqa: BLE001 - the host's own import failing (sys.exit too) is the finding
         return (f"host {host} {have} class {cls!r}: cannot import {module_name}: "
                 f"{type(exc).__name__}: {exc}")

@@ -100,7 +100,7 @@ class CompiledRules:
         self.profile = profile
         try:
             self._load(data)
-        except CorruptTable:
+        except (CorruptTable, MemoryError):  # too little memory to read them is not damage
             raise
         except Exception as exc:  # noqa: BLE001 - any shape error of untrusted data
             raise CorruptTable(f"compiled rules are damaged: {type(exc).__name__}: {exc}") from None

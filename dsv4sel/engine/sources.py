@@ -13,6 +13,13 @@ Rule packs, lowest precedence first (see docs/rule-packs.md):
 Later packs add vocabulary values, backends and default rules; a default
 rule of a later pack takes precedence over earlier ones only when it says
 ``override: true``.
+
+One load (all packs together) is bounded as a whole, as each file is by the
+loader: at most :data:`MAX_LOAD_FILES` files and :data:`MAX_LOAD_BYTES`
+bytes (checked on the listing, before any file is read, here and by the
+fingerprint) and :data:`MAX_LOAD_NODES` YAML nodes (counted while loading,
+:func:`dsv4sel.engine.build.load_and_validate`). Past one, the load is
+refused with one DSV110 problem naming the bound and the measured value.
 """
 
 from __future__ import annotations
@@ -20,11 +27,20 @@ from __future__ import annotations
 import os
 
 from .._version import __version__
+from ..errors import Problem
 from ..record import Frozen
 from .entrypoints import ENTRY_POINT_GROUP, declared_packs, is_module_path, not_a_pack, package_dir, read_bytes
 from .text import escape
 
 RULE_SUFFIXES = (".yaml", ".yml")
+
+#: Bounds on one load, all packs together. Loading, validating and compiling cost about the
+#: same per YAML node, so these bound the work of a cold ``select()`` and of ``check``; the
+#: shipped rules with the example pack, and each compat set, hold under a tenth of each, and
+#: all of them loaded together under a fifth (tests/product/test_hostile_load.py).
+MAX_LOAD_FILES = 256
+MAX_LOAD_BYTES = 4 << 20
+MAX_LOAD_NODES = 100_000
 
 
 RULES_PATH_ENV = "DSV4SEL_RULES_PATH"
@@ -61,15 +77,17 @@ class Pack(Frozen):
 class Source(Frozen):
     """One rule file: ``path`` on disk, ``display`` in messages, the ``pack``
     it belongs to, and ``unreadable``: why the file (or its pack's directory)
-    cannot be read, found while listing it, or None (reported at ``line``)."""
+    cannot be read, found while listing it, or None (reported at ``line``
+    with ``code``)."""
 
-    __slots__ = ("path", "display", "pack", "unreadable", "line")
-    _defaults = {"pack": "dsv4sel", "unreadable": None, "line": 1}
+    __slots__ = ("path", "display", "pack", "unreadable", "line", "code")
+    _defaults = {"pack": "dsv4sel", "unreadable": None, "line": 1, "code": "DSV101"}
     path: str
     display: str
     pack: str
     unreadable: str | None
     line: int
+    code: str
 
 
 def shipped_rules_dir() -> str:
@@ -83,29 +101,73 @@ def shipped_rules_dir() -> str:
     raise RuntimeError(f"dsv4sel is installed without its rules: no rules/vocabulary.yaml next to {here}")
 
 
+def printable_path(path: str) -> str:
+    """``path`` as text any output can take: the bytes of a name that is not UTF-8 (which
+    Python keeps as lone surrogates, ``\\udcff``) written as ``\\xff``, control characters
+    escaped. A file name is as untrusted as the file."""
+    return escape(path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
+
+
 def _display(path: str, root: str | None, root_label: str | None) -> str:
-    """A file's name in messages; control characters in it are escaped (a
-    file name is as untrusted as the file)."""
+    """A file's name in messages (:func:`printable_path`)."""
     if root is not None and root_label is not None:
-        return escape(f"{root_label}/{os.path.relpath(path, root)}")
+        return printable_path(f"{root_label}/{os.path.relpath(path, root)}")
     rel = os.path.relpath(path)
-    return escape(path if rel.startswith("..") else rel)
+    return printable_path(path if rel.startswith("..") else rel)
 
 
 def expand(path: str, pack: str = "dsv4sel", root_label: str | None = None) -> list[Source]:
     """The rule files at ``path``: the file itself, or a directory's ``*.yaml``
     files in name order. A missing path yields one Source whose read fails
-    later with a located problem."""
+    later with a located problem; a directory without rule files, one Source
+    refused with :func:`no_rule_files` (DSV306): a pack that is empty is a
+    mistake (a wrong path), never an empty pack."""
     if os.path.isdir(path):
         try:
             listed = os.listdir(path)
         except OSError as exc:
             return [Source(path, _display(path, None, None), pack,
                            f"cannot list the rule directory: {escape(exc.strerror or str(exc))}")]
-        names = sorted(n for n in listed if n.endswith(RULE_SUFFIXES) and not n.startswith("."))
+        names = sorted(n for n in listed if _is_rule_file_name(n))
+        if not names:
+            return [Source(path, _display(path, None, None), pack, no_rule_files(path), code="DSV306")]
         return [Source(os.path.join(path, n), _display(os.path.join(path, n), path, root_label), pack)
                 for n in names]
     return [Source(path, _display(path, None, None), pack)]
+
+
+def _is_rule_file_name(name: str) -> bool:
+    return name.endswith(RULE_SUFFIXES) and not name.startswith(".")
+
+
+#: How many entries of a directory without rule files are looked into for a ``rules/`` folder.
+_HINT_SCAN = 64
+
+
+def no_rule_files(path: str) -> str:
+    """Why the directory ``path`` is no pack: it holds no rule files. When a folder
+    below it does (``DIR/rules``, or ``DIR/PACKAGE/rules`` at a pack's project root),
+    the message names it: the usual mistake is naming the folder above a pack's rules."""
+    message = f"no rule files (*.yaml, *.yml) in directory {printable_path(path)}"
+    below = _rules_below(path)
+    return message + (f"; did you mean {printable_path(below)}?" if below else
+                      "; a pack is the directory that holds its rule files")
+
+
+def _rules_below(path: str) -> str | None:
+    """``path/rules`` or ``path/NAME/rules`` (the first by name) when it holds rule files."""
+    try:
+        names = sorted(os.listdir(path))[:_HINT_SCAN]
+    except OSError:
+        return None
+    for candidate in (os.path.join(path, "rules"),
+                      *(os.path.join(path, n, "rules") for n in names if not n.startswith("."))):
+        try:
+            if any(_is_rule_file_name(n) for n in os.listdir(candidate)):
+                return candidate
+        except OSError:
+            continue
+    return None
 
 
 def shipped_pack() -> Pack:
@@ -121,7 +183,7 @@ def directory_pack(path: str) -> Pack:
     parts = os.path.normpath(os.path.abspath(path)).split(os.sep)
     # a pack's YAML usually sits in a folder named `rules`; the folder above names the pack
     name = parts[-2] if parts[-1] == "rules" and len(parts) > 1 else parts[-1]
-    return Pack(os.path.splitext(name)[0] or path, path)
+    return Pack(printable_path(os.path.splitext(name)[0] or path), path)
 
 
 def installed_packs() -> list[Pack]:
@@ -136,17 +198,20 @@ def installed_packs() -> list[Pack]:
 
     A declaration that cannot be a pack (a package that is not found, a
     standard-library package, one entry-point name declared by two
-    distributions) becomes a pack whose one source is refused with a
-    problem located at that distribution's ``entry_points.txt``."""
+    distributions, an ``entry_points.txt`` that mentions the group but is not
+    valid INI) becomes a pack whose one source is refused with a problem
+    located at that distribution's ``entry_points.txt``."""
     declared = declared_packs()
+    # an entry_points.txt that cannot be read: one refused pack, named after its distribution
+    packs = [Pack(name, where, (), name, problem, line)
+             for name, _module, _folder, where, line, _entry, problem in declared if problem is not None]
     by_name: dict[str, list] = {}
     for item in declared:
-        by_name.setdefault(item[0], []).append(item)
-    packs = []
+        if item[6] is None:
+            by_name.setdefault(item[0], []).append(item)
     for name in sorted(by_name):
         items = by_name[name]
-        _, module, folder, where, line, entry = items[0]
-        problem = None
+        _, module, folder, where, line, entry, problem = items[0]
         if len(items) > 1:
             problem = (f"entry point {name!r} of group {ENTRY_POINT_GROUP} is declared by "
                        + " and by ".join(escape(i[2]) for i in items)
@@ -165,6 +230,39 @@ def installed_packs() -> list[Pack]:
                     continue
         packs.append(Pack(name, where, (), name, problem, line))
     return packs
+
+
+def load_bound_problem(sources: list[Source]) -> Problem | None:
+    """The DSV110 problem of a load of ``sources`` with more than :data:`MAX_LOAD_FILES`
+    files or :data:`MAX_LOAD_BYTES` bytes in all (sizes from the listing: nothing is read),
+    located at the first file past the bound; None within both."""
+    if len(sources) > MAX_LOAD_FILES:
+        return Problem(sources[MAX_LOAD_FILES].display, 1, 1,
+                       f"{len(sources):,} rule files in one load; a load reads at most {MAX_LOAD_FILES:,} files "
+                       f"(this is file {MAX_LOAD_FILES + 1:,}): {split_or_raise('MAX_LOAD_FILES')}", code="DSV110")
+    sizes = [_size(s) for s in sources]
+    if sum(sizes) <= MAX_LOAD_BYTES:
+        return None
+    from itertools import accumulate
+
+    crossing = next(src for src, running in zip(sources, accumulate(sizes)) if running > MAX_LOAD_BYTES)
+    return Problem(crossing.display, 1, 1,
+                   f"the rule files hold {sum(sizes):,} bytes in all; a load reads at most {MAX_LOAD_BYTES:,} "
+                   f"(this file crosses it): {split_or_raise('MAX_LOAD_BYTES')}", code="DSV110")
+
+
+def _size(src: Source) -> int:
+    """The size of a rule file as listed (0 for one that cannot be read: it is reported when read)."""
+    try:
+        return os.stat(src.path).st_size if src.unreadable is None else 0
+    except OSError:
+        return 0
+
+
+def split_or_raise(bound: str) -> str:
+    """How to get under a bound of one load: what every DSV110 message ends with."""
+    return ("load only the packs this process needs (DSV4SEL_RULES_PATH, --rules), split the rules into "
+            f"rule sets loaded by separate processes, or raise dsv4sel.engine.sources.{bound}")
 
 
 def environment_packs() -> list[Pack]:
@@ -212,7 +310,13 @@ def fingerprint(sources: list[Source], extra: tuple[str, ...] = (), code: tuple[
     installed). A cached table is current only when its fingerprint equals
     this one, so an edit is seen even when the file keeps its size and mtime
     (``touch -d``, ``cp -p``, ``rsync -a``, fixed-mtime builds). Reading ~20
-    small files costs well under a millisecond."""
+    small files costs well under a millisecond. A load past the files or bytes
+    bound (:func:`load_bound_problem`) raises RuleError before any file is read."""
+    problem = load_bound_problem(sources)
+    if problem is not None:
+        from ..errors import RuleError
+
+        raise RuleError([problem])
     return (__version__, tuple(extra), tuple(read_bytes(path) for path in (*compiler_files(), *code)),
             tuple((s.display, s.pack, read_bytes(s.path)) for s in sources))
 

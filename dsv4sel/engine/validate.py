@@ -21,9 +21,9 @@ def validator(schema_path: str):
     try:
         import jsonschema
     except ImportError as exc:
-        raise ImportError("dsv4sel needs jsonschema to compile rule files, and it is not importable "
-                          f"({exc}): pip install jsonschema (a warm compiled cache needs neither "
-                          "jsonschema nor yaml)") from exc
+        from .hints import dependency_error
+
+        raise dependency_error(exc, "jsonschema", "jsonschema") from exc
 
     with open(schema_path, encoding="utf-8") as fh:
         schema = json.load(fh)
@@ -78,7 +78,8 @@ def _describe(error) -> tuple[tuple, str, str, bool]:
     label = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = set(error.schema.get("properties", {}))
-        extra = sorted(k for k in error.instance if k not in allowed)
+        # YAML keys may be integers or booleans (`1: a`) beside strings: ordered by their text
+        extra = sorted((k for k in error.instance if k not in allowed), key=lambda k: (not isinstance(k, str), str(k)))
         if extra:
             from .suggest import close_matches
 

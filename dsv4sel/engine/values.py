@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ..errors import ImplLoadError, Loc
+from ..process import Interrupted
 from ..record import Frozen
 from .text import escape
 
@@ -158,6 +159,8 @@ def _import(impl: str, module_name: str):
 
     try:
         return importlib.import_module(module_name)
+    except (Interrupted, MemoryError):  # the user's Ctrl-C, the machine's memory: not the module's failure
+        raise
     except BaseException as exc:  # noqa: BLE001 - a module calling sys.exit() or raising
         # KeyboardInterrupt at import must not end the process that asked for its class
         raise ImplLoadError(f"impl {impl!r}: cannot import {module_name}: {type(exc).__name__}: {exc}") from None

@@ -57,10 +57,13 @@ class Report(Frozen):
     (with its probed inputs), ``query`` the normalized query for it (None
     when the platform is unknown), ``notes`` normalization's messages,
     ``selections`` ``(kv dtype, Selection | Rejection)`` pairs with the
-    default kv dtype first, ``impls`` one check per impl class. ``ok`` is
-    True when the default kv dtype selects and that impl can run."""
+    default kv dtype first, ``impls`` one check per impl class, ``deciding``
+    the inputs of ``query.extra`` that decide one of those selections (the
+    others are left out of the text). ``ok`` is True when the default kv
+    dtype selects and that impl can run."""
 
-    __slots__ = ("machine", "query", "notes", "selections", "impls", "rules_digest", "rule_files")
+    __slots__ = ("machine", "query", "notes", "selections", "impls", "rules_digest", "rule_files", "deciding")
+    _defaults = {"deciding": ()}
     machine: Machine
     query: Query | None
     notes: tuple[Message, ...]
@@ -68,6 +71,7 @@ class Report(Frozen):
     impls: tuple[ImplCheck, ...]
     rules_digest: str
     rule_files: tuple[str, ...]
+    deciding: tuple[str, ...]
 
     @property
     def probes(self) -> tuple[InputProbe, ...]:
@@ -104,7 +108,7 @@ class Report(Frozen):
                 "rules_digest": self.rules_digest,
             },
             "query": None if self.query is None else self.query.as_dict(),
-            "probes": [{"input": p.name, "impl": p.impl, "value": p.value, "reason": p.reason}
+            "probes": [{"input": p.name, "impl": p.impl, "value": p.value, "reason": p.reason, "asked": p.asked}
                        for p in self.probes],
             "messages": [{"level": n.level, "text": str(n)} for n in self.notes],
             "selections": [
@@ -165,8 +169,10 @@ def build_report(rules: RuleSet, platform: str | None = None, capability: str | 
                  model: str | None = None, inputs: dict[str, str] | None = None) -> Report:
     """The report for this machine, or for ``platform``/``capability`` when
     given. Pack-declared inputs come from their probes unless ``inputs``
-    names them. Raises :class:`UnknownPlatform` when a given value is outside
-    the rules' vocabulary; a detected one that is becomes ``machine.problem``."""
+    names them; a capability given without ``platform`` that names its platform
+    (``MI300X``) asks about that platform. Raises :class:`UnknownPlatform` when a
+    given value is outside the rules' vocabulary; a detected one that is becomes
+    ``machine.problem``."""
     from ..errors import InvalidQuery
 
     found = read_machine(rules, platform, capability)
@@ -177,13 +183,19 @@ def build_report(rules: RuleSet, platform: str | None = None, capability: str | 
     notes: tuple[Message, ...] = ()
     if found.platform is not None:
         try:
-            query, notes = rules.normalize(platform=found.platform, capability=found.capability,
+            # as written (MI300X), so that a refusal names what the user wrote
+            query, notes = rules.normalize(platform=found.platform,
+                                           capability=found.capability_given or found.capability,
                                            model=model or rules.default_of("model"), extra=extra)
         except InvalidQuery as exc:
-            if found.given or model or inputs:
+            if found.given or capability is not None or model or inputs:
                 raise UnknownPlatform(exc.reason) from None
             found = found.replace(platform=None, problem=f"detected {found.platform} "
                                   f"{found.capability}, which the rules do not know: {exc.reason}")
     selections = _selections(rules, query) if query is not None else ()
+    deciding: tuple[str, ...] = ()
+    if query is not None:
+        held = {"model": query.model, "platform": query.platform, "capability": query.capability, "backend": None}
+        deciding = tuple(name for name, _ in query.extra if rules.decides(name, {**held, **dict(query.extra)}))
     impls = impl_checks(rules, *target)
-    return Report(found, query, tuple(notes), selections, impls, rules.digest, rules.sources)
+    return Report(found, query, tuple(notes), selections, impls, rules.digest, rules.sources, deciding)

@@ -137,11 +137,13 @@ class WhyNot(Frozen):
 
 class Explanation(Frozen):
     """Everything known about one decision. Exactly one of ``selection`` and
-    ``rejection`` is set. ``alternatives`` is empty unless rejected."""
+    ``rejection`` is set. ``alternatives`` is empty unless rejected. ``deciding``
+    names the inputs of ``query.extra`` whose value changes this outcome
+    (``flashinfer_sm120`` on SM12x, not on SM90): the text shows only those."""
 
     __slots__ = ("query", "selection", "rejection", "path", "rewrites", "messages", "why_not",
-                 "alternatives", "rules_digest", "memory")
-    _defaults = {"memory": None}
+                 "alternatives", "rules_digest", "memory", "deciding")
+    _defaults = {"memory": None, "deciding": ()}
 
     query: Query
     selection: Selection | None
@@ -154,6 +156,7 @@ class Explanation(Frozen):
     rules_digest: str
     #: the KV memory ``explain(tokens=N)`` asked for (None: not asked, or rejected)
     memory: KVMemory | None
+    deciding: tuple[str, ...]
 
     @property
     def ok(self) -> bool:
@@ -299,8 +302,10 @@ def explain_query(rules: RuleSet, query: Query, notes: tuple[Message, ...] = ())
     excluded = {decided.backend, query.backend}
     why_not = tuple(_why_not(rules, query, b, path)
                     for b in probe.platform_backends(rules, query) if b not in excluded)
+    point = query.point()
+    deciding = tuple(name for name, _ in query.extra if rules.decides(name, point))
     return Explanation(query, selection, refusal, path, rewrites, messages, why_not, alternatives,
-                       rules.digest)
+                       rules.digest, deciding=deciding)
 
 
 def _impl_warning(impl: str, allowed: tuple[str, ...]) -> tuple[Message, ...]:

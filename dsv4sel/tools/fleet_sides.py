@@ -61,7 +61,7 @@ def compat_rule_set(engine: str, version: str) -> str:
     host = HOSTS.get(engine)
     release = None if host is None else host.release(version)
     if release is None:
-        known = ", ".join(f"{h.name} {r.version.rsplit('.', 1)[0]}" for h in HOSTS.values() for r in h.releases)
+        known = ", ".join(f"{h.name} {r.compat.rsplit('-', 1)[1]}" for h in HOSTS.values() for r in h.releases)
         raise ValueError(f"{engine} {version} has no compat rule set (what the engine decides by itself); "
                          f"known releases: {known}")
     return os.path.join(shipped_rules_dir(), *release.compat.split("/"))

@@ -62,6 +62,24 @@ def test_shipped_rules_report_coverage(shipped):
     assert re.search(r"^  not-a-dsv4-backend\s+rules/not_dsv4.yaml:\d+\s+reject\s+\d+\s+\d+$", out, re.M)
 
 
+def test_summary_is_one_line_for_clean_rules_and_keeps_every_finding():
+    clean = check("--summary")
+    assert clean.returncode == 0, clean.stdout
+    assert re.fullmatch(r"dsv4sel check: clean, \d+ files, \d+ rules: all \d+ inputs decided exactly once\n",
+                        clean.stdout), clean.stdout
+
+
+def test_summary_of_rules_with_findings_lists_them_then_one_line(tmp_path):
+    rules = write(tmp_path / "gappy", SMALL, RULES / "gappy")
+    proc = check("--only-rules", "--rules", str(rules), "--summary", cwd=tmp_path)
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert [re.match(r"(\S+): error (DSV\d+) ", line).groups() for line in lines[:-1]] == [
+        ("gappy/a.yaml:2", "DSV401"), ("gappy/a.yaml:2", "DSV401"), ("gappy/a.yaml:12", "DSV402")], lines
+    assert re.fullmatch(r"dsv4sel check: \d+ files, \d+ rules: 3 findings: 3 errors, 0 warnings", lines[-1]), lines
+    assert "coverage:" not in proc.stdout
+
+
 def test_bad_rule_dir_gives_locations_and_exit_2(tmp_path):
     # rule files that do not load are unusable input: exit 2, as from every command
     rules = write(tmp_path / "bad", SMALL, RULES / "typo")

@@ -52,10 +52,12 @@ def test_rejection_exits_1_with_reason_and_nearest_alternatives():
     assert re.search(r"^  reason\s+FLASHMLA_SPARSE_DSV4 stores the KV cache only as fp8_ds_mla", r.out, re.M)
     assert re.search(r"^  blocked by\s+kv-cache-dtype$", r.out, re.M)
     assert loc("flashmla.yaml", "flashmla-unsupported-dtype") in r.out
-    alts = r.out[r.out.index("nearest working alternatives"):].splitlines()[1:]
+    # one alternative per row: the flags, then (on a line of its own when the row is too wide
+    # for 100 columns) what they select
+    alts = re.split(r"\n  (?=--)", r.out[r.out.index("nearest working alternatives"):])[1:]
     assert alts[0].split()[:2] == ["--kv-cache-dtype", "auto"] and "FLASHMLA_SPARSE_DSV4" in alts[0]
-    assert any(line.split()[:2] == ["--attention-backend", "FLASHINFER_MLA_SPARSE_DSV4"] and "bf16_row" in line
-               for line in alts), alts
+    assert any(alt.split()[:2] == ["--attention-backend", "FLASHINFER_MLA_SPARSE_DSV4"] and "bf16_row" in alt
+               for alt in alts), alts
 
 
 def test_rejection_with_nothing_nearby_says_so():
@@ -108,7 +110,7 @@ def test_pack_inputs_are_set_with_input_and_can_be_what_blocks():
     assert re.search(r"FLASHMLA_MEGA_ATTN_DSV41\s+rejects \(mega_attn\)\s+mega-dsv41-unavailable", without.out)
     mega = run(*base, "--input", "mega_attn=available")
     assert mega.rc == 0 and re.search(r"^selected\s+FLASHMLA_MEGA_ATTN_DSV41 ", mega.out, re.M), mega.out
-    assert "mega_attn=available" in mega.out.splitlines()[0]
+    assert "mega_attn=available" in mega.out[:mega.out.index("\n\n")]  # the query line, wrapped at 100
     typo = run(*base, "--input", "mega_atn=available")
     assert typo.rc == 2 and "unknown input 'mega_atn'" in typo.err and "mega_attn" in typo.err
     assert run(*base, "--input", "mega_attn").rc == 2  # not NAME=VALUE
@@ -138,10 +140,9 @@ def test_colour_only_on_a_terminal_and_never_with_no_color():
                     env=environ(COLUMNS="100", NO_COLOR="1")).out
     assert ANSI.sub("", tty.out) == plain
     assert max(len(line) for line in plain.splitlines()) <= 100
-    # piped, nothing is wrapped, whatever COLUMNS says: one line per item
+    # piped, it is wrapped at 100 columns whatever COLUMNS says: as on a 100-column terminal
     piped = run("explain", "--platform", "cuda", "--capability", "9.0", env=environ(COLUMNS="40")).out
-    why = next(line for line in piped.splitlines() if line.startswith("  why "))
-    assert len(why) > 100 and len(piped.splitlines()) < len(plain.splitlines())
+    assert piped == plain
     no_color = run_tty("explain", "--platform", "cuda", "--capability", "9.0", env=environ(NO_COLOR="1"))
     assert no_color.rc == 0 and not ANSI.search(no_color.out) and "selected" in no_color.out
     piped = run("explain", "--platform", "cuda", "--capability", "10.0", "--kv-cache-dtype", "bfloat16")
@@ -211,3 +212,71 @@ def test_tokens_gives_the_kv_memory_per_kind_of_layer_and_for_the_model():
 def test_tokens_without_known_layers_exits_2_naming_what_to_pass(args, says):
     r = run("explain", "--platform", "cuda", "--capability", "10.0", "--tokens", "1000", *args)
     assert r.rc == 2 and says in r.err and "--layers" in r.err and r.out == "", r
+
+
+def test_a_gpu_name_alone_names_the_platform_and_the_query_line_says_so():
+    r = run("explain", "--capability", "MI300X")
+    assert r.rc == 0, r
+    assert r.out.startswith("query     rocm gfx942 (from --capability MI300X), --kv-cache-dtype auto"), r.out
+    assert re.search(r"^selected\s+ROCM_FLASHMLA_SPARSE_DSV4 ", r.out, re.M)
+    h100 = run("explain", "--capability", "NVIDIA H100 80GB HBM3")
+    assert h100.out.startswith("query     cuda 9.0 (from --capability NVIDIA H100 80GB HBM3)"), h100.out
+    # a capability every platform declares names none: the platform is still asked for
+    unknown = run("explain", "--capability", "unknown")
+    assert unknown.rc == 2 and "--platform is required" in unknown.err
+
+
+def test_a_gpu_name_of_another_platform_says_which_platform_it_is():
+    r = run("explain", "--platform", "cuda", "--capability", "MI300X")
+    assert r.rc == 2 and r.out == "", r
+    assert r.err.strip() == "dsv4sel explain: error: MI300X is a ROCm GPU (gfx942): use --platform rocm"
+    cuda = run("explain", "--platform", "rocm", "--capability", "H100")
+    assert cuda.err.strip() == "dsv4sel explain: error: H100 is a CUDA GPU (9.0): use --platform cuda"
+
+
+@pytest.mark.parametrize("args, shown, hidden", [
+    (("--platform", "cuda", "--capability", "9.0"), [], ["mega_attn", "prefill_context_parallel", "flashinfer_sm120"]),
+    (("--platform", "cuda", "--capability", "12.0"), ["flashinfer_sm120=available"],
+     ["mega_attn", "prefill_context_parallel"]),
+    (("--platform", "cuda", "--capability", "10.0", "--model", "deepseek_v4_1"),
+     ["mega_attn=unavailable", "prefill_context_parallel=off"], ["flashinfer_sm120"]),
+    (("--platform", "rocm", "--capability", "gfx942"), [], ["mega_attn", "prefill_context_parallel", "flashinfer_sm120"]),
+])
+def test_the_query_line_shows_only_the_inputs_that_decide_the_query(args, shown, hidden):
+    r = run("explain", *args)
+    query = r.out[:r.out.index("\n\n")]  # the query line, wrapped or not
+    for text in shown:
+        assert text in query, query
+    for name in hidden:
+        assert name not in query, query
+    # --json still gives every input of the query
+    data = json.loads(run("explain", *args, "--json").out)
+    assert {"mega_attn", "prefill_context_parallel", "flashinfer_sm120"} <= set(data["query"])
+
+
+def fits(line: str, width: int) -> bool:
+    """``line`` is at most ``width`` columns, or it holds one word that is wider than the room
+    left beside its label (a path, a class name: never broken), and nothing after it."""
+    return len(line) <= width or re.fullmatch(r"\s*(\S+( \S+)*\s{2,})?\S+", line) is not None
+
+
+@pytest.mark.parametrize("args", [
+    ("--platform", "cuda", "--capability", "9.0"),
+    ("--platform", "cuda", "--capability", "10.0", "--kv-cache-dtype", "bfloat16"),
+    ("--platform", "cuda", "--capability", "12.0", "--model", "deepseek_v4_1"),
+])
+def test_piped_output_fits_100_columns_and_keeps_every_location_whole(args):
+    r = run("explain", *args)
+    assert all(fits(line, 100) for line in r.out.splitlines()), r.out
+    for rule in json.loads(run("explain", *args, "--json").out)["path"]:
+        assert re.search(rf"(^|\s){re.escape(rule['location'])}(\s|$)", r.out, re.M), rule["location"]
+    # a host's versions stay with its name: "(vllm >=0.33.0,<0.34)" is one word
+    assert r.rc == 1 or re.search(r"\(vllm >=0\.33\.0,<0\.34\)$", r.out, re.M), r.out
+
+
+def test_a_narrow_terminal_wraps_without_breaking_a_path(tmp_path):
+    # from another directory the shipped rules' locations are absolute paths: long words
+    r = run_tty("explain", "--platform", "cuda", "--capability", "9.0", env=environ(COLUMNS="60", NO_COLOR="1"))
+    assert r.rc == 0
+    assert all(fits(line, 60) for line in r.out.splitlines()), r.out
+    assert re.search(r"(^|\s)rules/flashmla\.yaml:\d+(\s|$)", r.out, re.M), r.out

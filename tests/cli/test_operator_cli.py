@@ -10,7 +10,7 @@ import os
 import pytest
 
 
-from _cli import REPO, run  # noqa: E402
+from _cli import REPO, environ, run  # noqa: E402
 
 TYPO = "examples/mistakes/value-typo"
 
@@ -136,3 +136,12 @@ def test_a_problem_that_is_no_file_keeps_its_name_in_text_and_json(tmp_path):
     (problem,) = json.loads(r.out)["error"]["problems"]
     assert problem["file"] == problem["path"] == "$DSV4SEL_ALLOW_IMPL_MODULES"
     assert "  $DSV4SEL_ALLOW_IMPL_MODULES:1:1: DSV4SEL_ALLOW_IMPL_MODULES holds -" in run("check", env=env, cwd=tmp_path).err
+
+
+@pytest.mark.parametrize("command", ["check", "test"])
+@pytest.mark.parametrize("columns", ["42", "60", "80", "100", "132"])
+def test_help_shows_the_github_annotation_as_typed_at_any_width(command, columns):
+    # the CLI writes a line that starts with a colon as \x3a (no text may forge a workflow
+    # command); the help's own "::error" is quoted, so wherever argparse wraps it stays as typed
+    r = run(command, "--help", env=environ(COLUMNS=columns))
+    assert r.rc == 0 and "'::error" in r.out and "\\x3a" not in r.out, r.out

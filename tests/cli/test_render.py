@@ -113,22 +113,23 @@ def test_diff_of_identical_rule_sets_renders_no_change(rules):
     dict(platform="rocm", capability="gfx942", backend="FLASHMLA_SPARSE_DSV4"),
 ])
 def test_explain_renders_the_explanation_it_is_given(rules, query):
-    from dsv4sel.cli.render.explain import report_lines
+    from dsv4sel.cli.render.explain import report_text
+    from dsv4sel.cli.render.text import PIPE_WIDTH
 
     ex = explain(rules, **query)
     argv = ["explain"] + [f"--{k.replace('_', '-')}={v}" for k, v in query.items()]
     text = run(*argv)
     assert text.rc == (0 if ex.ok else 1)
-    assert text.out == "\n".join(report_lines(ex, PLAIN)) + "\n"
+    assert text.out == report_text(ex, PLAIN, PIPE_WIDTH)
     assert run(*argv, "--json").out == document(ex.as_dict())
 
 
 def test_doctor_renders_the_report_it_is_given(rules):
-    from dsv4sel.cli.render.doctor import report_lines
+    from dsv4sel.cli.render.doctor import report_text
 
     report = build_report(rules, "cuda", "9.0")
     text = run("doctor", "--platform", "cuda", "--capability", "9.0", env=CPU)
-    assert text.out == "\n".join(report_lines(report, PLAIN)) + "\n"
+    assert text.out == report_text(report, PLAIN, None)  # piped: its tables are not wrapped
     assert run("doctor", "--platform", "cuda", "--capability", "9.0", "--json", env=CPU).out == \
         document(report.as_dict())
 
@@ -218,8 +219,10 @@ def test_the_doctor_and_the_kernels_agree_on_every_impl(rules):
     checks = {c.impl: (c.available, c.reason) for c in impl_checks(rules, "cpu", None)}
     shared = sorted(set(kernels) & set(checks))
     assert shared and [checks[s] for s in shared] == [kernels[s] for s in shared]
-    probes = machine(rules, "cpu", None).probes
-    assert all(p.reason == kernels[p.impl][1] for p in probes if p.impl in kernels)
+    # a probe asked (mega-attention on SM10x) gives the kernels' own answer
+    on_sm100 = {s.spec: s.reason for s in availability_report("cuda", "10.0")}
+    asked = [p for p in machine(rules, "cuda", "10.0").probes if p.asked]
+    assert asked and all(p.reason == on_sm100[p.impl] for p in asked if p.impl in on_sm100)
 
 
 def test_an_impl_that_cannot_answer_is_unavailable_with_the_reason():
@@ -252,3 +255,28 @@ def test_fleet_s_text_and_json_are_its_report_rendered_in_process(rules):
     cli = run("fleet", path, "--as", "engine")
     assert cli.out == "\n".join(report_lines(report.replace(file=path), PLAIN)) + "\n"
     assert run("fleet", path, "--as", "engine", "--json").out == document(report.replace(file=path).as_dict())
+
+
+def test_a_location_inside_the_installed_package_is_shown_from_the_package_on():
+    """In a wheel install the shipped rules lie in site-packages: a report names them
+    ``dsv4sel/rules/flashmla.yaml:34``, not by a path as long as the line."""
+    import os
+
+    import dsv4sel
+    from dsv4sel.cli.render.text import location
+    from dsv4sel.errors import Loc
+
+    package = os.path.dirname(os.path.abspath(dsv4sel.__file__))
+    inside = os.path.join(package, "schema", "rules.schema.json")  # a file the package holds
+    assert location(Loc(inside, 34)) == "dsv4sel/schema/rules.schema.json:34"
+    outside = str(REPO / "rules" / "flashmla.yaml")
+    assert location(Loc(outside, 34)) == f"{outside}:34"  # any other file: as it opens from here
+
+
+def test_a_path_with_blanks_is_never_wrapped_inside():
+    from dsv4sel.cli.render.text import unbroken, wrap_lines
+
+    path = "/home/me/My Rules/pack one/flashmla.yaml:34"
+    lines = wrap_lines([f"  decided by  flashmla-fp8  {unbroken(path)} and more words after it"], 30)
+    assert any(path in line for line in lines), lines
+    assert all("\ue000" not in line for line in lines)

@@ -43,7 +43,6 @@ def test_accepted_rocm_spellings(given, canonical):
     ("H2000", "'H2000' is not a cuda capability", None),
     ("", "'' is not a cuda capability", ()),
     ("12.5", "cuda capability '12.5' is not declared in the rule vocabulary", ("--capability unknown",)),
-    ("gfx942", "cuda capability 'gfx942' is not declared", ("--capability unknown",)),
     (9.0, "9.0 is not a cuda capability", None),
     ((9.0, 0), "(9.0, 0) is not a cuda capability", ()),
     ((True, 0), "(True, 0) is not a cuda capability", ()),
@@ -59,8 +58,32 @@ def test_refused_spellings_name_the_valid_ones(given, needle, suggestions):
 
 
 def test_a_capability_on_a_platform_without_capabilities_is_refused():
-    with pytest.raises(InvalidQuery, match="cpu capability '9.0' is not declared"):
+    with pytest.raises(InvalidQuery, match="'9.0' is a CUDA capability: use --platform cuda"):
         select(platform="cpu", capability="9.0")
+    with pytest.raises(InvalidQuery, match="cpu capability '13.0' is not declared"):
+        select(platform="cpu", capability="13.0")  # declared nowhere: no platform to name
+
+
+@pytest.mark.parametrize("platform, given, message, other", [
+    ("cuda", "MI300X", "MI300X is a ROCm GPU (gfx942): use --platform rocm", "rocm"),
+    ("cuda", "AMD Instinct MI355X", "AMD Instinct MI355X is a ROCm GPU (gfx950): use --platform rocm", "rocm"),
+    ("rocm", "H100", "H100 is a CUDA GPU (9.0): use --platform cuda", "cuda"),
+    ("cuda", "gfx942", "'gfx942' is a ROCm capability: use --platform rocm", "rocm"),
+    ("rocm", "sm_90", "'sm_90' is a CUDA capability (9.0): use --platform cuda", "cuda"),
+])
+def test_a_capability_of_another_platform_names_that_platform(platform, given, message, other):
+    with pytest.raises(InvalidQuery) as info:
+        select(platform=platform, capability=given)
+    assert info.value.reason == message and info.value.suggestions == (f"--platform {other}",)
+
+
+@pytest.mark.parametrize("given, platform", [
+    ("H100", "cuda"), ("NVIDIA H100 80GB HBM3", "cuda"), ("RTX PRO 6000", "cuda"), ("9.0", "cuda"), ((9, 0), "cuda"),
+    ("MI300X", "rocm"), ("gfx942:sramecc+:xnack-", "rocm"),
+    ("unknown", None), ("H1OO", None), ("13.0", None), ("H100 MI300X", None),
+])
+def test_the_platform_a_capability_names(given, platform):
+    assert dsv4sel.default_rules().capability_platform(given) == platform
 
 
 def test_the_cli_refuses_a_misspelt_capability_with_exit_2():

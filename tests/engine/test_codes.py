@@ -218,8 +218,11 @@ def _items(entry: dict, tmp_path: Path, monkeypatch):
             load_cases(paths)
         return info.value.problems
     rules = gather(tmp_path / "rules", *(TESTS / folder for folder in entry["rules"]))
+    for name in entry.get("empty_dirs", ()):  # packs named by a directory without rule files
+        (tmp_path / name).mkdir()
     paths = [*(default_packs() if entry.get("shipped") else []),
-             *([rules + "/" + name for name in entry["missing"]] if "missing" in entry else [rules])]
+             *([rules + "/" + name for name in entry["missing"]] if "missing" in entry else [rules]),
+             *entry.get("empty_dirs", ())]
     try:  # a rule set that does not compile has problems; one that does, findings
         dsv4sel.load_rules(paths, use_cache=False)
     except dsv4sel.RuleError as error:

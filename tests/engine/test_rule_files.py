@@ -119,6 +119,23 @@ def test_a_missing_compiler_dependency_is_named_with_its_fix(write_rules, monkey
         validate.validator.cache_clear()
 
 
+@pytest.mark.parametrize(("failure", "raised", "says"), [
+    (ModuleNotFoundError("No module named 'jsonschema'", name="jsonschema"), ImportError,
+     "it is not installed: pip install jsonschema"),
+    # a dependency of it missing, or a broken install: reinstall, never "pip install" what is there
+    (ModuleNotFoundError("No module named 'rpds'", name="rpds"), ImportError,
+     "installed but does not import (ModuleNotFoundError: No module named 'rpds'); reinstall it"),
+    # the dynamic loader under a memory limit: what the user lacks is memory
+    (ImportError("rpds.so: failed to map segment from shared object"), MemoryError,
+     "importing jsonschema: rpds.so: failed to map segment from shared object"),
+])
+def test_a_compiler_dependency_that_does_not_import_is_told_apart_from_a_missing_one(failure, raised, says):
+    from dsv4sel.engine.hints import dependency_error
+
+    error = dependency_error(failure, "jsonschema", "jsonschema")
+    assert type(error) is raised and says in str(error), error
+
+
 # the compiled-rules cache follows the rule files' content (was in tests/dsv4/test_api.py, which
 # could import this module's rule texts only when pytest had collected tests/engine too)
 def test_the_cache_is_invalidated_when_a_rule_file_changes(write_rules, tmp_path):

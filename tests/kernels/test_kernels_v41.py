@@ -283,10 +283,13 @@ def test_doctor_fills_mega_attn_from_the_probe() -> None:
     from dsv4sel.dsv4.platform import probe_inputs
 
     rules = dsv4sel.default_rules()
-    (probe,) = [p for p in probe_inputs(rules, "cpu", None) if p.name == "mega_attn"]
-    assert probe.impl == "dsv4sel.kernels.v41:DeepseekV41MegaAttnImpl"
-    assert probe.value == "unavailable"
-    assert probe.reason == DeepseekV41MegaAttnImpl.is_available("cpu", None)[1]
+    (probe,) = [p for p in probe_inputs(rules, "cuda", "10.0") if p.name == "mega_attn"]
+    assert probe.impl == "dsv4sel.kernels.v41:DeepseekV41MegaAttnImpl" and probe.asked
+    assert probe.value == "unavailable"  # no FlashMLA build with the mega ops here
+    assert probe.reason == DeepseekV41MegaAttnImpl.is_available("cuda", "10.0")[1]
+    # where mega_attn decides nothing (off SM10x) the probe is not asked: its default stands
+    (off,) = [p for p in probe_inputs(rules, "cpu", None) if p.name == "mega_attn"]
+    assert (off.value, off.asked, off.reason) == ("unavailable", False, "not probed: it decides nothing on cpu")
 
 
 # A FlashMLA build with the mega ops, as far as the probe can tell: importing

@@ -210,11 +210,70 @@ def test_an_entry_another_user_could_have_planted_is_never_served(truth, tmp_pat
 def test_a_missing_cache_directory_is_created_private_whatever_the_umask(tmp_path):
     old = os.umask(0)
     try:
-        directory = tmp_path / "made" / "dsv4sel"
+        directory = tmp_path / "made" / "cache" / "dsv4sel"  # ~/.cache/dsv4sel where ~/.cache is missing
         child(directory)
     finally:
         os.umask(old)
-    assert directory.stat().st_mode & 0o777 == 0o700
+    # its parents too (os.makedirs made them 0777 under umask 000)
+    for made in (directory, directory.parent, directory.parent.parent):
+        assert made.stat().st_mode & 0o777 == 0o700, made
+
+
+#: In a child: compile the shipped rules (the packaged artifact out of the way) and stop for good
+#: between writing the cache entry's temporary file and renaming it into place.
+STALLED_WRITER = textwrap.dedent("""
+    import os, sys, time
+    import dsv4sel
+    from dsv4sel import api
+    from dsv4sel.engine import cache
+    api.SHIPPED_ARTIFACT = os.devnull + ".none"
+
+    def stall(*args, **kwargs):
+        print("written", flush=True)
+        time.sleep(600)
+
+    cache.os.replace = stall
+    dsv4sel.select(platform="cuda", capability="9.0")
+""")
+
+
+def _temporaries(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+
+
+def test_a_writer_killed_mid_write_leaves_nothing_for_good(tmp_path):
+    directory = tmp_path / "cache"
+    env = {**os.environ, "DSV4SEL_CACHE_DIR": str(directory)}
+    env.pop("DSV4SEL_NO_CACHE", None)
+    writer = subprocess.Popen([sys.executable, "-c", STALLED_WRITER], stdout=subprocess.PIPE, text=True, env=env,
+                              cwd=REPO)
+    try:
+        assert writer.stdout.readline().strip() == "written"
+        (left,) = _temporaries(directory)
+        assert left.startswith(".") and f".{writer.pid}." in left
+    finally:
+        writer.kill()  # SIGKILL: no handler, no finally, no cleanup of its own
+        writer.wait(timeout=30)
+    # what the next run may not touch: a live writer's fresh temporary file (this process's
+    # pid), files that only look like one, and a temporary file of another user
+    live = f".{left.split('.')[1]}.{os.getpid()}.0123abcd.tmp"
+    foreign = {"notes.tmp": b"mine", f".{left.split('.')[1]}.1.tmp": b"not the pattern", ".x.12.0123abcd.tmp": b"x"}
+    (directory / live).write_bytes(b"being written")
+    for name, data in foreign.items():
+        (directory / name).write_bytes(data)
+    old_but_live = f".{left.split('.')[1]}.{os.getpid()}.4567cdef.tmp"
+    (directory / old_but_live).write_bytes(b"stuck for hours")
+    hours_ago = time.time() - cache.STALE_SECONDS - 60
+    os.utime(directory / old_but_live, (hours_ago, hours_ago))
+    others = f".{left.split('.')[1]}.1.89abcdef.tmp"  # pid 1 runs, so only its owner can make it stale
+    (directory / others).write_bytes(b"another user's")
+    if os.geteuid() == 0:
+        os.chown(directory / others, 65534, 65534)
+        os.utime(directory / others, (hours_ago, hours_ago))
+    assert child(directory)["compiled"]  # the next run compiles and writes the entry...
+    # ...and has removed the killed writer's file and the one stale by age, nothing else
+    assert _temporaries(directory) == sorted([live, others, *foreign]), _temporaries(directory)
+    assert len(list(directory.glob("*" + cache.SUFFIX))) == 1
 
 
 def test_pruning_touches_only_entries_it_wrote_and_future_mtimes_force_no_recompile(truth, tmp_path, monkeypatch):
@@ -239,10 +298,16 @@ def test_pruning_touches_only_entries_it_wrote_and_future_mtimes_force_no_recomp
 
 # ------------------------------------------------------------ installed packs
 
+#: The rule file of the installed pack these tests make: a backend no default rule uses, so the
+#: pack changes no decision (a pack directory without rule files is refused: DSV306).
+PACK_RULES = Path(REPO, "examples", "mistakes", "clean", "my.yaml")
+
+
 def _distribution(site: Path, dist: str, entry_points: str, init: str = "", package: str = "rt") -> None:
     (site / package / "rules").mkdir(parents=True, exist_ok=True)
     (site / package / "__init__.py").write_text(init)
     (site / package / "rules" / "__init__.py").write_text(init)
+    (site / package / "rules" / "my.yaml").write_bytes(PACK_RULES.read_bytes())
     info = site / f"{dist}-1.0.dist-info"
     info.mkdir(exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
@@ -252,7 +317,7 @@ def _distribution(site: Path, dist: str, entry_points: str, init: str = "", pack
 PACK_INITS = {
     "raises": "raise RuntimeError('pack __init__ ran')\n",
     "exits 0": "import sys\nsys.exit(0)\n",
-    "interrupts": "raise KeyboardInterrupt\n",
+    "process": "raise KeyboardInterrupt\n",
 }
 
 
@@ -284,6 +349,21 @@ def test_an_impl_module_that_exits_at_import_is_one_error_not_the_end_of_the_pro
             load_impl_class(f"{module}:X", (module,), PROFILE.impl_base)
 
 
+def test_a_real_interrupt_while_importing_an_impl_is_never_the_impl_s_error(tmp_path, monkeypatch):
+    # the user's Ctrl-C (dsv4sel.process.Interrupted, what the command's SIGINT raises) and the
+    # machine's memory end the command; once `check` turned them into a DSV406 finding
+    from dsv4sel.engine.values import load_impl_class
+    from dsv4sel.process import Interrupted
+
+    (tmp_path / "ctrl_c.py").write_text("from dsv4sel.process import Interrupted\nraise Interrupted\n")
+    (tmp_path / "no_memory.py").write_text("raise MemoryError\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(Interrupted):
+        load_impl_class("ctrl_c:X", ("ctrl_c",))
+    with pytest.raises(MemoryError):
+        load_impl_class("no_memory:X", ("no_memory",))
+
+
 BROKEN_PACKS = {
     "a standard-library package": (["[dsv4sel.rules]\nj = json\n"],
                                    "json is a standard-library module; a pack's rules live in the pack's own package"),
@@ -293,7 +373,25 @@ BROKEN_PACKS = {
     "one name, two distributions": (["[dsv4sel.rules]\nrt = rt.rules\n", "[dsv4sel.rules]\nrt = rt.rules\n"],
                                     "entry point 'rt' of group dsv4sel.rules is declared by"),
     "not a package name": (["[dsv4sel.rules]\nbad = ../../etc\n"], "not a dotted package name"),
+    # once silently no pack at all, which the docs promised DSV101 for
+    "not INI": (["[dsv4sel.rules]\nrt rt.rules\n"],  # `=` forgotten
+                "this entry_points.txt mentions dsv4sel.rules but is not valid INI (a line that is neither a "
+                "[section] header nor name = value), so the rule packs it declares cannot be read; reinstall "
+                "the distribution or fix the file"),
 }
+
+
+def test_an_installed_pack_without_rule_files_is_refused_at_its_directory(tmp_path, monkeypatch):
+    # a wheel built without its YAML (package data forgotten): once silently an empty pack
+    site = tmp_path / "site"
+    _distribution(site, "rtpack", "[dsv4sel.rules]\nrt = rt.rules\n")
+    (site / "rt" / "rules" / "my.yaml").unlink()
+    monkeypatch.syspath_prepend(str(site))
+    with pytest.raises(dsv4sel.RuleError) as info:
+        dsv4sel.load_rules(use_cache=False)
+    (problem,) = info.value.problems
+    assert (problem.code, problem.file, problem.line) == ("DSV306", str(site / "rt" / "rules"), 1), str(problem)
+    assert [f.code for f in dsv4sel.verify().findings] == ["DSV306"], "check gives what select() gives"
 
 
 @pytest.mark.parametrize("case", BROKEN_PACKS)

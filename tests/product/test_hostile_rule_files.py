@@ -74,7 +74,7 @@ CODES = {
     "escape_in_reason": "DSV109", "escape_in_rule_id": "DSV109", "float_integer": "DSV201",
     "huge_integer": "DSV107", "newline_in_backend_name": "DSV201", "not_utf8": "DSV101",
     "octal_block_size": "DSV107", "python_tag": "DSV104", "recursive_alias": "DSV108",
-    "unknown_scope_in_pack": "DSV301",
+    "unknown_int_and_bool_keys": "DSV203", "unknown_scope_in_pack": "DSV301",
 }
 
 
@@ -179,6 +179,41 @@ def test_a_file_name_with_control_characters_is_shown_escaped(tmp_path):
     (pack / "evil\x1b[2J.yaml").write_text("kind: vocabulary\ninputs: {x: 1}\n")
     proc = run_bounded("check", "--rules", "pack", cwd=tmp_path)
     assert_one_clean_error(proc, "pack/evil\\x1b[2J.yaml:2:13: $.inputs.x: 1 is not of type 'object'")
+
+
+def _not_utf8_pack(tmp_path: Path) -> Path:
+    """A pack directory named with a byte that is not UTF-8, holding one rule file named so too
+    (made here: no repository should hold such names); its file has a problem at 2:13."""
+    pack = Path(os.fsdecode(bytes(tmp_path) + b"/pack\xfe"))
+    pack.mkdir()
+    (pack / os.fsdecode(b"evil\xff.yaml")).write_text("kind: vocabulary\ninputs: {x: 1}\n")
+    return pack
+
+
+NOT_UTF8 = "pack\\xfe/evil\\xff.yaml:2:13: $.inputs.x: 1 is not of type 'object'"
+
+
+@pytest.mark.parametrize("command", [("check",), ("explain", "--platform", "cuda"),
+                                     ("test", "--rules"), ("table", "--rules"), ("doctor", "--rules")])
+def test_a_file_name_that_is_not_utf8_is_one_located_error_everywhere(command, tmp_path):
+    # Python keeps the bytes as lone surrogates, which no output can encode: once a
+    # UnicodeEncodeError (exit 3) from explain, test and doctor, and from select()
+    pack = _not_utf8_pack(tmp_path)
+    args = [*command, pack.name] if command[-1] == "--rules" else [*command, "--rules", pack.name]
+    if command[0] == "test":
+        args.append(str(Path(__file__).parents[1] / "decisions"))
+    proc = run_bounded(*args, cwd=tmp_path)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert_one_clean_error(proc, NOT_UTF8)
+
+
+def test_select_names_a_file_that_is_not_utf8_safely(tmp_path):
+    pack = _not_utf8_pack(tmp_path)
+    code = ("import dsv4sel\ntry:\n    dsv4sel.select(platform='cuda', capability='9.0')\n"
+            "except dsv4sel.RuleError as exc:\n    print(exc.problems[0])\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                          env=environ(DSV4SEL_RULES_PATH=os.fsdecode(bytes(pack))))
+    assert proc.returncode == 0 and proc.stdout.strip() == NOT_UTF8, (proc.stdout, proc.stderr[-2000:])
 
 
 # ------------------------------------------------------------ YAML 1.2 scalars

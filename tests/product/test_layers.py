@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Bottom first. A module may import its own layer and the layers below it.
 #: A name stands for the module or, for a package, every module in it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation: the version, frozen values, the exceptions", ("_version", "record", "errors")),
+    ("foundation: the version, frozen values, the exceptions, the command process", ("_version", "record", "errors",
+                                                                             "process")),
     ("engine foundation: results, codes, the compiled format, the space algebra", tuple(f"engine.{m}" for m in (
         "text", "suggest", "families", "codes", "hints", "values", "profile", "artifact", "hosts",
         "space", "scan", "flow"))),
@@ -42,7 +43,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: What the serving path (``import dsv4sel`` + ``select()``) may not import at module level.
 SERVING = ("__init__", "api", "engine.ruleset", "engine.artifact", "engine.values", "errors", "record",
            "engine.cache", "engine.sources", "engine.profile", "dsv4.profile", "dsv4.rules", "dsv4.selection",
-           "engine.text", "_version", "engine.codes", "engine.suggest")
+           "engine.text", "_version", "engine.codes", "engine.suggest", "process")
 COMPILE_ONLY = ("yaml", "jsonschema", "torch", "dsv4sel.engine.load", "dsv4sel.engine.validate",
                 "dsv4sel.engine.compile", "dsv4sel.engine.build", "dsv4sel.engine.lower", "dsv4sel.check")
 

@@ -67,6 +67,52 @@ def test_the_wheel_holds_every_package_the_rules_the_schema_and_the_license(dist
     assert "License-Expression: Apache-2.0" in metadata
 
 
+def test_the_wheel_names_the_project_and_its_published_docs(dists):
+    from dsv4sel._version import DOCS_URL
+
+    _, wheel = dists
+    names = zipfile.ZipFile(wheel).namelist()
+    metadata = next(zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith("METADATA"))
+    urls = dict(line[len("Project-URL: "):].split(", ", 1) for line in metadata.splitlines()
+                if line.startswith("Project-URL: "))
+    assert urls.keys() >= {"Homepage", "Documentation", "Source"}, metadata[:2000]
+    # what messages and --help link to is the Documentation URL's tree
+    assert urls["Documentation"] == DOCS_URL and all(u.startswith("https://") for u in urls.values())
+
+
+#: Files whose ``docs/...`` strings are paths a command works on in a checkout (`dsv4sel table
+#: --format md --check docs/backends.md`), not pages a message sends a reader to.
+_DOCS_AS_A_PATH = {"dsv4sel/cli/render/table.py", "dsv4sel/cli/examples.py"}
+
+
+def test_no_message_of_the_wheel_points_to_a_docs_file_it_does_not_carry(dists):
+    """A wheel has no docs/ folder: a message or a help text that names a page links to the
+    published docs (``DOCS_URL``), never to a bare ``docs/x.md``. Docstrings and comments are
+    for the source's readers and are not looked at."""
+    import ast
+    import re
+
+    from dsv4sel._version import DOCS_URL
+
+    _, wheel = dists
+    archive = zipfile.ZipFile(wheel)
+    bare = re.compile(r"(?<![\w/.-])docs/[\w./-]+\.md")
+    found = []
+    for name in archive.namelist():
+        if not name.endswith(".py") or name in _DOCS_AS_A_PATH:
+            continue
+        tree = ast.parse(archive.read(name).decode())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                found += [f"{name}:{node.lineno}: {m}" for m in bare.findall(node.value.replace(DOCS_URL, ""))]
+    assert not found, found
+    assert DOCS_URL in archive.read("dsv4sel/kernels/availability.py").decode()  # the kernels' own copy
+
+
 def test_the_sdist_holds_what_a_rebuild_needs(dists):
     sdist, _ = dists
     names = {n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if "/" in n}
@@ -106,6 +152,22 @@ def test_the_installed_command_runs_its_commands_without_torch(fresh_venv):
     explain = _in_venv(fresh_venv, str(bin_dir / "dsv4sel"), "explain", "--platform", "cuda",
                        "--capability", "9.0")
     assert explain.returncode == 0 and "FLASHMLA_SPARSE_DSV4" in explain.stdout, explain
+
+
+def test_an_installed_explain_fits_100_columns_and_names_its_rules_from_the_package(fresh_venv):
+    """Piped, a wheel's explain is wrapped at 100 columns, and the shipped rules (in
+    site-packages) are named from the package on, each location whole on its line."""
+    import re
+
+    bin_dir = fresh_venv / "env" / "bin"
+    explain = _in_venv(fresh_venv, str(bin_dir / "dsv4sel"), "explain", "--platform", "cuda",
+                       "--capability", "9.0", "--kv-cache-dtype", "fp8")
+    assert explain.returncode == 0, explain
+    out = explain.stdout
+    assert "site-packages" not in out, out
+    assert re.search(r"^  decided by\s+flashmla-fp8  dsv4sel/rules/flashmla\.yaml:\d+$", out, re.M), out
+    assert re.search(r"^  1  \S+\s+dsv4sel/rules/defaults\.yaml:\d+\s", out, re.M), out
+    assert max(len(line) for line in out.splitlines()) <= 100, out
 
 
 def test_the_installed_package_selects_with_its_packaged_rules(fresh_venv):

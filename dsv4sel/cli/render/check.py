@@ -46,6 +46,24 @@ def text(report) -> str:
     return "\n".join(lines) + "\n"
 
 
+def summary(report) -> str:
+    """``dsv4sel check --summary``: the findings as :func:`text` lists them, then one line,
+    without the coverage tables: for a clean rule set that one line is all
+    (``dsv4sel check: clean, 15 files, 96 rules: ...``)."""
+    lines = []
+    for f in report.findings:
+        lines.append(f"{location(f)}: {f.severity} {f.code} [{f.kind}] {f.message}")
+    head = f"dsv4sel check: {len(report.sources)} files"
+    if report.analysed:
+        head += f", {report.rule_count} rules"
+    if report.ok:
+        lines.append(f"dsv4sel check: clean, {head[len('dsv4sel check: '):]}: all {report.coverage.inputs} inputs "
+                     "decided exactly once")
+    else:
+        lines += [f"{head}: {line}" if i == 0 else line for i, line in enumerate(_verdict_lines(report))]
+    return "\n".join(lines) + "\n"
+
+
 def _coverage_lines(cov) -> list[str]:
     """The size of the space, then each backend's and each rule's share of it."""
     t = cov.totals

@@ -12,7 +12,12 @@ from __future__ import annotations
 from ...engine.hosts import described
 from ...dsv4.alternatives import flag
 from .contract import contract_lines, memory_lines
-from .text import Style, align, location, where
+from .text import Style, align, location as _location, unbroken, where, wrap_lines
+
+
+def location(where) -> str:
+    """A location as one word of a report line (see :func:`~dsv4sel.cli.render.text.unbroken`)."""
+    return unbroken(_location(where))
 
 _ACTIONS = {"default": "default backend -> {target}", "use": "hands over to {target}",
             "select": "selects", "reject": "rejects"}
@@ -25,15 +30,23 @@ def _input_name(name: str) -> str:
 
 def _pack(rule) -> str:
     """Names the rule pack when the deciding rule is not a shipped one."""
-    return "" if rule.pack == "dsv4sel" else f"  (pack {rule.pack})"
+    return "" if rule.pack == "dsv4sel" else "  " + unbroken(f"(pack {rule.pack})")
 
 
-def report_lines(ex, style: Style, detected: bool = False) -> list[str]:
+def report_text(ex, style: Style, width: int | None, origin: str = "") -> str:
+    """The text ``dsv4sel explain`` prints: :func:`report_lines` wrapped to ``width``
+    columns (a path is never broken), ending in a newline."""
+    return "\n".join(wrap_lines(report_lines(ex, style, origin), width)) + "\n"
+
+
+def report_lines(ex, style: Style, origin: str = "") -> list[str]:
     """The human-readable report, one string per line (no colour when ``style``
-    is off); ``detected`` marks a query whose platform was read from this machine.
-    Its sections in order: the query, the outcome, rewrites, messages, the path,
-    why not, and on a rejection the nearest working alternatives."""
-    lines = _query_lines(ex.query, style, detected)
+    is off; not wrapped: :func:`report_text` wraps it). ``origin`` says where the
+    platform came from when it was not given (``detected``, ``from --capability
+    MI300X``). Its sections in order: the query (the inputs that decide it), the
+    outcome, rewrites, messages, the path, why not, and on a rejection the nearest
+    working alternatives."""
+    lines = _query_lines(ex, style, origin)
     lines += _selection_lines(ex, style) if ex.selection is not None else _rejection_lines(ex, style)
     lines += _contract_and_memory_lines(ex, style)
     lines += _rewrite_and_message_lines(ex, style)
@@ -55,10 +68,13 @@ def _contract_and_memory_lines(ex, style: Style) -> list[str]:
     return lines
 
 
-def _query_lines(q, style: Style, detected: bool) -> list[str]:
-    head = [f"{where(q)}{' (detected)' if detected else ''}", flag("kv_cache_dtype", q.kv_cache_dtype),
+def _query_lines(ex, style: Style, origin: str) -> list[str]:
+    """The query: the platform (and where it came from), the flags, the model, and of the
+    other inputs those whose value decides this query (``flashinfer_sm120`` on SM12x only)."""
+    q = ex.query
+    head = [f"{where(q)}{f' ({origin})' if origin else ''}", flag("kv_cache_dtype", q.kv_cache_dtype),
             flag("backend", q.backend),
-            f"model {q.model}"] + [f"{k}={v}" for k, v in q.extra]
+            f"model {q.model}"] + [f"{k}={v}" for k, v in q.extra if k in ex.deciding]
     return [style.bold("query") + "     " + ", ".join(head), ""]
 
 
@@ -72,7 +88,7 @@ def _selection_lines(ex, style: Style) -> list[str]:
         ["torch dtype", s.torch_dtype_name], ["bytes per token", f"{s.bytes_per_token} per layer (main pool)"],
         ["block size", str(s.block_size)],
         *[row for host, cls, versions, told in described(s.hosts, s.host_settings)
-          for row in ([[f"{host} class", f"{cls} ({host} {versions})"]]
+          for row in ([[f"{host} class", f"{cls} " + unbroken(f"({host} {versions})")]]
                       + ([[f"{host} settings", ", ".join(f"{k} {v}" for k, v in told.items())]] if told else []))],
         ["decided by", f"{s.rule.id}  " + style.cyan(location(s.rule)) + _pack(s.rule)],
     ] + ([["why", ex.description]] if ex.description else []), style)
@@ -111,7 +127,7 @@ def _path_lines(ex, style: Style) -> list[str]:
     """The rules that led to the outcome, each with its ``description:`` under its id."""
     lines = ["", style.bold("path")]
     steps = align([[str(n), step.rule.id, (location(step.rule), "cyan"),
-                    _ACTIONS[step.action].format(target=step.target)]
+                    _action(step)]
                    for n, step in enumerate(ex.path, 1)], style)
     for step, line in zip(ex.path, steps):
         lines.append(line)
@@ -120,6 +136,16 @@ def _path_lines(ex, style: Style) -> list[str]:
     if ex.rejection is not None and ex.rejection.gap:
         lines.append("  " + style.yellow(ex.rejection.reason))
     return lines
+
+
+def _action(step) -> str:
+    """What a path step did, its target kept with the word before it (``-> BACKEND``) when wrapped."""
+    text = _ACTIONS[step.action].format(target=step.target)
+    head, _, last = text.rpartition(" ")
+    if step.target is None or not head:
+        return text
+    head, _, arrow = head.rpartition(" ")
+    return f"{head} {unbroken(f'{arrow} {last}')}"
 
 
 def _why_not_lines(why_not, style: Style) -> list[str]:

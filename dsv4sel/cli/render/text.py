@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ...engine.locations import location  # noqa: F401  (the renderers' one way to write a location)
+from ...engine import locations as _locations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~5 ms of cold start; annotations are postponed
@@ -20,6 +20,14 @@ if TYPE_CHECKING:  # typing costs ~5 ms of cold start; annotations are postponed
 
     #: A table cell: plain text, or (text, colour names...) painted after alignment.
     Cell = Union[str, tuple]
+
+#: The width ``explain``'s report is wrapped to in a pipe or a file.
+PIPE_WIDTH = 100
+#: Joins the words of a path inside a report line until :func:`wrap_line` has placed it,
+#: so that a path with a blank in it is never wrapped there (a private-use character).
+_GLUE = "\ue000"
+#: The installed dsv4sel package: a location inside it is shown from its name on.
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _CODES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
 
@@ -75,6 +83,24 @@ def align(rows: Sequence[Sequence[Cell]], style: Style, indent: int = 2, gap: in
             parts.append(lead + painted + pad)
         lines.append((" " * indent + "".join(parts)).rstrip())
     return lines
+
+
+def location(where) -> str:
+    """``where`` (a Loc, or anything with one as ``.loc``) as ``file:line[:column]``, as
+    :func:`dsv4sel.engine.locations.location` writes it (so that it opens from here), except
+    a file inside the installed dsv4sel package, which is shown from the package on
+    (``dsv4sel/rules/flashmla.yaml:34``, not a site-packages path as long as the line): the
+    renderers' one way to write a location."""
+    text = _locations.location(where)
+    if text.startswith(_PACKAGE + os.sep):
+        return os.path.basename(_PACKAGE) + text[len(_PACKAGE):]
+    return text
+
+
+def unbroken(text: str) -> str:
+    """``text`` (a path, a location) as one word for :func:`wrap_line`, which never breaks a
+    line inside it, blanks included. Only for lines that go through :func:`wrap_lines`."""
+    return text.replace(" ", _GLUE)
 
 
 def where(query) -> str:
@@ -141,10 +167,23 @@ def _hang(plain: str, width: int) -> int:
     return best if best is not None and best <= width // 2 + 10 else min(indent + 4, width // 2)
 
 
+def report_width(stream: TextIO | None = None) -> int:
+    """The width ``explain``'s report is wrapped to: the terminal's (:func:`output_width`),
+    or :data:`PIPE_WIDTH` for a pipe or a file. (The other commands' piped output is not
+    wrapped: a finding, a table row, stays one line for ``grep``.)"""
+    return output_width(stream) or PIPE_WIDTH
+
+
 def wrap_line(line: str, width: int | None) -> list[str]:
     """``line`` wrapped to ``width`` visible columns (ANSI colour codes take
     none): continuation lines hang under the last column, so aligned
-    ``label  value`` rows stay aligned. textwrap does the words."""
+    ``label  value`` rows stay aligned. textwrap does the words; a word is
+    never broken, so neither is a path or a ``file:line`` (nor one made
+    :func:`unbroken`, blanks and all)."""
+    return [piece.replace(_GLUE, " ") for piece in _wrap_line(line, width)]
+
+
+def _wrap_line(line: str, width: int | None) -> list[str]:
     if width is None or len(_visible(line)) <= width:
         return [line]
     import textwrap
