@@ -25,6 +25,7 @@ Changed inputs of one category whose two sides show alike (:class:`Gist`) form a
 
 from __future__ import annotations
 
+import functools
 import os
 
 from ..dsv4.host_registry import HOSTS, Host, Release
@@ -215,10 +216,7 @@ class _Sides:
     def __init__(self, host: str, old: tuple[RuleSet, str], new: tuple[RuleSet, str]):
         self.views: list[View] = [ABSENT_VIEW]
         numbers: dict[View, int] = {ABSENT_VIEW: 0}
-
-        import functools
-
-        matches = functools.lru_cache(maxsize=None)(version_matches)
+        matches = functools.lru_cache(maxsize=None)(version_matches)  # a few specs, read per row
 
         def number(rules: RuleSet, version: str) -> list[int]:
             out = []
@@ -281,6 +279,7 @@ def _classify(sides: _Sides, aligned: Aligned, inputs: tuple[str, ...], backend:
 
 
 def _outcome_category(old: View, new: View, default: bool) -> str:
+    """The category of a change that no new input explains (``default``: no backend named)."""
     if old.kind != "select":
         return "to_decision" if default else "accepted"
     if new.kind != "select":
@@ -312,8 +311,8 @@ def gist(side: View, other: View, requested: str | None) -> Gist:
 
 
 def _categories(aligned: Aligned, sides: _Sides, boxes: dict[tuple, list]) -> tuple[Category, ...]:
-    """The changed inputs (boxes by category, deciding input, old and new view number, and
-    whether no backend was named), grouped as a report shows them."""
+    """The changed inputs (boxes by category, deciding input, old and new view number),
+    grouped as a report shows them: by category, then by how both sides show (:func:`gist`)."""
     names, domains = aligned.names, [list(d) for d in aligned.domains]
     at = names.index("backend")
     grouped: dict[tuple, dict[tuple, list]] = {}
