@@ -125,30 +125,54 @@ class _Walk:
                 yield {k: v for k, v in zip(self.looked, combo) if v is not None}, free
 
     def decide_group(self, partial: dict, free: list) -> None:
-
+        """Decide every input of one group: ``partial`` (the looked-at inputs) with each
+        combination of the ``free`` inputs."""
         count = math.prod(len(values) for _, values in free)
         if count < _GROUPED:
-            names = [n for n, _ in free]
-            for combo in itertools.product(*(values for _, values in free)):
-                self._one({**partial, **{n: c for n, c in zip(names, combo) if c is not None}})
+            for point in _points(partial, free):
+                self._one(point)
             return
         self.inputs += count
+        if self._refused_group(partial, count):
+            return
+        sample = {**partial, **{n: values[0] for n, values in free if values[0] is not None}}
+        if not self._rows_of_group(sample, count):
+            return
+        key, vary, ignored = self._template(partial, free)
+        counts, keys, outside = self.rules.tally(key, **vary)
+        if outside:  # queries outside the compiled space: the slow way says why, input by input
+            for point in _points(partial, free):
+                if self.rules.index(self._key(self.t.query(point))) is None:
+                    self._slow(point)
+        for idx, n in counts.items():
+            self._count_row(idx, n * ignored, sample, keys[idx])
+
+    def _refused_group(self, partial: dict, count: int) -> bool:
+        """Whether a ``refuse`` row takes the whole group (counted)."""
         for row in self.t.refuse:
             if holds(row.when, partial):
                 self.refused += count
                 self.used[row.where] += count
-                return
-        sample = {**partial, **{n: values[0] for n, values in free if values[0] is not None}}
+                return True
+        return False
+
+    def _rows_of_group(self, sample: dict, count: int) -> bool:
+        """Count the translation rows that fire for the group; False (a gap) when none maps it."""
+        rows_used: list[str] = []
         try:
-            rows_used: list[str] = []
             self.t.query(sample, rows_used)
         except (StopIteration, KeyError) as exc:
             self._gap("map", type(exc).__name__ + (f" {exc}" if str(exc) else ""), sample, count)
-            return
+            return False
         for where in rows_used:
             self.used[where] += count
-        # each key input: a constant of this group, or a free input it passes through (varied);
-        # an input the query leaves out takes its default, as select() gives it
+        return True
+
+    def _template(self, partial: dict, free: list) -> tuple[tuple, dict[str, tuple], int]:
+        """The group's lookup key (a constant per key input, None where a free input passes
+        through), the free inputs varied at those positions, and how many combinations of the
+        free inputs the query drops (each outcome counts that many times). An input the query
+        leaves out takes its default, as select() gives it."""
         sources = self._sources(partial, free)
         axes = dict(free)
         key, vary = [], {}
@@ -158,16 +182,8 @@ class _Walk:
             if is_free:
                 vary[name] = tuple(axes[value])
         passed = {sources[n][1] for n in vary}
-        ignored = math.prod(len(values) for n, values in free if n not in passed)  # inputs the query drops
-        counts, keys, outside = self.rules.tally(tuple(key), **vary)
-        if outside:  # queries outside the compiled space: the slow way says why, input by input
-            names = [n for n, _ in free]
-            for combo in itertools.product(*(values for _, values in free)):
-                point = {**partial, **{n: c for n, c in zip(names, combo) if c is not None}}
-                if self.rules.index(self._key(self.t.query(point))) is None:
-                    self._slow(point)
-        for idx, n in counts.items():
-            self._count_row(idx, n * ignored, sample, keys[idx])
+        ignored = math.prod(len(values) for n, values in free if n not in passed)
+        return tuple(key), vary, ignored
 
     def _sources(self, partial: dict, free: list) -> dict[str, tuple[bool, Any]]:
         """Per query input: ``(True, free input name)`` when it passes a free input through, else
@@ -266,6 +282,13 @@ class _Walk:
 
     def _gap(self, what: str, detail: str, point: dict, count: int) -> None:
         self.gaps.setdefault((what, detail), [point, 0])[1] += count
+
+
+def _points(partial: dict, free: list):
+    """Every input of a group: ``partial`` with each combination of the ``free`` inputs."""
+    names = [n for n, _ in free]
+    for combo in itertools.product(*(values for _, values in free)):
+        yield {**partial, **{n: c for n, c in zip(names, combo) if c is not None}}
 
 
 def _is_from(value) -> bool:

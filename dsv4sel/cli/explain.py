@@ -62,6 +62,29 @@ def _tokens(text: str) -> int:
     return int(value)
 
 
+def _machine(args: argparse.Namespace, rules, inputs: dict) -> tuple | str:
+    """``(platform, capability, where the platform came from, inputs)`` for the query: as given,
+    detected (``--detect``), or named by a GPU name given as the capability; or the problem."""
+    platform, capability, origin = args.platform, args.capability, ""
+    if args.detect:
+        from ..dsv4.platform import INFERRED, machine
+
+        # the doctor's machine: --platform names one (nothing detected), else this one, probes included
+        found = machine(rules, args.platform, args.capability)
+        if found.platform is None:
+            return f"--detect: {found.problem} (here: --platform P [--capability C])"
+        platform = found.platform
+        capability = found.capability_given or found.capability
+        origin = "detected" if found.detected else f"from --capability {capability}" \
+            if found.source == INFERRED else ""
+        inputs = {**found.inputs, **inputs}
+    elif not platform and capability is not None:
+        # a GPU name (or a capability only one platform declares) names its platform
+        platform = rules.capability_platform(capability)
+        origin = f"from --capability {capability}" if platform else ""
+    return platform, capability, origin, inputs
+
+
 def run(args: argparse.Namespace) -> int:
     from ..errors import InvalidQuery
     from ..tools.explain import explain
@@ -73,23 +96,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return error(PROG, str(exc))
     rules = load(args)  # a RuleError reaches cli.main: exit 2 with file:line:column
-    platform, capability, origin = args.platform, args.capability, ""
-    if args.detect:
-        from ..dsv4.platform import INFERRED, machine
-
-        # the doctor's machine: --platform names one (nothing detected), else this one, probes included
-        found = machine(rules, args.platform, args.capability)
-        if found.platform is None:
-            return error(PROG, f"--detect: {found.problem} (here: --platform P [--capability C])")
-        platform = found.platform
-        capability = found.capability_given or found.capability
-        origin = "detected" if found.detected else f"from --capability {capability}" \
-            if found.source == INFERRED else ""
-        inputs = {**found.inputs, **inputs}
-    elif not platform and capability is not None:
-        # a GPU name (or a capability only one platform declares) names its platform
-        platform = rules.capability_platform(capability)
-        origin = f"from --capability {capability}" if platform else ""
+    machine_or_problem = _machine(args, rules, inputs)
+    if isinstance(machine_or_problem, str):
+        return error(PROG, machine_or_problem)
+    platform, capability, origin, inputs = machine_or_problem
     if args.layers is not None and args.tokens is None:
         return error(PROG, "--layers describes the model for --tokens N; pass --tokens too")
     if not platform:

@@ -271,7 +271,7 @@ def test_piped_output_fits_100_columns_and_keeps_every_location_whole(args):
     for rule in json.loads(run("explain", *args, "--json").out)["path"]:
         assert re.search(rf"(^|\s){re.escape(rule['location'])}(\s|$)", r.out, re.M), rule["location"]
     # a host's versions stay with its name: "(vllm >=0.33.0,<0.34)" is one word
-    assert r.rc == 1 or re.search(r"\(vllm >=0\.33\.0,<0\.34\)$", r.out, re.M), r.out
+    assert r.rc == 1 or re.search(r"\(vllm >=0\.33\.0,<0\.3[45]\)$", r.out, re.M), r.out
 
 
 def test_a_narrow_terminal_wraps_without_breaking_a_path(tmp_path):

@@ -236,7 +236,7 @@ def test_explain_prints_the_deciding_rule_and_each_steps_description():
     why = data["rule"]["description"]
     assert why.startswith("On SM120/SM121 auto, fp8 and fp8_e4m3 mean FlashInfer's fp8_ds_mla pages")
     words = lambda text: " ".join(text.split())  # noqa: E731 - a text with its wrapping undone
-    section = r.out[r.out.index("\nselected"):r.out.index("\n\nrewrites")]
+    section = r.out[r.out.index("\nselected"):r.out.index("\n\nkv contract")]
     assert re.search(r"^  why\s+On SM120/SM121", section, re.M) and words(section).endswith(words(why))
     path = r.out.split("\npath\n")[1].split("\n\n")[0]
     steps = re.split(r"\n(?=  \d  )", "\n" + path)[1:]  # each step with its wrapped lines
