@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Mapping
 
 from .platform import Capability, detect_platform, format_capability, parse_capability
 
-__all__ = ["HOOKS", "REQUIRED_HOOKS", "ImplClass", "library_label", "missing_hooks"]
+__all__ = ["HOOKS", "REQUIRED_HOOKS", "ImplClass", "library_label", "missing_hooks", "writes_hook"]
 
 #: Every method of the extension API, with its signature as the errors name it.
 #: ``required`` ones have no usable default; the others default to "nothing to do".
@@ -26,6 +26,9 @@ HOOKS: Mapping[str, str] = {
                     "-> DecodeOutput   (call the kernel for one layer)"),
     "plan_library": "plan_library(self, plan) -> None   (optional: fill plan.state once per batch shape)",
     "replan_library": "replan_library(self, plan) -> None   (optional: refresh plan.state after new lengths)",
+    "prefill_library": ("prefill_library(self, plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink) "
+                        "-> DecodeOutput   (optional: the sparse prefill, every query token its own row; without "
+                        "it a host runs its own prefill kernel)"),
     "entry_point_reason": "entry_point_reason(cls, module, capability) -> str | None   (optional classmethod)",
     "target_reason": "target_reason(cls, platform, capability) -> str | None   (optional classmethod; default reads targets)",
     "library_label": "library_label(cls, module) -> str   (optional classmethod)",
@@ -47,6 +50,8 @@ _RENAMED: Mapping[str, str] = {
 #: The published page (a wheel has no docs/ folder); the kernels import nothing of the core, so the
 #: URL is dsv4sel._version.DOCS_URL written out (tests/product/test_packaging.py holds them equal).
 _DOCS = "https://github.com/dsv4sel/dsv4sel/blob/main/docs/kernels.md, 'Writing an impl'"
+#: The modules whose classes define only the hooks' defaults (:func:`writes_hook` skips them).
+_BASE_MODULES = frozenset({__name__, __name__.rpartition(".")[0] + ".base"})
 
 #: How the "cannot run here" reasons name each platform's hardware and its capability.
 _PLATFORM_HARDWARE = {"cuda": "NVIDIA GPUs", "rocm": "AMD GPUs", "xpu": "Intel GPUs"}
@@ -58,6 +63,14 @@ def _defined_by(cls: type, name: str) -> type | None:
         if name in klass.__dict__:
             return klass
     return None
+
+
+def writes_hook(cls: type, name: str) -> bool:
+    """Whether ``cls`` (or a class between it and :class:`ImplClass`'s subclasses in this package)
+    writes the optional hook ``name`` itself, e.g. ``prefill_library``: a host asks before it hands
+    its prefill to the impl. The bases of this package (``ImplClass``, ``SparseMLAImpl``) do not count."""
+    owner = _defined_by(cls, name)
+    return owner is not None and owner.__module__ not in _BASE_MODULES
 
 
 def missing_hooks(cls: type) -> list[str]:

@@ -36,7 +36,7 @@ Outputs follow :mod:`dsv4sel.kernels.reference`: ``out`` bf16
 The extension API, what an impl writes (:data:`~dsv4sel.kernels.availability.HOOKS`; docs/kernels.md,
 "Writing an impl"): required ``import_library(cls)`` and ``run_library(self, plan, q, kv_cache,
 indices, extra_kv_cache, extra_indices, attn_sink) -> DecodeOutput``; optional ``plan_library``,
-``replan_library``, ``library_missing_reason``, ``entry_point_reason``, ``target_reason``,
+``replan_library``, ``prefill_library`` (the sparse prefill: :meth:`SparseMLAImpl.prefill`), ``library_missing_reason``, ``entry_point_reason``, ``target_reason``,
 ``library_label``. A class missing a required hook, or defining one under an old name the base
 class never calls (``_forward_library``, ...), is a TypeError when it is defined.
 
@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .availability import HOOKS, REQUIRED_HOOKS, ImplClass, missing_hooks
+from .availability import HOOKS, REQUIRED_HOOKS, ImplClass, missing_hooks, writes_hook
 from .decode import check_decode_args
 from .errors import KernelUnavailableError, UnknownLayoutError, UnsupportedLayoutError
 from .layouts import Fp8E4m3RowLayout, KVCacheLayout, get_layout
@@ -250,6 +250,49 @@ class SparseMLAImpl(ImplClass, abstract=True):
         hit = (plan, (topk_length, extra_topk_length, seq_lens))
         self._forward_plans[key] = hit
         return hit
+
+    # -- prefill (optional hook) -----------------------------------------
+    @classmethod
+    def has_prefill(cls) -> bool:
+        """Whether the impl writes the optional ``prefill_library`` hook: a host then hands it its
+        sparse prefill (:meth:`prefill`); otherwise the host runs its own prefill kernel."""
+        return writes_hook(cls, "prefill_library")
+
+    def prefill(
+        self,
+        q: "torch.Tensor",
+        kv_cache: "torch.Tensor",
+        indices: "torch.Tensor",
+        *,
+        softmax_scale: float,
+        attn_sink: "torch.Tensor | None" = None,
+        topk_length: "torch.Tensor | None" = None,
+        extra_kv_cache: "torch.Tensor | None" = None,
+        extra_indices: "torch.Tensor | None" = None,
+        extra_topk_length: "torch.Tensor | None" = None,
+    ) -> DecodeOutput:
+        """The sparse attention of prefill tokens: every query token is its own row (``q``
+        ``[n, 1, h, 512]``, ``indices`` ``[n, 1, topk]`` its own cache slots, the lengths ``[n]``),
+        with the semantics of :meth:`forward_decode`. Plans for this call only (a prefill's shape
+        changes every step) and calls the impl's ``prefill_library``; with ``fallback="reference"``
+        and no library, the torch reference. Raises TypeError when the impl has no prefill hook
+        (:meth:`has_prefill`): the host runs its own prefill then."""
+        inputs = DecodeInputs(q, kv_cache, indices, softmax_scale, attn_sink, topk_length,
+                              extra_kv_cache, extra_indices, extra_topk_length, None)
+        _validate(inputs)
+        if not self.has_prefill():
+            raise TypeError(f"{self.impl_name} has no prefill hook: {HOOKS['prefill_library']}")
+        plan = self._make_plan(
+            batch=inputs.batch, seq_q=inputs.seq_q, heads=inputs.heads, topk=int(indices.shape[-1]),
+            extra_topk=None if extra_indices is None else int(extra_indices.shape[-1]),
+            softmax_scale=float(softmax_scale), topk_length=topk_length, extra_topk_length=extra_topk_length,
+            seq_lens=None, device=q.device,
+            extra_block_size=None if extra_kv_cache is None else self.layout.block_size_of(extra_kv_cache),
+        )
+        if plan.library is None:
+            return self._run_reference(plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)
+        hook = getattr(self, "prefill_library")  # noqa: B009 - an optional hook, no default on the base
+        return hook(plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)
 
     def plan(
         self,

@@ -60,3 +60,8 @@ class DeepseekV4ReferenceSparseImpl(SparseMLAImpl):
             q, kv_cache, indices, plan.softmax_scale, attn_sink, plan.topk_length,
             extra_kv_cache, extra_indices, plan.extra_topk_length, plan.seq_lens,
         ))
+
+    def prefill_library(self, plan: DecodePlan, q: Any, kv_cache: Any, indices: Any, extra_kv_cache: Any,
+                        extra_indices: Any, attn_sink: Any) -> DecodeOutput:
+        """The prefill hook: every prefill token is a decode row to the reference."""
+        return self.run_library(plan, q, kv_cache, indices, extra_kv_cache, extra_indices, attn_sink)

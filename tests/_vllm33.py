@@ -160,6 +160,27 @@ SCENARIOS = ("serve", "configs", "no-platform", "no-platform-asked", "version", 
              "pack-allowed")
 
 
+# ------------------------------------------------------------------ the pack layer (issue 33)
+#: the example pack, and the packs of the pack-layer cases (their own code under packs/)
+B12X_PACK = ROOT / "examples" / "b12x-pack"
+PACKS = ROOT / "tests" / "hosts" / "vllm" / "packs"
+
+
+def _pack_layer(out: Path) -> dict[str, dict]:
+    """``tests/vllm33/pack_layer.py`` in one process: its JSON lines by case."""
+    models = out / "models"
+    proc = run([SCRIPTS / "plugin_scenarios.py", "model", models / "v4", "DeepseekV4ForCausalLM", models / "llama",
+                "LlamaForCausalLM"], clean_env(out / "cache"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rules = [B12X_PACK / "dsv4sel_b12x" / "rules", RULES / "torchref", RULES / "ownlayer"]
+    env = clean_env(out / "cache", DSV4SEL_RULES_PATH=os.pathsep.join(map(str, rules)),
+                    DSV4SEL_ALLOW_IMPL_MODULES="dsv4sel_b12x,ownlayer_pack",
+                    PYTHONPATH=os.pathsep.join(map(str, (ROOT, B12X_PACK, PACKS))))
+    proc = run([SCRIPTS / "pack_layer.py", models / "v4", models / "llama"], env, cwd=out)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return {d["case"]: d for d in (json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{"))}
+
+
 # ------------------------------------------------------------------ pip's resolver
 def _install(out: Path) -> dict:
     proc = run([SCRIPTS / "extra_resolve.py", ROOT, out / "standins"], clean_env(out / "cache"), cwd=out,
@@ -195,6 +216,9 @@ def launch(collected: set[str], root: Path) -> None:
     if "test_vllm33" in collected:
         (root / "hostcheck").mkdir()
         _jobs["hostcheck"] = pool.submit(_hostcheck, root / "hostcheck")
+    if "test_vllm33_pack_layer" in collected:
+        (root / "pack_layer").mkdir()
+        _jobs["pack_layer"] = pool.submit(_pack_layer, root / "pack_layer")
     if "test_vllm33_install" in collected:
         (root / "install").mkdir()
         _jobs["install"] = pool.submit(_install, root / "install")

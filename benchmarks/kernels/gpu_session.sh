@@ -48,6 +48,13 @@ export DSV4SEL_VLLM_FLASHMLA_DIR="$ROOT/.vendor/vllm_flashmla"
   (cd /tmp && $PY -c "from dsv4sel.kernels.flashmla import flashmla_build as b, DeepseekV4FlashMLASparseImpl as I; print(b().describe()); print(I.is_available())")
 } 2>&1 | tee "$OUT/build.txt"
 
+if [ -n "${PACK_LAYER:-}" ]; then  # issue 33: the pack layer's decode call site vs vLLM's FlashMLA call
+  echo "== probe_pack_layer"
+  (cd "$ROOT/benchmarks/kernels" && timeout 300 $PY probe_pack_layer.py --json "$OUT/pack_layer.json") 2>&1 \
+      | tee "$OUT/pack_layer.txt"
+  exit "${PIPESTATUS[0]}"
+fi
+
 echo "== tests/kernels"
 [ -n "${SKIP_TESTS:-}" ] || (cd /tmp && timeout 420 $PY -m pytest "$ROOT/tests/kernels" -c "$ROOT/pyproject.toml" --rootdir "$ROOT" \
     -p no:cacheprovider -q -rs --tb=short --durations=10) 2>&1 | tee "$OUT/pytest.txt" | tail -60

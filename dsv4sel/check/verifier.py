@@ -22,6 +22,9 @@ What counts as a finding (severity ``error`` unless noted):
   served and gets them rejected (one not already a hijack);
 * hostless (a ``warning``): a backend that selects on a platform a serving engine's plugin serves
   but names no class for that engine (``hosts:``), in a rule set written for it;
+* host-layer: a rule served by dsv4sel's vLLM pack layer where vLLM's hosting layer does not fit it
+  (no such layer, another layout or cache spec, an impl that cannot read it, no prefill path;
+  :mod:`dsv4sel.check.pack_layers`);
 * impl / layout / consistency: a selection whose impl class does not import
   from the allowed modules, whose layout ``dsv4sel.kernels.layouts`` does not
   define, or whose torch dtype or bytes per token disagree with the layout
@@ -45,13 +48,14 @@ from typing import Any, Mapping
 from .context import CheckContext
 from .chains import gap_findings, hijack_findings, takeover_findings, walk
 from .selections import selection_findings
+from .pack_layers import pack_layer_findings
 from .tables import host_findings, model_findings, table_findings
 from ..errors import Problem
 from .findings import ERROR, Finding, Report
 
 _KIND_ORDER = {k: i for i, k in enumerate((
     "load", "schema", "vocabulary", "dangling", "compile", "cycle", "dead", "overlap", "shadowed",
-    "redundant", "gap", "hijack", "takeover", "impl", "layout", "consistency", "fixpoint", "model", "hostless",
+    "redundant", "gap", "hijack", "takeover", "impl", "layout", "consistency", "fixpoint", "model", "hostless", "host-layer",
     "translation", "host-gap", "host-dead"))}
 
 
@@ -79,6 +83,7 @@ def verify_program(program, *, layouts: Mapping[str, Any] | None = None) -> Repo
     findings.extend(selection_findings(ctx, walked.regions, walked.examples))
     findings.extend(model_findings(ctx))
     findings.extend(host_findings(ctx))
+    findings.extend(pack_layer_findings(ctx))
     return Report(tuple(program.sources), _sorted(findings), walked.coverage,
                   rule_count=len(program.rules), table_count=len(ctx.flow.tables))
 

@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 #: Bumped when a field is added, removed or changes meaning: it is part of the fingerprint.
 CONTRACT_VERSION = 1
 FINGERPRINT_PREFIX = "kv1-"
+#: What starts a contract's :meth:`~KVContract.wire` form in a handshake string: the words say
+#: where the part comes from, so a peer's message that lacks it shows a side without dsv4sel.
+WIRE_PREFIX = "dsv4sel contract "
 POOLS = ("main", "compressed")
 #: The fp8 flavours a pool may hold.
 FP8_FLAVOURS = ("ocp", "fnuz", "none", "unknown")
@@ -130,6 +133,30 @@ class KVContract(Frozen):
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: the canonical fields and the fingerprint."""
         return {**self._data(), "fingerprint": self.fingerprint}
+
+    def wire(self) -> str:
+        """The contract as the plugins carry it in an engine's own handshake string (SGLang's PD
+        ``kv_layout``, vLLM's NIXL compatibility hash): :data:`WIRE_PREFIX`, the fingerprint, then
+        every field of :meth:`fields` but the pools' ``encoding`` (the record implies it; the
+        fingerprint covers it) as ``name=value``, space-separated. Two handshake strings are equal
+        exactly when the contracts are, and an engine that prints both shows which field differs,
+        or that one side carries no dsv4sel contract at all. :func:`wire_fields` reads it back."""
+        shown = " ".join(f"{name}={'-' if value is None else value}" for name, value in self.fields().items()
+                         if not name.endswith(".encoding"))
+        return f"{WIRE_PREFIX}{self.fingerprint} {shown}"
+
+
+def wire_fields(text: str) -> dict[str, str] | None:
+    """The fields of the :meth:`KVContract.wire` form found in ``text`` (a handshake string that
+    may carry the engine's own part before it), ``fingerprint`` included; None when ``text``
+    carries no dsv4sel contract."""
+    _, found, rest = text.partition(WIRE_PREFIX)
+    if not found:
+        return None
+    fingerprint, *pairs = rest.split(" ")
+    fields = {"fingerprint": fingerprint}
+    fields.update(pair.partition("=")[::2] for pair in pairs if "=" in pair)
+    return fields
 
 
 # ------------------------------------------------------------------ building

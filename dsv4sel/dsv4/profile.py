@@ -46,6 +46,10 @@ class SelectFields:
 #: The inputs a Query names and normalizes itself (dsv4/selection.py); today the whole key.
 _NORMALIZED = ("model", "platform", "capability", "backend", "kv_cache_dtype")
 
+#: The vLLM host class dsv4sel ships (its pack layer: vLLM's own DeepSeek-V4 layer with the rule's
+#: impl as its sparse decode; ``dsv4sel.vllm_plugin.pack_layer``, :mod:`.vllm_hosting`).
+PACK_LAYER = "dsv4sel.vllm_plugin.pack_layer:PackImplAttention"
+
 PROFILE = Profile(
     subject="DeepSeek-V4 attention",
     key=_NORMALIZED,
@@ -61,4 +65,5 @@ PROFILE = Profile(
     allowed_impl_modules=DEFAULT_ALLOWED_IMPL_MODULES,
     impl_base=IMPL_BASE,
     spellings=(("capability", _capability_spelling),),
+    host_classes=(("vllm", (PACK_LAYER,)),),
 )

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the serving path never imports this module; the checker rea
     #: and every comparison of a kind (mypy's ``strict_equality``) to these.
     Kind = Literal["load", "schema", "vocabulary", "compile", "impl", "dangling", "cycle", "gap", "overlap",
                    "redundant", "shadowed", "dead", "layout", "consistency", "fixpoint", "model", "host",
-                   "hostless", "hijack", "takeover", "translation", "host-gap", "host-dead", "tests", "deployment"]
+                   "hostless", "hijack", "takeover", "host-layer", "translation", "host-gap", "host-dead", "tests", "deployment"]
 
 #: code -> (kind, title). Kinds are the verifier's finding kinds.
 CODES: dict[str, tuple[Kind, str]] = {
@@ -74,6 +74,7 @@ CODES: dict[str, tuple[Kind, str]] = {
     "DSV412": ("hostless", "a backend selects where a host's plugin serves but names no class for that host (`hosts:`)"),
     "DSV413": ("hijack", "a default rule sends inputs to a table that rejects every one of them"),
     "DSV414": ("takeover", "a pack's default rule turns inputs an earlier pack's default served into rejections"),
+    "DSV415": ("host-layer", "a rule served by dsv4sel's pack layer does not fit the host's layer that serves its impl"),
     "DSV601": ("translation", "a host translation names an input or value its space does not declare"),
     "DSV602": ("host-gap", "inputs of a host's space that its translation maps to no decision"),
     "DSV603": ("host-dead", "a host translation row decides no input of its host space"),

@@ -160,17 +160,29 @@ def hosts_dict(hosts: tuple, host_settings: tuple) -> dict[str, list[dict]]:
     return out
 
 
-def problems(raw: dict) -> list[tuple[str, str]]:
+def problems(raw: dict, shipped: dict[str, tuple[str, ...]] | None = None,
+             allowed: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     """``(host, message)`` for each entry the schema admits but that is still wrong: a class
     outside the host's package, a version spec that does not parse, or two entries of one host
-    that hold for one release."""
+    that hold for one release.
+
+    A class outside the host's package is right when the domain ships it for that host
+    (``shipped``: host -> classes, the profile's ``host_classes``) or when its module is one the
+    rule set may import impl classes from (``allowed``: a pack's own layer for the host, allowed
+    the way its impl is)."""
+    from .values import check_impl_allowed
+    from ..errors import ImplLoadError
+
     out = []
     seen: dict[str, list[str]] = {}
     for host, entry in entries(raw):
         module = entry["class"].partition(":")[0]
         pkg = package_of(host)
-        if module != pkg and not module.startswith(pkg + "."):
-            out.append((host, f"host {host} class {entry['class']!r} is outside the host's package {pkg!r}"))
+        if module != pkg and not module.startswith(pkg + ".") and entry["class"] not in (shipped or {}).get(host, ()):
+            try:
+                check_impl_allowed(entry["class"], allowed)
+            except ImplLoadError:
+                out.append((host, _outside(host, entry["class"], pkg, (shipped or {}).get(host, ()))))
         try:
             specifier(entry["versions"])
         except ValueError as exc:
@@ -183,6 +195,16 @@ def problems(raw: dict) -> list[tuple[str, str]]:
                                   f"{entry['versions']!r}); give each release range one entry"))
         seen[host].append(entry["versions"])
     return out
+
+
+def _outside(host: str, cls: str, pkg: str, shipped: tuple[str, ...]) -> str:
+    """The DSV315 message for a host class outside its host's package, and the ways to name one."""
+    from .hints import allow_impl_hint
+
+    ours = f"; or name {' or '.join(shipped)}, which dsv4sel ships for {host}" if shipped else ""
+    return (f"host {host} class {cls!r} is outside the host's package {pkg!r}; a pack's own {host} class is "
+            f"imported only from a module the process allows, as an impl is{allow_impl_hint(cls)} "
+            f"(a serving process: DSV4SEL_ALLOW_IMPL_MODULES={cls.partition(':')[0].split('.')[0]}){ours}")
 
 
 def host_class_problem(host: str, cls: str, versions: str) -> str | None:

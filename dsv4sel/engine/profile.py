@@ -38,11 +38,13 @@ class Profile(Frozen):
     ``9.0``; rules write the declared value, and the compiler's error names it).
     ``normalized`` lists the inputs of ``key`` the domain's queries normalize themselves
     (spellings, enums, case); every other input, built-in or a pack's, is read as given or at
-    its declared default, so the compiler requires it to declare one (DSV305)."""
+    its declared default, so the compiler requires it to declare one (DSV305).
+    ``host_classes`` pairs a host with the classes the domain ships for it outside the host's own
+    package (a rule may name them under ``hosts:``, as it names the host's own classes)."""
 
     __slots__ = ("subject", "key", "select_fields", "same_result", "restates", "schema", "allowed_impl_modules",
-                 "impl_base", "spellings", "normalized")
-    _defaults = {"spellings": ()}
+                 "impl_base", "spellings", "normalized", "host_classes")
+    _defaults = {"spellings": (), "host_classes": ()}
     subject: str
     key: tuple[str, ...]
     select_fields: tuple[tuple[str, type], ...]
@@ -53,6 +55,7 @@ class Profile(Frozen):
     impl_base: str
     spellings: tuple
     normalized: tuple[str, ...]
+    host_classes: tuple[tuple[str, tuple[str, ...]], ...]
 
     @property
     def builtin_inputs(self) -> tuple[str, ...]:

@@ -31,21 +31,34 @@ MAX_ROWS = 1 << 16
 
 
 def _host_ok(host) -> bool:
-    """A compiled ``(host, "module:Class", versions)`` whose class lies inside
-    the host's own package (``-`` and ``.`` read as ``_``, as
-    :func:`dsv4sel.engine.hosts.package_of` says), so a cache entry cannot point
-    a host at another package's code."""
+    """A compiled ``(host, "module:Class", versions)`` of the right shape; where its class may
+    lie is :func:`_host_inside`'s question."""
     if len(host) != 3 or not all(type(x) is str for x in host):
         return False
     name, cls, versions = host
-    package = "".join("_" if c in "-." else c for c in name.lower())
-    while "__" in package:
-        package = package.replace("__", "_")
     module, sep, attr = cls.partition(":")
-    return (bool(package) and bool(sep) and attr.isidentifier()
-            and (module == package or module.startswith(package + "."))
+    return (bool(_package(name)) and bool(sep) and attr.isidentifier()
             and all(p.isidentifier() for p in module.split("."))
             and all(c in "0123456789.,<>=!* " for c in versions))
+
+
+def _package(host: str) -> str:
+    """The host's own package (``-`` and ``.`` read as ``_``, as :func:`dsv4sel.engine.hosts.package_of` says)."""
+    package = "".join("_" if c in "-." else c for c in host.lower())
+    while "__" in package:
+        package = package.replace("__", "_")
+    return package
+
+
+def _host_inside(host: tuple, shipped: tuple, allowed: tuple[str, ...]) -> bool:
+    """A compiled host class lies inside the host's own package, is one the profile ships for the
+    host, or lies in a module of the process's allow-list (a pack's own layer): a cache entry
+    cannot point a host at any other package's code."""
+    name, cls, _ = host
+    module = cls.partition(":")[0]
+    package = _package(name)
+    return (module == package or module.startswith(package + ".") or cls in dict(shipped).get(name, ())
+            or any(module == p or module.startswith(p + ".") for p in allowed))
 
 
 def _rewrites_ok(rewrites: tuple, types: dict[str, type]) -> bool:
@@ -114,8 +127,18 @@ class CompiledRules:
                 check_impl_allowed(impl, self.allowed_impl_modules)
             except Exception as exc:  # noqa: BLE001 - untrusted data: a non-str impl raises TypeError too
                 raise CorruptTable(f"compiled rules name an impl outside the allowed modules: {exc}") from None
+        if not self._verified:
+            self._check_host_classes()
         #: raw query -> the domain's result; a domain's select() probes it first (its hot path)
         self.memo: dict[tuple, Any] = {}
+
+    def _check_host_classes(self) -> None:
+        shipped = self.profile.host_classes
+        for row in self.rows:
+            if row.kind == "select" and not all(_host_inside(h, shipped, self.allowed_impl_modules)
+                                                for h in row.hosts):
+                raise CorruptTable("compiled rules name a host class outside its host's package and the allowed "
+                                   "modules")
 
     @classmethod
     def from_verified(cls, *args: Any, **kwargs: Any) -> Any:

@@ -18,7 +18,8 @@ Entry point ``dsv4sel`` in SGLang's group ``sglang.srt.plugins`` (enable with
 
 After a decision the hook publishes it for the scheduler processes
 (:mod:`dsv4sel.sglang_plugin.scheduler`), whose guards check the layout and the class SGLang
-actually builds after the weights load.
+actually builds after the weights load, with the KV contract of what SGLang builds, which the
+PD handshake then carries and compares (:mod:`dsv4sel.sglang_plugin.handshake`).
 
 On NPU and XPU dsv4sel decides nothing: no rule names an SGLang class there. The hook logs one
 WARNING saying so (:data:`NOT_DECIDED`) and runs SGLang's own step unchanged. On an NPU no
@@ -38,7 +39,7 @@ import os
 
 from ..errors import SelectionError
 from ..engine.hosts import version_matches
-from . import scheduler
+from . import handshake, scheduler
 from .translation import VERSIONS, HostDecision, decide as decide_point, translation
 
 logger = logging.getLogger(__name__)
@@ -183,11 +184,20 @@ def decide(server_args, previous) -> HostDecision | None:
     if got != want:
         raise SelectionError(f"DeepSeek-V4 attention in SGLang: SGLang resolved {got}, not the rule's {want} "
                              f"({rule.location}).")
-    scheduler.publish(decision.cls, s, rule.id, rule.location)
+    publish(decision)
     logger.info("dsv4sel: --dsv4-attn-backend %s, KV layout %s, kv-cache dtype %s, page size %d -> %s, "
                 "decided by %s (%s)", s["dsv4_attn_backend"], s["kv_layout"], s["kv_cache_dtype"],
                 s["page_size"], decision.cls.rpartition(":")[2], rule.id, rule.location)
     return decision
+
+
+def publish(decision: HostDecision) -> None:
+    """Publish a decision for the scheduler processes (:func:`scheduler.publish
+    <dsv4sel.sglang_plugin.scheduler.publish>`), with the KV contract this SGLang builds for it in
+    this environment (:func:`handshake.contract_tag <dsv4sel.sglang_plugin.handshake.contract_tag>`)."""
+    rule = decision.selection.rule
+    scheduler.publish(decision.cls, decision.settings, rule.id, rule.location,
+                      handshake.contract_tag(decision, _sglang_versions()[0], handshake.engine_env()))
 
 
 def register() -> None:
@@ -215,3 +225,4 @@ def register() -> None:
         # the guards check CUDA's and ROCm's builders: an NPU builds its own class (and its
         # processes need not import those modules, whose patching SGLang would log as failed)
         scheduler.register_guards()
+        handshake.register()  # the KV contract at SGLang's PD handshake

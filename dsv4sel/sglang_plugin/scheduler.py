@@ -2,7 +2,7 @@
 
 The launcher's resolution hook (:func:`dsv4sel.sglang_plugin.decide`) decides at config time and
 publishes the decision in the environment variable :data:`DECISION_ENV` (JSON: the class, the
-settings, the deciding rule and its ``file:line``). SGLang spawns its scheduler processes after
+settings, the deciding rule and its ``file:line``, the KV contract's wire form). SGLang spawns its scheduler processes after
 resolution, so they inherit it; ``load_plugins()`` runs there too and :func:`register_guards`
 puts SGLang ``HookRegistry`` AFTER hooks on the functions that build the cache and the backend
 after the weights load:
@@ -32,10 +32,11 @@ FACTORY_TARGET = "sglang.srt.layers.attention.deepseek_v4_trtllm_backend.create_
 HIP_TARGET = "sglang.srt.layers.attention.deepseek_v4_backend_hip_radix.DeepseekV4HipRadixBackend.__init__"
 
 
-def publish(cls: str, settings: dict[str, Any], rule_id: str, location: str) -> None:
-    """Record the launcher's decision for the scheduler processes it spawns."""
+def publish(cls: str, settings: dict[str, Any], rule_id: str, location: str, contract: str) -> None:
+    """Record the launcher's decision for the scheduler processes it spawns; ``contract`` is the
+    wire form of the KV contract SGLang builds for it (:mod:`dsv4sel.sglang_plugin.handshake`)."""
     os.environ[DECISION_ENV] = json.dumps({"class": cls, "kv_layout": settings["kv_layout"],
-                                           "rule": rule_id, "location": location})
+                                           "rule": rule_id, "location": location, "contract": contract})
 
 
 def forget() -> None:
@@ -44,7 +45,7 @@ def forget() -> None:
 
 
 #: the fields a published decision carries, each a string
-_FIELDS = ("class", "kv_layout", "rule", "location")
+_FIELDS = ("class", "kv_layout", "rule", "location", "contract")
 
 
 def published() -> dict[str, str] | None:

@@ -18,6 +18,10 @@ layer or any weight; a rejection raises :class:`dsv4sel.SelectionError` (with su
 decision is logged once, with the path of deciding rules and the ``dsv4sel explain`` command.
 ``AttentionConfig.__post_init__`` is wrapped to keep the backend name the user gave (vLLM erases
 the MiniMax aliases ``CUTLASS_MSA`` / ``TRITON_MSA``), so an explicit backend is always decided.
+``AttentionBackendEnum[NAME]`` (its metaclass's ``__getitem__``) is wrapped so that a backend name
+the rules select but vLLM lacks (a rule pack's) is accepted by vLLM and reaches the rules
+(:mod:`.backend_names`); a rule may name dsv4sel's pack layer as its vLLM class, vLLM's own layer
+with the rule's impl as its sparse decode (:mod:`.pack_layer`).
 
 vLLM then builds the layer through module globals looked up at call time (nothing imports
 them by name), and those are replaced too, deciding the same input again (memoized):
@@ -30,6 +34,13 @@ them by name), and those are replaced too, deciding the same input again (memoiz
   ``deepseek_v4/attention.py`` and ``deepseek_v41/attention.py`` applies the rewrites to
   ``cache_config`` all or nothing and returns the Selection's cache dtype and torch dtype; it
   refuses a layer whose class or layout flag is not the one the rules name.
+
+The KV wire contract of the worker's decision (the last Selection the resolver applied) is
+carried where vLLM's processes meet, patched when vLLM imports those modules (the release's
+``LATER``, :mod:`.later`): NIXL's compatibility hash between prefill and decode
+(:mod:`.handshake`), and the engine core's start-up, which refuses ranks of one instance that
+decided different contracts, or KV-cache specs, with one message naming the ranks, the fields,
+the values and the rules (:mod:`.ranks`).
 
 AMD, CPU and XPU DeepSeek-V4.0 hard-code their layer class (the release's ``HARDCODED``): the config-time
 decision checks that the rules name exactly it.
@@ -56,6 +67,8 @@ from .reading import _platform, decide, host_point, model_of, query_of
 from .state import _lock, _logged, _say_once, _startup, _state, logger
 from .targets import HOST, REQUESTED, SUPPORTED, release
 from .wrappers import _make_config_hook, _make_post_init, _make_resolve, _make_select
+from . import later  # the handshake and start-up checks of vLLM's modules imported later (NIXL, engine core)
+from . import backend_names  # issue 33: a pack's backend name through --attention-backend
 
 __all__ = [
     "HOST",
@@ -135,6 +148,7 @@ def install(rules: Any = None) -> list[tuple[str, str]]:
         if plan is None:
             return []
         version, platform, found, wired = plan
+        later.watch(wired.LATER, version, _expect)  # checks what is imported before anything is replaced
         _state["release"] = wired
         for owner, attr, _original, wrapper in found:
             setattr(owner, attr, wrapper)  # setattr on a module or class does not fail
@@ -198,12 +212,27 @@ def _plan() -> tuple[str, str, list[tuple[Any, str, Any, Any]], types.ModuleType
     post_init: Any = AttentionConfig.__dict__.get("__post_init__")
     _expect("vllm.config.AttentionConfig.__post_init__", post_init, ("self",), version)
     found.append((AttentionConfig, "__post_init__", post_init, _make_post_init(post_init)))
+    found.append(_backend_names_target(version))
     platform_cls = type(current_platform)
     hook: Any = getattr(platform_cls, "check_and_update_config", None)
     _expect(f"{platform_cls.__qualname__}.check_and_update_config", hook, ("vllm_config",), version)
     raw = inspect.getattr_static(platform_cls, "check_and_update_config")
     found.append((platform_cls, "check_and_update_config", raw, _make_config_hook(hook)))
     return version, platform, found, wired
+
+
+def _backend_names_target(version: str) -> tuple[Any, str, Any, Any]:
+    """``AttentionBackendEnum[NAME]`` (its metaclass's ``__getitem__``), where vLLM turns every
+    ``--attention-backend`` into a member: a backend the rules select is registered there
+    (:mod:`.backend_names`)."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    from .reading import _rules
+
+    meta = type(AttentionBackendEnum)
+    getitem: Any = meta.__dict__.get("__getitem__")
+    _expect(f"{meta.__module__}.{meta.__qualname__}.__getitem__", getitem, ("cls", "name"), version)
+    return meta, "__getitem__", getitem, backend_names.make_getitem(getitem, _rules, _platform)
 
 
 def _expect(where: str, original: Any, params: tuple[str, ...], version: str) -> None:
@@ -223,9 +252,12 @@ def uninstall() -> None:
     with _lock:
         for owner, attr, original in _state["patched"] or ():
             setattr(owner, attr, original)
+        later.forget()
+        backend_names.forget()
         _state["patched"] = None
         _state["rules"] = None
         _state["release"] = None
+        _state["selection"] = None
         _logged.clear()
 
 

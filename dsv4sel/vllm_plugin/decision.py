@@ -48,10 +48,19 @@ def host_class(selection) -> type:
     module_name, _, attr = cls_path.partition(":")
     host_modules = release().HOST_MODULES
     if module_name not in host_modules:
+        # issue 33: dsv4sel's pack layer, or a pack's own layer from a module the process allows
+        from . import pack_layer
+
+        own = pack_layer.layer_for(selection) if cls_path == pack_layer.PACK_LAYER else pack_layer.own_layer(
+            selection, cls_path)
+        if own is not None:
+            return own
         raise SelectionError(
             f"rule {selection.rule.id} ({selection.rule.location}) names the vLLM class {cls_path}, which is "
-            f"not in one of vLLM's DeepSeek-V4 attention modules ({', '.join(sorted(host_modules))}); "
-            "dsv4sel imports no other module", rule=selection.rule, query=selection.query, path=selection.path)
+            f"not in one of vLLM's DeepSeek-V4 attention modules ({', '.join(sorted(host_modules))}) nor in a "
+            f"module this process allows (--allow-impl-module / DSV4SEL_ALLOW_IMPL_MODULES="
+            f"{module_name.partition('.')[0]}); dsv4sel imports no other module", rule=selection.rule,
+            query=selection.query, path=selection.path)
     try:
         module = importlib.import_module(module_name)
     except BaseException as exc:  # noqa: BLE001 - a missing or exiting layer module (SystemExit too) is one error
@@ -101,6 +110,20 @@ def _log_decision(selection, cls: type, query: dict) -> None:
         _say_once(logging.WARNING if message.level == "warning" else logging.INFO, f"dsv4sel: {message}")
 
 
+def _refuse_dsv4_name_elsewhere(vllm_config: Any, arch: Any) -> None:
+    """A backend name only the rules know (registered by :mod:`.backend_names`) named for a model
+    that is not DeepSeek-V4: vLLM has no layer of that name, so it is refused here, as vLLM refuses
+    an unknown name, instead of failing when vLLM looks its class up."""
+    from .backend_names import registered_here
+
+    backend = getattr(getattr(vllm_config, "attention_config", None), "backend", None)
+    if getattr(vllm_config, "model_config", None) is not None and registered_here(backend):
+        raise SelectionError(
+            f"--attention-backend {getattr(backend, 'name', backend)} is a DeepSeek-V4 attention backend of dsv4sel's rules, "
+            f"which vLLM itself does not have; {arch or 'this model'} is not a DeepSeek-V4 model, so no "
+            "layer of that name exists for it. Name one of vLLM's backends, or none")
+
+
 def decide_config(vllm_config: Any):
     """The decision taken when vLLM validates its configuration (``VllmConfig.__post_init__``
     calls the platform's ``check_and_update_config``): before the model, any layer or any weight.
@@ -111,6 +134,7 @@ def decide_config(vllm_config: Any):
     model = model_of(vllm_config)
     if model is None:
         arch = getattr(getattr(vllm_config, "model_config", None), "architecture", None)
+        _refuse_dsv4_name_elsewhere(vllm_config, arch)  # issue 33
         if arch is not None:
             _say_once(logging.INFO, f"dsv4sel: {arch} is not a DeepSeek-V4 model; dsv4sel decides nothing for it")
         return None

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from ..errors import SelectionError
 from .decision import _log_decision, decide_config, host_class
 from .reading import _rules, query_of
+from .state import _state
 from .targets import REQUESTED
 
 
@@ -92,6 +93,7 @@ def _make_resolve(model: str, original: Callable) -> Callable:
                 f"({selection.torch_dtype_name})", rule=selection.rule, query=selection.query,
                 path=selection.path)
         selection.apply(cache_config)  # all or nothing
+        _state["selection"] = selection  # what this worker's KV cache holds: its handshakes carry it
         _log_decision(selection, cls, query)
         return selection.cache_dtype, selection.torch_dtype
 

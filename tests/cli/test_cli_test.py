@@ -47,7 +47,7 @@ def test_the_example_pack_tests_pass_with_coverage_of_the_pack_alone():
     r = run("test", "examples/b12x-pack/tests", *PACK)
     assert r.rc == 0, r
     assert re.search(r"^\d+ cases in 1 file: (\d+) passed, 0 failed$", r.out, re.M), r.out
-    assert "rule coverage: 6 of 6 rules reached (100%) (the rules of dsv4sel_b12x)" in r.out
+    assert "rule coverage: 7 of 7 rules reached (100%) (the rules of dsv4sel_b12x)" in r.out
 
 
 def test_failures_are_located_and_say_expected_and_got():

@@ -20,6 +20,11 @@ engine's own checks, on CPU, in the engine's environment:
 A pair the checks let through is ``works`` when ``dsv4sel fleet`` finds the contracts equal and
 ``silent-misread`` when it does not; a pair they refuse is ``refused-...`` when the contracts
 differ and ``spurious-refusal`` when they are equal.
+
+Then the same checks with dsv4sel's plugins (``tests/fleet_engines/handshakes.yaml``): each side built
+through the plugin (or, where its ``decided_by`` is ``engine``, without it), its handshake metadata as the
+plugin makes it, and the engine's own handshake, bootstrap and start-up code meeting the sides
+(``vllm_plugin_handshake.py``, ``sglang_plugin_handshake.py``; what each runs is in their docstrings).
 """
 from __future__ import annotations
 
@@ -75,7 +80,7 @@ def _roles(case: dict) -> tuple[str, str]:
 
 
 def _run(engine: str, script: str, job: dict, tmp: Path) -> dict:
-    path = tmp / f"{engine}-{job['platform']}.json"
+    path = tmp / f"{script.removesuffix('.py')}-{job.get('platform', 'cuda')}.json"
     path.write_text(json.dumps(job))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DSV4SEL_", "VLLM_", "SGLANG_"))}
     env.update(PYTHONPATH=str(ROOT), NO_COLOR="1")
@@ -183,3 +188,185 @@ def test_gfx942_reads_the_cache_as_fnuz_in_both_engines(workdir):
     assert vllm["row13_vllm_cuda_gfx942.yaml:decode"]["fp8_dtype"] == "float8_e4m3fnuz"
     assert vllm["row13_vllm_cuda_gfx942.yaml:prefill"]["fp8_dtype"] == "float8_e4m3fn"
     assert vllm["row13b_vllm_gfx950_gfx942.yaml:prefill"]["fp8_dtype"] == "float8_e4m3fn"
+
+
+# ------------------------------------------------------------------ through dsv4sel's plugins
+
+TESTS = ROOT / "tests"
+DOC = ROOT / "docs" / "deployments.md"
+
+
+def _handshakes() -> list[dict]:
+    loaded, problems = load_file(str(SCRIPTS / "handshakes.yaml"), "handshakes.yaml")
+    assert loaded is not None and not problems, problems
+    return loaded.data["cases"]
+
+
+HANDSHAKES = _handshakes()
+
+
+@functools.lru_cache(maxsize=None)
+def _plugin_report(file: str):
+    """``dsv4sel fleet`` as dsv4sel decides (what the plugins do), and the deployment."""
+    deployment = load_deployment(str(TESTS / file))
+    return decide_fleet(deployment, dsv4sel.default_rules(), "dsv4sel", search=False), deployment
+
+
+def _meeting(deployment) -> tuple[str, list[str]]:
+    """How the sides meet: ``pair`` (prefill, decode), ``ranks`` (in the file's order)."""
+    roles = {s.disaggregation for s in deployment.sides}
+    names = [s.name for s in deployment.sides]
+    if roles == {"prefill", "decode"}:
+        return "pair", [_role(deployment, "prefill"), _role(deployment, "decode")]
+    return "ranks", names
+
+
+def _role(deployment, role: str) -> str:
+    return next(s.name for s in deployment.sides if s.disaggregation == role)
+
+
+def _vllm_side(file: str, side, model: str) -> dict:
+    return {"id": f"{file}:{side.name}", "model": side.model or model, "capability": side.get("capability"),
+            "backend": side.get("attention_backend"), "kv": side.get("kv_cache_dtype") or "auto",
+            "mega": side.get("mega_attn") == "available", "model_path": side.checkpoint or "/models/DeepSeek-V4",
+            "plugin": side.decided_by != "engine"}
+
+
+def _sglang_side(file: str, side, model: str, told: dict) -> dict:
+    env = dict(side.env)
+    point = {"model": side.model or model, "platform": side.get("platform"),
+             "capability": side.get("capability") or "unknown",
+             "dsv4_attn_backend": side.get("attention_backend") or "auto",
+             "kv_cache_dtype": side.get("kv_cache_dtype") or "auto",
+             "kv_layout_env": env.get("SGLANG_DSV4_KV_LAYOUT", "unset").lower() or "unset",
+             "deployment": side.get("deployment") or ("pd" if side.disaggregation else "single")}
+    if point["platform"] == "rocm":
+        point["hip_kernel"] = env.get("SGLANG_HACK_FLASHMLA_BACKEND", "auto")
+    return {"id": f"{file}:{side.name}", "model": point["model"], "point": point, "env": env, "told": told,
+            "plugin": side.decided_by != "engine"}
+
+
+def _engine_of(file: str) -> str:
+    return _plugin_report(file)[1].sides[0].engine
+
+
+@functools.lru_cache(maxsize=None)
+def _plugin_results(engine: str, tmp: Path) -> dict:
+    """One engine process for every case of ``engine``."""
+    job: dict = {"sides": [], "pairs": [], "ranks": []}
+    for case in HANDSHAKES:
+        if _engine_of(case["file"]) != engine:
+            continue
+        report, deployment = _plugin_report(case["file"])
+        for s in report.sides:
+            job["sides"].append(_vllm_side(case["file"], s.side, deployment.model) if engine == "vllm" else
+                                _sglang_side(case["file"], s.side, deployment.model, dict(s.outcome.told)))
+        if any(s.outcome.contract is None for s in report.sides):
+            continue  # a side the rules refuse: the plugin stops it before any handshake
+        how, names = _meeting(deployment)
+        ids = [f"{case['file']}:{name}" for name in names]
+        if how == "pair":
+            job["pairs"].append({"id": case["file"], "prefill": ids[0], "decode": ids[1]})
+        else:
+            job["ranks"].append({"id": case["file"], "workers": ids})
+    script = "vllm_plugin_handshake.py" if engine == "vllm" else "sglang_plugin_handshake.py"
+    return _run(engine, script, job, tmp)
+
+
+def _plugin_verdict(case: dict, results: dict) -> tuple[str, str]:
+    """(verdict, the message of a refusal) from what the engine's code did with the plugins' sides."""
+    report, deployment = _plugin_report(case["file"])
+    for s in report.sides:
+        refused = results["sides"][f"{case['file']}:{s.name}"].get("refused")
+        if refused:
+            return "refused-at-start", refused
+    if case["file"] in results["pairs"]:
+        pair = results["pairs"][case["file"]]
+        if _engine_of(case["file"]) == "vllm":  # the escape hatch still turns the check off
+            assert pair["escape_hatch"] == "passes", pair
+        return ("works", "") if pair["verdict"] == "passes" else ("refused-at-first-request", pair["verdict"])
+    ranks = results["ranks"][case["file"]]
+    if _engine_of(case["file"]) == "vllm":
+        refusal = next((r for r in (ranks["start"], ranks["merge"]) if r != "passes"), None)
+        return ("works", "") if refusal is None else ("refused-at-start", refusal)
+    refused = [r for r in ranks["registered"] if r["status"] != 200]
+    if not refused:
+        assert ranks["route"]["status"] == 200, ranks
+        return "works", ""
+    # the rank is not registered, and decode's query gets the same refusal
+    assert ranks["route"] == refused[0] and ranks["route"]["status"] == 400, ranks
+    return "refused-at-start", refused[0]["text"]
+
+
+def _wire(results: dict, side_id: str) -> str:
+    """A side's handshake string: its NIXL hash (vLLM) or PD layout (SGLang)."""
+    side = results["sides"][side_id]
+    return side.get("hash") or side["kv_layout"]
+
+
+@pytest.mark.parametrize("case", HANDSHAKES, ids=lambda c: Path(c["file"]).stem)
+def test_the_plugins_make_the_engines_own_checks_hold_the_sides_to_one_contract(case, workdir):
+    from dsv4sel.dsv4.contract import wire_fields
+
+    engine = _engine_of(case["file"])
+    if SKIP[engine]:
+        pytest.skip(SKIP[engine])
+    results = _plugin_results(engine, workdir)
+    report, deployment = _plugin_report(case["file"])
+    verdict, message = _plugin_verdict(case, results)
+    assert verdict == case["verdict"], message
+    plugin_sides = [s for s in report.sides if s.side.decided_by != "engine" and s.outcome.contract is not None]
+    for s in plugin_sides:  # what the plugin carries is the contract `dsv4sel fleet` decides for that side
+        assert wire_fields(_wire(results, f"{case['file']}:{s.name}"))["fingerprint"] == s.outcome.contract.fingerprint
+    if verdict == "works" or "refused" in results["sides"].get(f"{case['file']}:{report.sides[0].name}", {}):
+        return
+    if len(plugin_sides) < len(report.sides):  # the refusal says which side runs without dsv4sel
+        assert message.count("dsv4sel contract") == len(plugin_sides) or "without dsv4sel" in message or (
+            "no dsv4sel decision" in message), message
+        return
+    checkpoints = {s.checkpoint for s in deployment.sides}
+    assert not report.compatible or len(checkpoints) > 1, "the plugins refuse sides dsv4sel fleet finds compatible"
+    for difference in report.differences:  # every differing field, with each side's value
+        if not difference.field.endswith(".encoding"):
+            assert difference.field in message, (difference.field, message)
+            for value in dict(difference.values).values():
+                assert str(value) in message, (difference.field, value, message)
+
+
+def _all_dsv4sel(case: dict) -> bool:
+    """Every side runs dsv4sel, on one checkpoint path (a side without dsv4sel is refused whatever its
+    contract; vLLM hashes the model path)."""
+    sides = load_deployment(str(TESTS / case["file"])).sides
+    return all(s.decided_by != "engine" for s in sides) and len({s.checkpoint for s in sides}) == 1
+
+
+@pytest.mark.parametrize("case", [c for c in HANDSHAKES if _all_dsv4sel(c)], ids=lambda c: Path(c["file"]).stem)
+def test_with_dsv4sel_on_every_side_the_engines_refuse_exactly_what_fleet_refuses(case, workdir):
+    engine = _engine_of(case["file"])
+    if SKIP[engine]:
+        pytest.skip(SKIP[engine])
+    report, _ = _plugin_report(case["file"])
+    verdict, _ = _plugin_verdict(case, _plugin_results(engine, workdir))
+    assert (verdict == "works") == report.compatible
+
+
+def _doc_examples() -> list[tuple[str, str]]:
+    """docs/deployments.md's refusal examples: (deployment file, the block shown)."""
+    import re
+
+    found = re.findall(r"<!-- handshake refusal: (\S+) -->\n```text\n(.*?)\n```", DOC.read_text(), re.S)
+    assert len(found) == 6, found
+    return found
+
+
+EXAMPLES = _doc_examples()
+
+
+@pytest.mark.parametrize("file,shown", EXAMPLES, ids=[Path(file).stem for file, _ in EXAMPLES])
+def test_the_docs_show_the_refusals_the_engines_give(file, shown, workdir):
+    case = next(c for c in HANDSHAKES if c["file"] == file)
+    engine = _engine_of(file)
+    if SKIP[engine]:
+        pytest.skip(SKIP[engine])
+    _, message = _plugin_verdict(case, _plugin_results(engine, workdir))
+    assert shown == message, f"docs/deployments.md's example for {file} is stale; the engine now gives:\n{message}"

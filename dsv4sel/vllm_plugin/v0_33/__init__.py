@@ -7,7 +7,10 @@ contract, checked by ``tests/hosts/vllm/test_vllm_plugin.py``):
 * ``HOST_MODULES``: the only modules a vLLM host class may come from;
 * ``HARDCODED``: the class vLLM builds where it has no selection function;
 * ``MODEL_PACKAGES``: vLLM's model packages and the rules' model;
-* ``SM120_TOPK``: the name of the SM120 layer module's top-k helper (asked for ``flashinfer_sm120``).
+* ``SM120_TOPK``: the name of the SM120 layer module's top-k helper (asked for ``flashinfer_sm120``);
+* ``LATER``: ``(module, attribute path, expected parameters, what dsv4sel puts there)`` of the
+  functions replaced when vLLM imports their module (:mod:`dsv4sel.vllm_plugin.later`; the plugin
+  never imports them: NIXL is optional, the engine core is the engine core's).
 
 Its host translation ``vllm-0.33.yaml`` (vLLM's inputs in the rules' words) sits beside it.
 """
@@ -61,3 +64,13 @@ MODEL_PACKAGES = {"vllm.models.deepseek_v4": "deepseek_v4", "vllm.models.deepsee
 #: ``deepseek_v4{,1}/nvidia/flashinfer_sparse.py``'s helper giving the top-k the SM120 layer asks
 #: FlashInfer's specialization for (private in 0.33)
 SM120_TOPK = "_required_sm120_sparse_topk"
+
+#: Replaced when vLLM imports their module. ``base_worker`` imports the NIXL hash by name, so its
+#: global is the one replaced (``nixl/base_worker.py:48``); ``engine/core.py`` imports the specs'
+#: merge by name too (``:57``) and calls it from ``EngineCore._initialize_kv_caches`` (``:292``).
+LATER = (
+    ("vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_worker", "compute_nixl_compatibility_hash",
+     ("vllm_config", "attn_backend_name", "transfer_mode"), "nixl_hash"),
+    ("vllm.v1.engine.core", "EngineCore._initialize_kv_caches", ("self", "vllm_config"), "rank_contracts"),
+    ("vllm.v1.engine.core", "get_global_kv_cache_groups", ("vllm_config", "kv_cache_specs"), "rank_specs"),
+)

@@ -85,7 +85,8 @@ def test_an_sglang_input_outside_the_translation_is_one_refusal(name, value, say
 
 
 @pytest.mark.parametrize("text", ["{not json", "[]", json.dumps({"class": "x"}), json.dumps(
-    {"class": 1, "kv_layout": "v4", "rule": "r", "location": "l"})])
+    {"class": 1, "kv_layout": "v4", "rule": "r", "location": "l", "contract": "c"}), json.dumps(
+    {"class": "a:B", "kv_layout": "v4", "rule": "r", "location": "l"})])
 def test_a_scheduler_handed_an_unreadable_decision_refuses(monkeypatch, text):
     monkeypatch.setenv(scheduler.DECISION_ENV, text)
     with pytest.raises(SelectionError, match=f"{scheduler.DECISION_ENV} is not a decision dsv4sel published"):
@@ -95,6 +96,7 @@ def test_a_scheduler_handed_an_unreadable_decision_refuses(monkeypatch, text):
 def test_a_published_decision_is_read_back(monkeypatch):
     monkeypatch.delenv(scheduler.DECISION_ENV, raising=False)
     assert scheduler.published() is None
-    scheduler.publish("a.b:C", {"kv_layout": "v4"}, "r", "rules/x.yaml:3")
-    assert scheduler.published() == {"class": "a.b:C", "kv_layout": "v4", "rule": "r", "location": "rules/x.yaml:3"}
+    scheduler.publish("a.b:C", {"kv_layout": "v4"}, "r", "rules/x.yaml:3", "dsv4sel contract kv1-0 model=m")
+    assert scheduler.published() == {"class": "a.b:C", "kv_layout": "v4", "rule": "r", "location": "rules/x.yaml:3",
+                                     "contract": "dsv4sel contract kv1-0 model=m"}
     scheduler.forget()

@@ -99,6 +99,7 @@ def test_plugin_replaces_the_functions_vllm_033_decides_in(reports, platform):
     assert len(hooks) == 1 and hooks[0].startswith("vllm.platforms."), replaced
     assert sorted(set(replaced) - set(hooks)) == sorted(select + [
         "vllm.config.attention.AttentionConfig.__post_init__",
+        "vllm.v1.attention.backends.registry._AttentionBackendEnumMeta.__getitem__",
         "vllm.models.deepseek_v4.attention._resolve_dsv4_kv_cache_dtype",
         "vllm.models.deepseek_v41.attention._resolve_dsv4_kv_cache_dtype"])
 

@@ -20,7 +20,7 @@ from _vllm33 import ROOT  # noqa: E402
 
 pytestmark = pytest.mark.skipif(_vllm33.skip_reason() is not None, reason=_vllm33.skip_reason() or "")
 START = ("dsv4sel: DeepSeek-V4 attention selection of vllm 0.33.0 is decided by dsv4sel "
-         "(6 functions replaced on cuda; decided when vLLM validates its config)")
+         "(7 functions replaced on cuda; decided when vLLM validates its config)")
 
 
 @pytest.fixture(scope="module")

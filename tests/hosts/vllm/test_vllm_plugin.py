@@ -59,7 +59,8 @@ class FakePlatform:
 def fake_vllm(monkeypatch, version="0.33.0"):
     """A vLLM 0.33 as far as the plugin reads it; each test breaks one piece."""
     mods = {}
-    for name in ("vllm", "vllm.platforms", "vllm.config", "vllm.models", *TARGETS):
+    for name in ("vllm", "vllm.platforms", "vllm.config", "vllm.models", "vllm.v1.attention.backends.registry",
+                 *TARGETS):
         mods[name] = types.ModuleType(name)
     mods["vllm"].__version__ = version
     mods["vllm.platforms"].current_platform = FakePlatform()
@@ -69,6 +70,13 @@ def fake_vllm(monkeypatch, version="0.33.0"):
             pass
 
     mods["vllm.config"].AttentionConfig = AttentionConfig
+
+    class _AttentionBackendEnumMeta(type):  # where vLLM turns --attention-backend into a member
+        def __getitem__(cls, name):
+            raise ValueError(f"Unknown attention backend: {name!r}")
+
+    mods["vllm.v1.attention.backends.registry"].AttentionBackendEnum = _AttentionBackendEnumMeta(
+        "AttentionBackendEnum", (), {})
     for name, (attr, params) in TARGETS.items():
         setattr(mods[name], attr, _function(params))
     for name, module in mods.items():
@@ -169,7 +177,7 @@ VARIANTS = ["no vllm", "vllm raises on import", "vllm exits on import", "version
 def test_the_fake_vllm_is_patched_when_nothing_is_broken(monkeypatch):
     mods = fake_vllm(monkeypatch)
     replaced = plugin.install()
-    assert len(replaced) == 6
+    assert len(replaced) == 7
     assert mods["vllm.models.deepseek_v4.nvidia.model"]._select_dsv4_attn_cls.__wrapped_vllm__ is not None
     plugin.uninstall()
     assert mods["vllm.models.deepseek_v4.nvidia.model"]._select_dsv4_attn_cls(None) == "vllm"

@@ -1,0 +1,1 @@
+"""A rule pack's own code (test data): its vLLM layer lives in :mod:`ownlayer_pack.layer`."""
