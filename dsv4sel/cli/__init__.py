@@ -1,4 +1,4 @@
-"""The ``dsv4sel`` command: explain, fleet, check, test, table, doctor, diff, schema, completion.
+"""The ``dsv4sel`` command: explain, fleet, check, test, table, doctor, diff, upgrade, schema, completion.
 
 Each subcommand lives in its own module with ``add_parser(subparsers)`` and
 ``run(args) -> int``: it parses, calls one tool (:mod:`dsv4sel.tools`, the
@@ -24,7 +24,7 @@ from .exits import EXIT_FINDINGS, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT
 from .streams import silence_stdout
 
 #: The subcommands in ``--help`` order, each a module of this package.
-COMMANDS = ("explain", "fleet", "check", "test", "table", "doctor", "diff", "schema", "completion")
+COMMANDS = ("explain", "fleet", "check", "test", "table", "doctor", "diff", "upgrade", "schema", "completion")
 #: The subcommands whose command line their own parser reads alone (``completion`` reads the whole parser).
 _ALONE = frozenset(COMMANDS) - {"completion"}
 DEBUG_ENV = "DSV4SEL_DEBUG"

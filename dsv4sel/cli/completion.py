@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
               "pip install 'dsv4sel[completion]' (or pip install shtab)", file=sys.stderr)
         return EXIT_USAGE
     _offer_values(args.parser)
+    _offer_releases(args.parser)
     sys.stdout.write(shtab.complete(args.parser, shell=args.shell))
     return EXIT_OK
 
@@ -69,6 +70,21 @@ def _offer_values(parser: argparse.ArgumentParser) -> None:
     for action in _actions(parser):
         if action.option_strings and action.dest in values and action.choices is None:
             action.choices = values[action.dest]
+
+
+def _offer_releases(parser: argparse.ArgumentParser) -> None:
+    """Give ``upgrade``'s HOST the registry's hosts and FROM/TO every release it names (``0.33``
+    and ``0.33.0``) as ``choices``, for the script only, as :func:`_offer_values` does."""
+    from ..dsv4.host_registry import HOSTS
+    from ..tools.upgrade import release_name
+
+    releases = sorted({v for h in HOSTS.values() for r in h.releases for v in (release_name(r.version), r.version)})
+    values = {"host": sorted(HOSTS), "old": releases, "new": releases}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and "upgrade" in action.choices:
+            for sub_action in action.choices["upgrade"]._actions:
+                if sub_action.dest in values:
+                    sub_action.choices = values[sub_action.dest]
 
 
 def _actions(parser: argparse.ArgumentParser):

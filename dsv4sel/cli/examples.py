@@ -27,6 +27,11 @@ examples:
   dsv4sel diff old-rules/ rules/                       # what an edit of the rules changes
   dsv4sel diff --pack - my-pack/rules --allow-impl-module my_pack   # what a new pack changes
 """,
+    "upgrade": """\
+examples:
+  dsv4sel upgrade vllm 0.33 0.34                       # what changes for DeepSeek-V4 with vLLM 0.34
+  dsv4sel upgrade vllm 0.33 0.34 --json                # every change, as data
+""",
 }
 
 TOP = """\

@@ -49,7 +49,8 @@ def test_json_gets_a_json_error_document_on_exit_2():
 @pytest.mark.parametrize("args", [
     ("check", "--json"), ("explain", "--platform", "cuda", "--json"), ("test", "tests/decisions", "--json"),
     ("table", "--format", "json"), ("doctor", "--platform", "cpu", "--json"),
-    ("diff", "rules", "rules", "--json")])
+    ("diff", "rules", "rules", "--json"),
+    ("upgrade", "vllm", "0.33", "0.34", "--rules-dir", "tests/tools/rules/upgrade", "--json")])
 def test_every_json_document_has_version(args):
     assert json.loads(run(*args).out)["version"] == 1
 

@@ -19,6 +19,7 @@ from dsv4sel.cli.render.text import Style
 from dsv4sel.dsv4 import platform as machine_platform
 from dsv4sel.dsv4.platform import InputProbe, Machine, impl_available, machine
 from dsv4sel.tools.diff import ABSENT, Change, Diff, Outcome, diff
+from dsv4sel.tools.upgrade import Category, Detail, Gist, Group, Upgrade, View
 from dsv4sel.tools.doctor import Report, build_report, impl_checks
 from dsv4sel.dsv4.contract import KVContract
 from dsv4sel.dsv4.kvmemory import KVMemory
@@ -50,7 +51,7 @@ RENDERING = ("to_markdown", "to_json", "to_text", "to_dict", "render", "lines", 
 
 
 @pytest.mark.parametrize("kind", [Matrix, Diff, Change, Outcome, Explanation, Report, Machine, InputProbe,
-                                  FleetReport, KVContract, KVMemory])
+                                  FleetReport, KVContract, KVMemory, Upgrade, Category, Group, Detail, Gist, View])
 def test_the_tools_values_carry_no_rendering(kind):
     # as_dict() is a value's data (JSON-ready, versioned); text of any kind is cli/render's
     assert [name for name in RENDERING if hasattr(kind, name)] == []

@@ -171,7 +171,8 @@ def test_completion_without_shtab_names_the_extra(monkeypatch, capsys):
     assert "pip install 'dsv4sel[completion]'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["explain", "check", "test", "table", "doctor", "diff", "schema", "completion"])
+@pytest.mark.parametrize("command", ["explain", "check", "test", "table", "doctor", "diff", "upgrade", "schema",
+                                     "completion"])
 def test_help_ends_with_examples(command):
     r = run(command, "--help")
     assert r.rc == 0
