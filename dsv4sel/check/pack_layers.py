@@ -19,6 +19,8 @@ its ``versions:`` admit, one error (DSV415, at the rule's ``file:line``) for eac
 
 from __future__ import annotations
 
+from .._version import DOCS_URL
+
 from typing import Any, Iterator
 
 from ..dsv4.profile import PROFILE
@@ -143,4 +145,4 @@ def _prefill_path(where: str, row, capability: str | None, impl: Any) -> list[st
         return []
     gpus = ", ".join(f"SM{m}x" for m in sorted(row.prefill_majors))
     return [f"leaves {where} with no prefill path: {row.base_name}'s own prefill ({row.prefill_kernel}) runs on "
-            f"{gpus} only, and the impl writes no prefill hook (prefill_library, docs/kernels.md)"]
+            f"{gpus} only, and the impl writes no prefill hook (prefill_library, {DOCS_URL}/kernels.md)"]

@@ -42,7 +42,7 @@ def add_parser(sub) -> None:
     add_input_option(p)
     p.add_argument("--tokens", type=_tokens, metavar="N",
                    help="also give the KV memory N tokens of one sequence need, per kind of layer and for the "
-                        "whole model (docs/deployments.md states the formula)")
+                        f"whole model ({DOCS_URL}/deployments.md states the formula)")
     p.add_argument("--layers", metavar="SPEC",
                    help="the model's layers for --tokens, e.g. swa=2,c4=21,c128=20,window=128 (default: "
                         "DeepSeek-V4-Flash's for deepseek_v4; required for other models)")

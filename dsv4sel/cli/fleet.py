@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .._version import DOCS_URL
 from .common import add_rules_option
 from .exits import EXIT_FINDINGS, EXIT_OK
 
@@ -45,13 +46,13 @@ def add_parser(sub) -> None:
                     "deciding rule) and the nearest settings that make them agree. Exit 0 compatible, 1 not, "
                     "2 unusable input.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    file = p.add_argument("deployment", metavar="DEPLOYMENT.yaml", help="the deployment file (docs/deployments.md)")
+    file = p.add_argument("deployment", metavar="DEPLOYMENT.yaml", help=f"the deployment file ({DOCS_URL}/deployments.md)")
     file.complete = FILE  # type: ignore[attr-defined]  # shtab completes file names here
     p.add_argument("--as", dest="mode", choices=("dsv4sel", "engine"), default="dsv4sel",
                    help="dsv4sel: what dsv4sel makes the engines decide (default); engine: what the engines "
                         "decide by themselves (each release's compat rule set); a side's decided_by wins")
     add_rules_option(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object (keys: docs/deployments.md)")
+    p.add_argument("--json", action="store_true", help=f"print one JSON object (keys: {DOCS_URL}/deployments.md)")
     p.set_defaults(run=run)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .._version import DOCS_URL
 from .exits import EXIT_FINDINGS, EXIT_OK
 
 PROG = "dsv4sel upgrade"
@@ -32,7 +33,7 @@ def add_parser(sub) -> None:
     p.add_argument("--rules-dir", metavar="DIR", default=None,
                    help="find the compat rule sets under DIR (DIR/compat/vllm-0.33 ...) instead of the shipped "
                         "rules' directory")
-    p.add_argument("--json", action="store_true", help="print one JSON object with every change (keys: docs/cli.md)")
+    p.add_argument("--json", action="store_true", help=f"print one JSON object with every change (keys: {DOCS_URL}/cli.md)")
     p.set_defaults(run=run)
 
 

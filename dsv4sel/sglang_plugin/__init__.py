@@ -40,7 +40,7 @@ import os
 from ..errors import SelectionError
 from ..engine.hosts import version_matches
 from . import handshake, scheduler
-from .translation import VERSIONS, HostDecision, decide as decide_point, translation
+from .translation import VERSIONS, HostDecision, decide as decide_point, translation as sglang_translation
 
 logger = logging.getLogger(__name__)
 STEP = "handle_model_specific_adjustments"
@@ -170,7 +170,7 @@ def decide(server_args, previous) -> HostDecision | None:
         logger.warning(NOT_DECIDED, resolving_view(server_args).device)
         previous(server_args)
         return None
-    translation().check_point(point)  # a value outside SGLang's space: one refusal naming it
+    sglang_translation().check_point(point)  # a value outside SGLang's space: one refusal naming it
     decision = decide_point(point)
     s, rule = decision.settings, decision.selection.rule
     declare_resolution(server_args, "dsv4sel", dsv4_attn_backend=s["dsv4_attn_backend"],

@@ -352,6 +352,7 @@ def test_an_impl_module_that_exits_at_import_is_one_error_not_the_end_of_the_pro
 def test_a_real_interrupt_while_importing_an_impl_is_never_the_impl_s_error(tmp_path, monkeypatch):
     # the user's Ctrl-C (dsv4sel.process.Interrupted, what the command's SIGINT raises) and the
     # machine's memory end the command; once `check` turned them into a DSV406 finding
+    from dsv4sel.dsv4.profile import PROFILE
     from dsv4sel.engine.values import load_impl_class
     from dsv4sel.process import Interrupted
 
@@ -359,9 +360,9 @@ def test_a_real_interrupt_while_importing_an_impl_is_never_the_impl_s_error(tmp_
     (tmp_path / "no_memory.py").write_text("raise MemoryError\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(Interrupted):
-        load_impl_class("ctrl_c:X", ("ctrl_c",))
+        load_impl_class("ctrl_c:X", ("ctrl_c",), PROFILE.impl_base)
     with pytest.raises(MemoryError):
-        load_impl_class("no_memory:X", ("no_memory",))
+        load_impl_class("no_memory:X", ("no_memory",), PROFILE.impl_base)
 
 
 BROKEN_PACKS = {

@@ -223,8 +223,8 @@ def test_another_sglang_version_is_one_clear_error_and_nothing_is_patched(runs, 
     # only the refusing resolution hook: no scheduler guard registered or applied
     assert r["resolution_hooks"] == ["register.<locals>.refuse"] and r["registered"] == r["patched"] == []
     assert r["stage"] == "config" and r["error"] == "PluginError"
-    assert r["message"] == (f"dsv4sel's SGLang plugin supports sglang >=0.5.23,<0.5.24, not {other}; "
-                            "unset SGLANG_PLUGINS=dsv4sel or install a supported SGLang.")
+    assert r["message"] == (f"dsv4sel's SGLang plugin supports sglang >=0.5.23,<0.5.24; this is sglang {other}. "
+                            "Unset SGLANG_PLUGINS=dsv4sel or install a supported SGLang.")
     # the server args are the user's: no declaration, the layout variable as set, nothing published
     assert r["declared"] == [] and r["layout_env"] == "v41" and r["published"] is None
 

@@ -1,6 +1,6 @@
 """The SGLang plugin's handshake hooks on their own (no SGLang needed): the contract SGLang's PD layout
 string carries, and the bootstrap server's refusal of prefill ranks that differ
-(:mod:`dsv4sel.sglang_plugin.handshake`). The same hooks in SGLang's own code: ``tests/hosts/test_fleet_engines.py``."""
+(:mod:`dsv4sel.sglang_plugin.handshake`). The same hooks in SGLang's own code: ``tests/hosts/fleet/test_fleet_engines.py``."""
 from __future__ import annotations
 
 import types

@@ -1,7 +1,7 @@
 """The vLLM plugin's handshake and start-up checks on their own (no vLLM needed): the targets patched when
 vLLM imports their module (:mod:`dsv4sel.vllm_plugin.later`), the contract in NIXL's compatibility hash
 (:mod:`dsv4sel.vllm_plugin.handshake`) and the ranks' refusals (:mod:`dsv4sel.vllm_plugin.ranks`). The
-same code against vLLM's own functions: ``tests/hosts/test_fleet_engines.py``."""
+same code against vLLM's own functions: ``tests/hosts/fleet/test_fleet_engines.py``."""
 from __future__ import annotations
 
 import dataclasses

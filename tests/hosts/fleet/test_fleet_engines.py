@@ -43,7 +43,7 @@ from dsv4sel.tools.fleet import decide_fleet
 
 from _host_env import env_skip_reason
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FLEET = ROOT / "tests" / "tools" / "fleet"
 SCRIPTS = ROOT / "tests" / "fleet_engines"
 VENVS = {"vllm": ROOT / ".venv-vllm", "sglang": ROOT / ".venv-sglang"}
