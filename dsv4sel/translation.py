@@ -167,12 +167,16 @@ class Translation:
             if holds(row.when, point):
                 raise self._refusal(point, row.value["reason"].format(**point), row.value["fix"], row.where)
 
-    def decide(self, point: dict, rules, used: list[str] | None = None) -> HostDecision:
+    def decide(self, point: dict, rules, used: list[str] | None = None, role: str | None = None) -> HostDecision:
         """Decide one host input with ``rules`` (a RuleSet, or anything with its ``select``); raises
         SelectionError (``origin``: the ``file:line`` of the row or rule that refused). ``used``:
-        see :meth:`query`."""
+        see :meth:`query`. ``role``: the process's role under disaggregation, given to rules that
+        declare it (:mod:`dsv4sel.dsv4.roles`)."""
+        from .dsv4.roles import with_role
+
         self.refuse_point(point)
-        sel = rules.select(**self.query(point, used))  # its SelectionError's origin is the deciding rule
+        query = with_role(self.query(point, used), getattr(rules, "plain_inputs", ()), role)
+        sel = rules.select(**query)  # its SelectionError's origin is the deciding rule
         return self.build(point, sel)
 
     def entry(self, sel: Selection) -> tuple[str, dict[str, Any]] | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from ..engine.profile import Profile, declared_fields
+from . import roles
 
 #: Impl classes are imported only from these module prefixes (and their submodules).
 DEFAULT_ALLOWED_IMPL_MODULES: tuple[str, ...] = ("dsv4sel.kernels",)
@@ -66,4 +67,6 @@ PROFILE = Profile(
     impl_base=IMPL_BASE,
     spellings=(("capability", _capability_spelling),),
     host_classes=(("vllm", (PACK_LAYER,)),),
+    # a pack may declare a process's role under disaggregation; the hosts fill it (dsv4/roles.py)
+    host_inputs=((roles.INPUT, roles.ROLES, roles.DEFAULT),),
 )

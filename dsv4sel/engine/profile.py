@@ -40,11 +40,15 @@ class Profile(Frozen):
     (spellings, enums, case); every other input, built-in or a pack's, is read as given or at
     its declared default, so the compiler requires it to declare one (DSV305).
     ``host_classes`` pairs a host with the classes the domain ships for it outside the host's own
-    package (a rule may name them under ``hosts:``, as it names the host's own classes)."""
+    package (a rule may name them under ``hosts:``, as it names the host's own classes).
+    ``host_inputs`` are ``(name, values, default)`` of inputs no vocabulary must declare but every
+    host fills from its own configuration for a rule set that does (a process's role under
+    disaggregation): a declaration of one must give exactly those values and that default, since
+    a host sends each of them (DSV305)."""
 
     __slots__ = ("subject", "key", "select_fields", "same_result", "restates", "schema", "allowed_impl_modules",
-                 "impl_base", "spellings", "normalized", "host_classes")
-    _defaults = {"spellings": (), "host_classes": ()}
+                 "impl_base", "spellings", "normalized", "host_classes", "host_inputs")
+    _defaults = {"spellings": (), "host_classes": (), "host_inputs": ()}
     subject: str
     key: tuple[str, ...]
     select_fields: tuple[tuple[str, type], ...]
@@ -56,6 +60,7 @@ class Profile(Frozen):
     spellings: tuple
     normalized: tuple[str, ...]
     host_classes: tuple[tuple[str, tuple[str, ...]], ...]
+    host_inputs: tuple[tuple[str, tuple[str, ...], str], ...]
 
     @property
     def builtin_inputs(self) -> tuple[str, ...]:

@@ -149,11 +149,28 @@ def _declare_input(ctx: Compilation, merged: dict[str, Slot], ordered: list[str]
     if name not in ctx.profile.normalized and slot["default"] is None:
         ctx.error(f, path, "DSV305", f"input {name!r} needs a `default:` so that callers who do not "
                   "pass it still get a decision", key=True)
+    _check_host_input(ctx, name, slot)
     if slot["probe"] is not None:
         pf, ppath = slot["at"]["probe"]
         ctx.check_impl(pf, ppath, slot["probe"])
     return InputDecl(name, tuple(slot["values"]), by, scoped, slot["default"], slot["fallback"],
                      slot["probe"], tuple(slot["aliases"].items()))
+
+
+def _check_host_input(ctx: Compilation, name: str, slot: Slot) -> None:
+    """An input the hosts fill (:attr:`Profile.host_inputs`) is declared with exactly the values
+    they send and their default: a value a host sends but the rules lack would refuse a running
+    engine's input, one the rules add no host would ever send."""
+    fixed = {n: (values, default) for n, values, default in ctx.profile.host_inputs}.get(name)
+    if fixed is None:
+        return
+    values, default = fixed
+    if slot["by"] is None and set(slot["values"]) == set(values) and slot["default"] == default:
+        return
+    f, path = slot["origin"]
+    ctx.error(f, path, "DSV305", f"input {name!r} is filled by the serving engines' plugins, which send "
+              f"{', '.join(values)}: declare it with `values: [{', '.join(values)}]` and `default: {default}` "
+              "(no `by:`)", key=True)
 
 
 def _scope(ctx: Compilation, merged: dict[str, Slot], ordered: list[str], name: str) -> tuple | None:

@@ -135,6 +135,22 @@ def _parallel_deviations(cfg) -> list[str]:
     return []
 
 
+#: SGLang's --disaggregation-mode as a role (:mod:`dsv4sel.dsv4.roles`)
+ROLES = {None: "none", "null": "none", "prefill": "prefill", "decode": "decode"}
+
+
+def role(server_args) -> str:
+    """The process's role under disaggregation, from ``--disaggregation-mode``; a mode SGLang
+    0.5.23 does not have is one refusal (never a guess)."""
+    from sglang.srt.arg_groups.model_override_base import resolving_view
+
+    mode = resolving_view(server_args).disaggregation_mode
+    if not isinstance(mode, (str, type(None))) or mode not in ROLES:
+        raise SelectionError(f"DeepSeek-V4 attention in SGLang: --disaggregation-mode {mode!r} is not one "
+                             "SGLang 0.5.23 has (null, prefill, decode).")
+    return ROLES[mode]
+
+
 def host_point(server_args) -> dict | None:
     """SGLang's raw inputs as a point of the host space (None on a device dsv4sel does not decide for)."""
     from sglang.srt.arg_groups.model_override_base import model_config_of, resolving_view
@@ -171,7 +187,7 @@ def decide(server_args, previous) -> HostDecision | None:
         previous(server_args)
         return None
     sglang_translation().check_point(point)  # a value outside SGLang's space: one refusal naming it
-    decision = decide_point(point)
+    decision = decide_point(point, role=role(server_args))
     s, rule = decision.settings, decision.selection.rule
     declare_resolution(server_args, "dsv4sel", dsv4_attn_backend=s["dsv4_attn_backend"],
                        kv_cache_dtype=s["kv_cache_dtype"])

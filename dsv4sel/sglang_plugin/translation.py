@@ -36,8 +36,9 @@ def translation() -> Translation:
     return t
 
 
-def decide(point: dict, rules=None) -> HostDecision:
-    """Decide one SGLang input with the shipped rules (or ``rules``); raises SelectionError."""
+def decide(point: dict, rules=None, role: str | None = None) -> HostDecision:
+    """Decide one SGLang input with the shipped rules (or ``rules``); raises SelectionError.
+    ``role``: the process's role under disaggregation (:mod:`dsv4sel.dsv4.roles`)."""
     import dsv4sel
 
-    return translation().decide(point, rules or dsv4sel.default_rules())
+    return translation().decide(point, rules or dsv4sel.default_rules(), role=role)

@@ -206,7 +206,8 @@ def _decide_side(side: Side, mode: str, sets: RuleSets, deployment: Deployment) 
 
 def _culprit(side: Side, reason: str) -> str | None:
     """The key of ``side`` an invalid-input message is about: the first of its keys or values it quotes."""
-    pairs = [*side.inputs, *((f"env.{k}", v) for k, v in side.env), *((("model", side.model),) if side.model else ())]
+    pairs = [*side.inputs, *((f"env.{k}", v) for k, v in side.env), *((("model", side.model),) if side.model else ()),
+             *((("disaggregation", side.disaggregation),) if side.disaggregation else ())]
     quoted = [(reason.find(repr(text)), key) for key, value in pairs
               for text in (value, key.removeprefix("env.")) if repr(text) in reason]
     return min(quoted)[1] if quoted else None

@@ -135,10 +135,10 @@ def decide(side: Side, mode: str, rules: RuleSet, model: str, changes: Mapping[s
 def _extra(side: Side, rules: RuleSet, skip: tuple[str, ...]) -> dict[str, str]:
     """The side's other inputs (``mega_attn``...) and, where the rule set declares it, its role
     under disaggregation."""
+    from ..dsv4.roles import with_role
+
     extra = {k: v for k, v in side.inputs if k not in skip}
-    if side.disaggregation and "disaggregation" in rules.plain_inputs:
-        extra.setdefault("disaggregation", side.disaggregation)
-    return extra
+    return with_role({"extra": extra}, rules.plain_inputs, side.disaggregation)["extra"]
 
 
 def _select(rules: RuleSet, query: dict[str, Any], settle: Callable[[Selection], Outcome]) -> Outcome:
@@ -182,6 +182,9 @@ def _sglang_settle(side: Side, settings: Mapping[str, str | None], told: Mapping
 
 def _sglang_point(side: Side, model: str, settings: Mapping[str, str | None]) -> dict[str, str]:
     """SGLang's own inputs: its flags, its environment and its deployment."""
+    if side.disaggregation == "both":
+        raise InvalidQuery("disaggregation 'both' is vLLM's kv_both; SGLang's --disaggregation-mode is "
+                           "prefill or decode")
     env = _sglang_env(settings)
     point = {"model": model, "platform": side.get("platform") or "", "capability": side.get("capability") or "unknown",
              "kv_cache_dtype": settings["kv_cache_dtype"] or "auto",
@@ -215,7 +218,7 @@ def _sglang_dsv4sel(side: Side, rules: RuleSet, model: str, settings: dict[str, 
             raise InvalidQuery(f"{SGLANG_KEYS.get(name, name)} {value!r} is not one of SGLang 0.5.23's: "
                                f"{', '.join(declared)}")
     try:
-        decision = t.decide(point, rules)
+        decision = t.decide(point, rules, role=side.disaggregation)
     except SelectionError as exc:
         return Outcome(None, None, exc.reason, exc.rule, exc.origin)
     return _sglang_settle(side, settings, decision.settings, decision.selection)

@@ -5,7 +5,8 @@
    dtype, the model family, LoRA, prefill context parallelism, and what vLLM's own code answers
    about mega-attention and FlashInfer's SM120 specialization.
 2. :func:`query_of`: the translation turns the point into the rules' query (as data, proven
-   complete over vLLM's space by ``dsv4sel check``).
+   complete over vLLM's space by ``dsv4sel check``), and a rule set that declares the process's
+   role under disaggregation gets it (:func:`role`, :mod:`dsv4sel.dsv4.roles`).
 """
 
 from __future__ import annotations
@@ -99,6 +100,17 @@ def _int_setting(vllm_config: Any, name: str) -> int:
     return value
 
 
+def role(vllm_config: Any) -> str:
+    """The process's role under disaggregation (:data:`dsv4sel.dsv4.roles.ROLES`), as vLLM's own
+    ``KVTransferConfig`` answers it: a producer and a consumer (``kv_both``, or a MultiConnector
+    with both) is ``both``; no KV connector is ``none``."""
+    transfer = getattr(vllm_config, "kv_transfer_config", None)
+    if transfer is None:
+        return "none"
+    producer, consumer = bool(transfer.is_kv_producer), bool(transfer.is_kv_consumer)
+    return {(True, True): "both", (True, False): "prefill", (False, True): "decode"}.get((producer, consumer), "none")
+
+
 def host_point(vllm_config: Any, model: str, kv_cache_dtype: str | None = None) -> dict[str, str]:
     """The config as a point of the wired release's host translation (its ``space``), each value
     asked with vLLM's own code."""
@@ -138,13 +150,15 @@ def _translation(package: str):
 def query_of(vllm_config: Any, model: str, kv_cache_dtype: str | None = None) -> dict[str, Any]:
     """The dsv4sel query for a vLLM config: keyword arguments of ``RuleSet.select`` (a refusing
     translation row raises its SelectionError)."""
+    from ..dsv4.roles import with_role
+
     point = host_point(vllm_config, model, kv_cache_dtype)
     t = translation()
     t.refuse_point(point)
     query = t.query(point)
     if query["capability"] == "unknown" and point["capability"] == "unknown":
         query["capability"] = None  # vLLM could not read it: the rules' own word for that
-    return query
+    return with_role(query, _rules().plain_inputs, role(vllm_config))
 
 
 def decide(vllm_config: Any, model: str, kv_cache_dtype: str | None = None):

@@ -12,7 +12,9 @@ its child):
 - ``guards``: the scheduler guards on the process's platform (CUDA or ROCm), on SGLang's real
   layout function and backend factory, after a resolution the plugin decided, first untouched,
   then with the layout variable or the published decision changed;
-- ``xpu``: a DeepSeek-V4 model served with ``--device xpu`` in a CUDA-stubbed process.
+- ``xpu``: a DeepSeek-V4 model served with ``--device xpu`` in a CUDA-stubbed process;
+- ``roles``: with a pack that decides by the role under disaggregation (``tests/packs/pd_roles``),
+  DeepSeek-V4 on SM100 alone and under PD (``--disaggregation-mode prefill``).
 
 ``npu`` needs a process of its own, stubbed as an Ascend NPU before SGLang is imported (SGLang
 reads ``is_npu()`` into module constants at import):
@@ -74,6 +76,24 @@ def gate(o: oracle.Oracle, how: str, other_sglang: str | None = None) -> dict:
 
     return {**state, "stage": got.stage, "error": got.error, "message": got.message, "declared": declared,
             "layout_env": os.environ.get("SGLANG_DSV4_KV_LAYOUT"), "published": scheduler.published()}
+
+
+def roles(o: oracle.Oracle) -> dict:
+    """The pack's rule reads the role SGLang's ``--disaggregation-mode`` gives: under PD it sends
+    V4.0 on SM100 to FlashInfer's bf16 rows, which SGLang cannot build (one refusal)."""
+    import dsv4sel.api
+    from dsv4sel.sglang_plugin import scheduler
+
+    os.environ["DSV4SEL_RULES_PATH"] = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                    "packs", "pd_roles", "rules")
+    dsv4sel.api._default = None  # the parent loaded the shipped rules; this child loads them with the pack
+    _load_plugin()
+    out = {}
+    for deployment in ("single", "pd"):
+        got = o.decide(_point(model="deepseek_v4", deployment=deployment))
+        out[deployment] = {"stage": got.stage, "error": got.error, "message": got.message,
+                           "published": scheduler.published()}
+    return out
 
 
 def _attempt(fn) -> dict:
@@ -191,7 +211,7 @@ def _keep_dsv4sel_log() -> list:
 def run(scenario: str, o: oracle.Oracle, other_sglang: str | None = None) -> dict:
     """One scenario in ``o``'s process (which it changes: run it in a child of its own)."""
     runs = {"gate-metadata": lambda: gate(o, "metadata", other_sglang), "gate-version": lambda: gate(o, "version"),
-            "guards": lambda: guards(o), "xpu": lambda: device_xpu(o)}
+            "guards": lambda: guards(o), "xpu": lambda: device_xpu(o), "roles": lambda: roles(o)}
     return runs[scenario]()
 
 

@@ -38,7 +38,7 @@ PLATFORMS = ("cuda", "rocm")
 PLUGIN_EVERY_O = 24
 #: plugin_checks.py's scenarios, each in a child of the platform's process
 SCENARIOS = {"cuda": ["--scenario", "gate-metadata", "--scenario", "gate-version", "--scenario", "guards",
-                      "--scenario", "xpu"],
+                      "--scenario", "xpu", "--scenario", "roles"],
              "rocm": ["--scenario", "guards"]}
 OTHER_SGLANG = "0.5.24"
 
@@ -243,6 +243,19 @@ def test_the_scheduler_guards_check_what_sglang_builds(runs, platform):
     # the class SGLang's factory builds is checked against the decision
     changed = r["class_changed"]
     assert changed["error"] == "SelectionError" and "the scheduler built the attention backend" in changed["message"]
+
+
+@needs_env
+def test_a_pack_that_reads_the_role_under_disaggregation_gets_it_from_sglangs_disaggregation_mode(runs):
+    r = runs["cuda"]["scenarios"]["roles"]
+    # alone: the shipped default (FlashMLA, V4 pages); under PD the pack's rule sends it to FlashInfer's
+    # bf16 rows, which SGLang cannot build: one refusal naming the rule's file, nothing published
+    assert r["single"]["error"] is None and r["single"]["published"]["kv_layout"] == "v4", r["single"]
+    assert r["single"]["published"]["class"].endswith("deepseek_v4_backend:DeepseekV4AttnBackend"), r["single"]
+    pd = r["pd"]
+    assert pd["stage"] == "config" and pd["error"] == "SelectionError", pd
+    assert "the rules select FLASHINFER_MLA_SPARSE_DSV4 with the bf16_row cache" in pd["message"], pd
+    assert pd["published"] is None, pd
 
 
 @needs_env

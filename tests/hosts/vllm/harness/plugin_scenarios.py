@@ -66,7 +66,9 @@ def _one_config(model_dir: str, args: list[str]) -> None:
     kw = {"model": model_dir, "skip_tokenizer_init": True, "load_format": "dummy", "max_model_len": 1024}
     it = iter(args)
     for flag in it:
-        kw[flag.lstrip("-").replace("-", "_")] = next(it)
+        key, value = flag.lstrip("-").replace("-", "_"), next(it)
+        # a JSON flag (--kv-transfer-config) as vLLM's CLI parses it
+        kw[key] = json.loads(value) if key == "kv_transfer_config" else value
     print(f"== config {model_dir} {' '.join(args)}", file=sys.stderr, flush=True)
     try:
         EngineArgs(**kw).create_engine_config()

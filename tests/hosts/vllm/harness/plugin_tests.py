@@ -21,6 +21,7 @@ from dsv4sel.dsv4.host_registry import HOSTS
 __all__ = [
     "ran", "release", "skip_without_env", "test_a_minimax_alias_vllm_erases_is_still_an_explicit_backend",
     "test_a_model_that_is_not_deepseek_v4_is_left_alone_in_one_line",
+    "test_a_pack_that_reads_the_role_under_disaggregation_gets_it_from_vllms_kv_transfer_config",
     "test_a_pack_with_its_own_impl_module_works_under_the_plugin_when_allowed",
     "test_a_rejection_comes_when_vllm_validates_its_config", "test_another_vllm_version_asked_for_is_one_plugin_error",
     "test_another_vllm_version_installed_is_one_warning_line",
@@ -123,3 +124,16 @@ def test_a_pack_with_its_own_impl_module_works_under_the_plugin_when_allowed(ran
         "then demo-sm90 (" in decision[0], lines
 
 
+
+
+def test_a_pack_that_reads_the_role_under_disaggregation_gets_it_from_vllms_kv_transfer_config(ran):
+    rc, lines, results, err = ran["pd-roles"]
+    assert rc == 0 and results == [{"ok": True}] * 3, (results, err[-3000:])
+    decisions = [line.split("dsv4sel: ", 1)[1] for line in lines if "deepseek_v4 attention " in line]
+    assert len(decisions) == 3, lines
+    # no KV connector: not disaggregated, the shipped default; kv_consumer: decode; kv_both: both
+    assert decisions[0].startswith("deepseek_v4 attention FLASHMLA_SPARSE_DSV4 ->") and \
+        "decided by default-cuda-sm9x-sm10x (" in decisions[0], decisions
+    for line, role in zip(decisions[1:], ("decode", "both")):
+        assert line.startswith("deepseek_v4 attention FLASHINFER_MLA_SPARSE_DSV4 ->") and \
+            "decided by pd-v4-sm100-flashinfer (" in line and f"--input disaggregation={role}` shows why" in line, line

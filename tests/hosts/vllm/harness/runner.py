@@ -153,10 +153,18 @@ def _scenarios(child: Child, out: Path, models: Future) -> dict[str, tuple]:
         "version-asked": (["load"], {"DSV4SEL_TEST_FAKE_VERSION": other, "VLLM_PLUGINS": "dsv4sel"}),
         "pack": (["config", m / "v4"], pack_env),
         "pack-allowed": (["config", m / "v4"], {**pack_env, "DSV4SEL_ALLOW_IMPL_MODULES": "demo_dsv4_kernels"}),
+        # the role under disaggregation, as vLLM's own KVTransferConfig answers it, decides for a pack that reads it
+        "pd-roles": (["config", m / "v4", "+", m / "v4", "--kv-transfer-config", KV_CONSUMER, "+", m / "v4",
+                      "--kv-transfer-config", KV_BOTH],
+                     {"capability": "10.0", "DSV4SEL_RULES_PATH": str(PD_ROLES_PACK)}),
         # vLLM's own `vllm serve` (SM90 stubbed): its start-up and decision lines, docs/vllm.md
         "serve": (["serve", m / "v4", "--max-model-len", "1024", "--load-format", "dummy", "--skip-tokenizer-init"],
                   {"script": "serve"}),
     }
+
+
+KV_CONSUMER = '{"kv_connector": "NixlConnector", "kv_role": "kv_consumer"}'
+KV_BOTH = '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}'
 
 
 def _one_scenario(child: Child, out: Path, models: Future, name: str) -> tuple:
@@ -167,7 +175,9 @@ def _one_scenario(child: Child, out: Path, models: Future, name: str) -> tuple:
 
 
 SCENARIOS = ("serve", "configs", "no-platform", "no-platform-asked", "version", "version-asked", "pack",
-             "pack-allowed")
+             "pack-allowed", "pd-roles")
+#: a pack that decides by the process's role under disaggregation (tests/dsv4/test_roles.py)
+PD_ROLES_PACK = ROOT / "tests" / "packs" / "pd_roles" / "rules"
 
 
 # ------------------------------------------------------------------ the pack layer (issue 33)
