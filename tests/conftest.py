@@ -42,3 +42,19 @@ def write_rules(tmp_path, monkeypatch):
         return str(directory)
 
     return write
+
+
+#: the suites that run the real engines, longest first (tests/hosts/...)
+_ENGINE_SUITES = tuple(Path(__file__).resolve().parent / "hosts" / name for name in ("vllm", "sglang", ""))
+
+
+def _engine_rank(item) -> int:
+    path = Path(str(item.path))
+    return next((i for i, suite in enumerate(_ENGINE_SUITES) if path.is_relative_to(suite)), len(_ENGINE_SUITES))
+
+
+def pytest_collection_modifyitems(items):
+    """The suites that run the real engines (tests/hosts) first, longest first: their engine
+    processes then run beside the rest of the suite instead of making its tail (pytest-xdist
+    hands out files in this order), which keeps ``make test``'s wall time near its CPU time / cores."""
+    items.sort(key=_engine_rank)

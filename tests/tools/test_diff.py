@@ -113,7 +113,7 @@ def test_the_array_comparison_gives_what_a_lookup_per_key_gives(edited_rules):
     edited = dsv4sel.load_rules([edited_rules])
     pack = dsv4sel.load_rules([*default_packs(), os.path.join(REPO, "examples", "b12x-pack", "dsv4sel_b12x", "rules")],
                               allowed_impl_modules=("dsv4sel.kernels", "dsv4sel_b12x"))
-    for old, new in ((shipped, edited), (shipped, pack), (pack, shipped)):
+    for old, new in ((shipped, edited), (pack, shipped)):
         fast, slow = tool.diff(old, new), tool._diff_keys(old, new)
         assert fast.compared == slow.compared and fast.changed == slow.changed
         assert fast.changes == slow.changes

@@ -35,7 +35,7 @@ COMPAT = ROOT / "rules" / "compat" / "sglang-0.5.23"
 PLATFORMS = ("cuda", "rocm")
 #: the plugin pass runs every input; under python -O every PLUGIN_EVERY_O-th (plus the first of
 #: each deciding rule or row the stride misses)
-PLUGIN_EVERY_O = 24
+PLUGIN_EVERY_O = 48
 #: plugin_checks.py's scenarios, each in a child of the platform's process
 SCENARIOS = {"cuda": ["--scenario", "gate-metadata", "--scenario", "gate-version", "--scenario", "guards",
                       "--scenario", "xpu", "--scenario", "roles"],
