@@ -334,7 +334,7 @@ outcome; [cli.md](cli.md#dsv4sel-upgrade) describes the command.
 def upgrade_pages() -> dict[Path, str]:
     """Every upgrade page the registry and the compat sets present call for, as it should read."""
     from dsv4sel.dsv4.host_registry import HOSTS
-    from dsv4sel.tools.upgrade import release_name
+    from dsv4sel.tools.releases import release_name
 
     pages = {}
     for host in HOSTS.values():

@@ -76,7 +76,7 @@ def _offer_releases(parser: argparse.ArgumentParser) -> None:
     """Give ``upgrade``'s HOST the registry's hosts and FROM/TO every release it names (``0.33``
     and ``0.33.0``) as ``choices``, for the script only, as :func:`_offer_values` does."""
     from ..dsv4.host_registry import HOSTS
-    from ..tools.upgrade import release_name
+    from ..tools.releases import release_name
 
     releases = sorted({v for h in HOSTS.values() for r in h.releases for v in (release_name(r.version), r.version)})
     values = {"host": sorted(HOSTS), "old": releases, "new": releases}

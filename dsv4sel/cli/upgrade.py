@@ -39,7 +39,8 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .. import load_rules
-    from ..tools.upgrade import UnknownRelease, compat_dir, find_release, upgrade
+    from ..tools.releases import UnknownRelease, compat_dir, find_release
+    from ..tools.upgrade import upgrade
     from .common import error
     from .render import upgrade as render
 

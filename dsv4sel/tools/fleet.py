@@ -178,8 +178,10 @@ def _who(side: Side, mode: str) -> str:
 def _rules_for(side: Side, who: str, sets: RuleSets) -> tuple[RuleSet, str]:
     if who == "dsv4sel":
         return sets.shipped, "shipped rules"
+    from .releases import compat_dir, find_release
+
     try:
-        path = fleet_sides.compat_rule_set(side.engine, side.version)
+        path = compat_dir(*find_release(side.engine, side.version))
     except ValueError as exc:
         raise DeploymentError([side.problem("version", "DSV701", str(exc))]) from None
     return sets.compat(path), "rules/compat/" + path.replace("\\", "/").rsplit("/", 1)[-1]

@@ -3,7 +3,7 @@
 A side (:class:`~dsv4sel.tools.deployment.Side`) is decided one of two ways:
 
 - ``engine``: what the engine does today, by its release's compat rule set
-  (``rules/compat/<engine>-<release>``, found by :func:`compat_rule_set`);
+  (``rules/compat/<engine>-<release>``, found by :func:`dsv4sel.tools.releases.compat_dir`);
 - ``dsv4sel``: what dsv4sel makes it do, by the shipped rules (with ``--rules`` packs): a vLLM
   side through :func:`dsv4sel.select`'s inputs, an SGLang side through the SGLang translation
   (``dsv4sel/sglang_plugin/sglang-0.5.23.yaml``), as the plugins decide.
@@ -17,7 +17,6 @@ declare, or an unknown release, is a :class:`~dsv4sel.tools.deployment.Deploymen
 
 from __future__ import annotations
 
-import os
 
 from ..dsv4.contract import sglang_pool_problem
 from ..errors import InvalidQuery, SelectionError
@@ -49,22 +48,6 @@ SGLANG_KEYS = {"dsv4_attn_backend": "attention_backend (--dsv4-attn-backend)",
                "kv_layout_env": "env SGLANG_DSV4_KV_LAYOUT", "hip_kernel": "env SGLANG_HACK_FLASHMLA_BACKEND"}
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
-
-
-def compat_rule_set(engine: str, version: str) -> str:
-    """The compat rule set stating what ``engine`` at ``version`` decides, as the host registry
-    names it (``0.33.0`` and ``0.33`` -> ``rules/compat/vllm-0.33``). ValueError naming the known
-    releases."""
-    from ..dsv4.host_registry import HOSTS
-    from ..engine.sources import shipped_rules_dir
-
-    host = HOSTS.get(engine)
-    release = None if host is None else host.release(version)
-    if release is None:
-        known = ", ".join(f"{h.name} {r.compat.rsplit('-', 1)[1]}" for h in HOSTS.values() for r in h.releases)
-        raise ValueError(f"{engine} {version} has no compat rule set (what the engine decides by itself); "
-                         f"known releases: {known}")
-    return os.path.join(shipped_rules_dir(), *release.compat.split("/"))
 
 
 class Outcome(Frozen):

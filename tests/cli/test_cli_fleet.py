@@ -53,7 +53,7 @@ def test_json_is_the_report_s_as_dict():
 
 
 @pytest.mark.parametrize(("file", "says"), [
-    ("bad/unknown_release.yaml", "bad/unknown_release.yaml:4:37: side decode: sglang 0.5.24 has no compat rule set"),
+    ("bad/unknown_release.yaml", "bad/unknown_release.yaml:4:37: side decode: SGLang has no release '0.5.24' that dsv4sel follows"),
     ("bad/bad_value.yaml", "bad/bad_value.yaml:3:74: side prefill: cuda capability '9.5' is not declared"),
     ("bad/env_not_deciding.yaml", "bad/env_not_deciding.yaml:3:110: side prefill: SGLANG_DSV4_KV_LAYOUT does not "
                                   "decide the DeepSeek-V4 cache in vllm"),

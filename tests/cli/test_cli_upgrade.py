@@ -15,7 +15,8 @@ import pytest
 import dsv4sel
 from dsv4sel.cli.render import upgrade as render
 from dsv4sel.cli.render.data import document
-from dsv4sel.tools.upgrade import compat_dir, find_release, upgrade
+from dsv4sel.tools.releases import compat_dir, find_release
+from dsv4sel.tools.upgrade import upgrade
 
 from _cli import REPO, run
 

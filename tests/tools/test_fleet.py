@@ -170,7 +170,7 @@ def test_a_bad_deployment_file_is_refused_at_its_line_and_column_with_a_code(tex
 
 
 @pytest.mark.parametrize(("side", "code", "key_says"), [
-    ("{engine: vllm, version: \"0.35.1\", platform: cuda}", "DSV701", "known releases: vllm 0.33, vllm 0.34, sglang 0.5.23"),
+    ("{engine: vllm, version: \"0.35.1\", platform: cuda}", "DSV701", "vLLM has no release '0.35.1' that dsv4sel follows; known releases: 0.33 (0.33.0), 0.34 (0.34.0)"),
     ("{engine: vllm, version: \"0.33.0\", platform: cuda, mega: available}", "DSV702", "unknown input 'mega'"),
     ("{engine: sglang, version: \"0.5.23\", platform: cuda, capability: \"9.0\", attention_backend: fa3}", "DSV702",
      "attention_backend (--dsv4-attn-backend) 'fa3' is not one of SGLang 0.5.23's: auto, flashmla, flashmla_mega, "

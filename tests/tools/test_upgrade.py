@@ -19,7 +19,8 @@ import yaml
 
 import dsv4sel
 from dsv4sel.dsv4.host_registry import HOSTS
-from dsv4sel.tools.upgrade import CATEGORIES, UnknownRelease, compat_dir, find_release, upgrade
+from dsv4sel.tools.releases import UnknownRelease, compat_dir, find_release
+from dsv4sel.tools.upgrade import CATEGORIES, upgrade
 
 from _repo import REPO
 

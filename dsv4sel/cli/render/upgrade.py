@@ -9,7 +9,8 @@ line each. ``--json`` (:func:`as_dict`) holds every group, every cube and each e
 
 from __future__ import annotations
 
-from ...tools.upgrade import WORDING, release_name
+from ...tools.releases import release_name
+from ...tools.upgrade import WORDING
 
 #: How many groups of one category the text shows (the largest; ``--json`` has all).
 GROUPS_SHOWN = 3
