@@ -140,7 +140,8 @@ def _select_outcome(ctx: Compilation, f: LoadedFile, path: tuple, raw: dict, def
     _check_select_templates(ctx, f, path, raw, merged, rewrites)
     if "hosts" in merged:
         where = _written_at(path, raw, "hosts")
-        for host, message in hosts_mod.problems(merged["hosts"], dict(ctx.profile.host_classes), ctx.allowed):
+        for host, message in hosts_mod.problems(merged["hosts"], dict(ctx.profile.host_classes), ctx.allowed,
+                                                dict(ctx.profile.select_fields)):
             ctx.error(f, where + (host,), "DSV315", message)
         merged["host_settings"] = hosts_mod.compile_settings(merged["hosts"])
         merged["hosts"] = hosts_mod.compile_hosts(merged["hosts"])

@@ -161,10 +161,11 @@ def hosts_dict(hosts: tuple, host_settings: tuple) -> dict[str, list[dict]]:
 
 
 def problems(raw: dict, shipped: dict[str, tuple[str, ...]] | None = None,
-             allowed: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+             allowed: tuple[str, ...] = (), fields: dict[str, type] | None = None) -> list[tuple[str, str]]:
     """``(host, message)`` for each entry the schema admits but that is still wrong: a class
-    outside the host's package, a version spec that does not parse, or two entries of one host
-    that hold for one release.
+    outside the host's package, a version spec that does not parse, two entries of one host
+    that hold for one release, or a setting that restates a select field (``fields``: name ->
+    type, the profile's) with a value of another type (``block_size: "64"``).
 
     A class outside the host's package is right when the domain ships it for that host
     (``shipped``: host -> classes, the profile's ``host_classes``) or when its module is one the
@@ -183,6 +184,11 @@ def problems(raw: dict, shipped: dict[str, tuple[str, ...]] | None = None,
                 check_impl_allowed(entry["class"], allowed)
             except ImplLoadError:
                 out.append((host, _outside(host, entry["class"], pkg, (shipped or {}).get(host, ()))))
+        for name, value in (entry.get("settings") or {}).items():
+            kind = (fields or {}).get(name)
+            if kind is not None and type(value) is not kind:
+                out.append((host, f"host {host} setting {name} is {value!r} ({type(value).__name__}); it builds the "
+                                  f"select field {name}, {_article(kind)}: write {name}: {_example(kind)}"))
         try:
             specifier(entry["versions"])
         except ValueError as exc:
@@ -195,6 +201,14 @@ def problems(raw: dict, shipped: dict[str, tuple[str, ...]] | None = None,
                                   f"{entry['versions']!r}); give each release range one entry"))
         seen[host].append(entry["versions"])
     return out
+
+
+def _example(kind: type) -> str:
+    return "64" if kind is int else '"..."'
+
+
+def _article(kind: type) -> str:
+    return "an int" if kind is int else f"a {kind.__name__}"
 
 
 def _outside(host: str, cls: str, pkg: str, shipped: tuple[str, ...]) -> str:

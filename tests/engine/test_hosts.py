@@ -58,7 +58,8 @@ def test_every_shipped_selection_names_a_vllm_class():
     assert rows and all(any(h == "vllm" for h, _, _ in r.hosts) for r in rows)
 
 
-#: one-rule packs whose `hosts:` is wrong: outside_package/ (a vLLM class in os.path), no_versions/
+#: one-rule packs whose `hosts:` is wrong: outside_package/ (a vLLM class in os.path), no_versions/,
+#: setting_type/ (a host setting block_size written as a string)
 RULES = Path(__file__).with_name("rules") / "hosts"
 
 
@@ -66,6 +67,16 @@ def test_a_host_class_outside_its_package_is_refused(write_rules):
     with pytest.raises(RuleError) as err:
         dsv4sel.load_rules(paths=[write_rules(RULES / "outside_package")])
     assert [(p.code, str(p.loc)) for p in err.value.problems] == [("DSV306", "rules/x.yaml:1:1"), ("DSV315", "rules/x.yaml:13:21")]  # alone: no vocabulary either, err.value
+
+
+def test_a_host_setting_that_builds_a_select_field_has_its_type(write_rules):
+    # the vLLM plugin hands `block_size` to vLLM's cache config as written: "64" is refused at compile time
+    with pytest.raises(RuleError) as err:
+        dsv4sel.load_rules(paths=[write_rules(RULES / "setting_type")])
+    problem = next(p for p in err.value.problems if p.code == "DSV315")
+    assert str(problem.loc) == "rules/x.yaml:13:21" and problem.message == (
+        "host vllm setting block_size is '64' (str); it builds the select field block_size, an int: write "
+        "block_size: 64"), err.value
 
 
 def test_hosts_need_class_and_versions(write_rules):
