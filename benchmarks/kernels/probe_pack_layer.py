@@ -56,7 +56,7 @@ class _Base:
     """Stands in for vLLM's layer class: the call site reads vLLM's functions from its module (this one)."""
 
 
-def stand_in(impl, ratio: int, device):
+def stand_in(impl, ratio: int, device, tokens: int):
     """An object with what vLLM's FlashMLA layer hands ``_forward_decode``'s code."""
     from dsv4sel.vllm_plugin.pack_layer import PackImplAttention
 
@@ -65,7 +65,8 @@ def stand_in(impl, ratio: int, device):
     layer = object.__new__(cls)
     layer._dsv4sel_kernel, layer._dsv4sel_views = impl, {}
     layer.compress_ratio, layer.scale = ratio, 512 ** -0.5
-    layer.topk_indices_buffer = torch.full((64, TOPK), -1, dtype=torch.int32, device=device)
+    # vLLM sizes it for the most tokens a step batches
+    layer.topk_indices_buffer = torch.full((max(64, tokens), TOPK), -1, dtype=torch.int32, device=device)
     return layer
 
 
@@ -158,7 +159,7 @@ def build(impl, device, gen, tokens):
     out = []
     c4a_lens = None
     for name, ratio in (("swa", 1), ("c128a", 128), ("c4a", 4), ("c4a-second", 4), ("c4a-other-lens", 4)):
-        layer = stand_in(impl, ratio, device)
+        layer = stand_in(impl, ratio, device, tokens)
         layer.swa_cache_layer = types.SimpleNamespace(kv_cache=pages(2 * tokens, SWA_BLOCK, device, gen))
         sink = torch.full((HEADS,), float("-inf"), device=device)
         sink[:HEADS] = torch.randn(HEADS, generator=gen).to(device)
