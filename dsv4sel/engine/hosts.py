@@ -184,11 +184,7 @@ def problems(raw: dict, shipped: dict[str, tuple[str, ...]] | None = None,
                 check_impl_allowed(entry["class"], allowed)
             except ImplLoadError:
                 out.append((host, _outside(host, entry["class"], pkg, (shipped or {}).get(host, ()))))
-        for name, value in (entry.get("settings") or {}).items():
-            kind = (fields or {}).get(name)
-            if kind is not None and type(value) is not kind:
-                out.append((host, f"host {host} setting {name} is {value!r} ({type(value).__name__}); it builds the "
-                                  f"select field {name}, {_article(kind)}: write {name}: {_example(kind)}"))
+        out.extend((host, message) for message in _setting_problems(host, entry, fields or {}))
         try:
             specifier(entry["versions"])
         except ValueError as exc:
@@ -200,6 +196,17 @@ def problems(raw: dict, shipped: dict[str, tuple[str, ...]] | None = None,
                 out.append((host, f"host {host} has two entries for release {both} ({earlier!r} and "
                                   f"{entry['versions']!r}); give each release range one entry"))
         seen[host].append(entry["versions"])
+    return out
+
+
+def _setting_problems(host: str, entry: dict, fields: dict[str, type]) -> list[str]:
+    """A setting that builds a select field (``block_size``) must have that field's type."""
+    out = []
+    for name, value in (entry.get("settings") or {}).items():
+        kind = fields.get(name)
+        if kind is not None and type(value) is not kind:
+            out.append(f"host {host} setting {name} is {value!r} ({type(value).__name__}); it builds the "
+                       f"select field {name}, {_article(kind)}: write {name}: {_example(kind)}")
     return out
 
 
