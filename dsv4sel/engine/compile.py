@@ -186,15 +186,34 @@ def check_cycles(ctx: Compilation) -> None:
         if rule.outcome.kind == "use" and rule.table != DEFAULT_TABLE:
             for b in program.tables[rule.table.split("|")[0]].backends:
                 edges.setdefault(b, set()).add(str(rule.outcome.target))
+    step = _use_step(program)
     for start in edges:
-        looping = _loop_from(program, edges, start)
+        looping = _loop_from(program, edges, start, step)
         if looping is not None:
             ctx.error(ctx.file_of(program.tables[start].file), ("backends",), "DSV312",
                       "`use:` chain loops: " + " -> ".join(looping))
             return
 
 
-def _loop_from(program: Program, edges: dict[str, set[str]], start: str) -> tuple[str, ...] | None:
+def _use_step(program: Program) -> Callable[[str, dict[str, str]], str | None]:
+    """``step(backend, point)``: the backend ``point`` goes on to by ``backend``'s table's deciding
+    rule (its ``use:`` target), or None. Remembered per table and the values of the inputs that
+    table tests, so that the loop search asks each table once per distinct input it tells apart."""
+    tested = {name: tuple(sorted({n for rule in table.rules for n, _ in rule.conditions}))
+              for name, table in program.tables.items()}
+    memo: dict[tuple, str | None] = {}
+
+    def step(backend: str, point: dict[str, str]) -> str | None:
+        key = (backend, *(point[n] for n in tested[backend]))
+        if key not in memo:
+            rule = program.tables[backend].decide(point)
+            memo[key] = str(rule.outcome.target) if rule is not None and rule.outcome.kind == "use" else None
+        return memo[key]
+    return step
+
+
+def _loop_from(program: Program, edges: dict[str, set[str]], start: str,
+               step: Callable[[str, dict[str, str]], str | None]) -> tuple[str, ...] | None:
     """The backends an input visits round a loop of ``use:`` edges back to ``start``, or None."""
     stack: list[tuple[str, tuple[str, ...]]] = [(start, (start,))]
     seen: set[str] = set()
@@ -205,7 +224,7 @@ def _loop_from(program: Program, edges: dict[str, set[str]], start: str) -> tupl
                 # The tables' use: graph has a loop; it is an error only if some
                 # input actually goes round it (V4.0 -> V4.1 alias and V4.1 ->
                 # V4.0 rules between the same tables never meet at one point).
-                looping = _looping_input(program, trail)
+                looping = _looping_input(program, trail, step)
                 if looping is None:
                     continue
                 return looping
@@ -215,17 +234,27 @@ def _loop_from(program: Program, edges: dict[str, set[str]], start: str) -> tupl
     return None
 
 
-def _looping_input(program: Program, backends: tuple[str, ...]) -> tuple[str, ...] | None:
+def _looping_input(program: Program, backends: tuple[str, ...],
+                   step: Callable[[str, dict[str, str]], str | None]) -> tuple[str, ...] | None:
     """The backends an input visits round a loop, starting at one of
-    ``backends``, or None when no input loops."""
-    for point in program.points():
+    ``backends``, or None when no input loops. Only the inputs that the tables an input can reach
+    from there test are walked: those tables decide every other input alike."""
+    reach, todo = set(backends), list(backends)
+    while todo:  # the tables an input starting at `backends` can reach through `use:` rules
+        for rule in program.tables[todo.pop()].rules:
+            target = str(rule.outcome.target) if rule.outcome.kind == "use" else None
+            if target is not None and target not in reach:
+                reach.add(target)
+                todo.append(target)
+    tested = {name for backend in reach for rule in program.tables[backend].rules for name, _ in rule.conditions}
+    for point in program.points(tested):
         for backend in backends:
-            current, visited = backend, [backend]
+            current: str | None = backend
+            visited = [backend]
             while True:
-                rule = program.tables[current].decide(point)
-                if rule is None or rule.outcome.kind != "use":
+                current = step(str(current), point)
+                if current is None:
                     break
-                current = str(rule.outcome.target)
                 if current in visited:
                     return tuple(visited) + (current,)
                 visited.append(current)

@@ -13,7 +13,7 @@ import string
 from dataclasses import dataclass, field
 from dataclasses import field as dataclass_field  # Outcome has a method named field
 from enum import Enum
-from typing import Any, Iterator, Literal
+from typing import Any, Iterable, Iterator, Literal
 
 from .profile import Profile
 from .values import RuleRef
@@ -184,9 +184,18 @@ class Program:
     #: the inputs a ``use:`` routes there
     request_tables: dict[str, Table] = field(default_factory=dict)
 
-    def points(self) -> Iterator[dict[str, str]]:
-        """Every point of the decision space except the backend, in vocabulary order."""
+    def points(self, only: Iterable[str] | None = None) -> Iterator[dict[str, str]]:
+        """Every point of the decision space except the backend, in vocabulary order; with
+        ``only``, every point of those inputs (and the inputs their values are scoped by), which
+        is every distinct input of anything that reads no other input."""
         names = list(self.inputs)
+        if only is not None:
+            wanted = set(only)
+            for name in reversed(names):  # a scoping input comes before the inputs it scopes
+                decl = self.inputs[name]
+                if name in wanted and decl.by is not None:
+                    wanted.add(decl.by)
+            names = [n for n in names if n in wanted]
 
         def walk(i: int, point: dict[str, str]) -> Iterator[dict[str, str]]:
             if i == len(names):
