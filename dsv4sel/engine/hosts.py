@@ -33,6 +33,7 @@ so that readers of the triples are unaffected.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from ..process import Interrupted
@@ -79,8 +80,10 @@ def release_of(version: str) -> str:
         raise ValueError(f"version {version!r} is not a PEP 440 version") from None
 
 
+@functools.lru_cache(maxsize=1024)
 def version_matches(version: str, spec: str) -> bool:
-    """True when the release of the installed ``version`` satisfies every clause of ``spec``."""
+    """True when the release of the installed ``version`` satisfies every clause of ``spec``
+    (remembered: a process asks about a few versions and specs, once per selection read)."""
     return specifier(spec).contains(release_of(version), prereleases=True)
 
 

@@ -25,7 +25,6 @@ Changed inputs of one category whose two sides show alike (:class:`Gist`) form a
 
 from __future__ import annotations
 
-import functools
 
 from ..dsv4.host_registry import Host, Release
 from ..dsv4.rules import RuleSet
@@ -76,16 +75,15 @@ class View(Frozen):
 ABSENT_VIEW = View(ABSENT, None, None)
 
 
-def view(row: Row, host: str, version: str, matches=version_matches) -> View:
-    """``row`` as a user of ``host`` ``version`` meets it (``matches``: the version test, a
-    memoized :func:`~dsv4sel.engine.hosts.version_matches` when many rows are read)."""
+def view(row: Row, host: str, version: str) -> View:
+    """``row`` as a user of ``host`` ``version`` meets it."""
     if row.kind != "select":
         return View(Outcome(row._replace(path=(), messages=()) if row.kind == "reject" else row._replace(path=())),
                     None, None)
-    classes = [cls for name, cls, versions in row.hosts if name == host and matches(version, versions)]
+    classes = [cls for name, cls, versions in row.hosts if name == host and version_matches(version, versions)]
     block = row.block_size
     for name, versions, settings in row.host_settings:
-        if name == host and matches(version, versions):
+        if name == host and version_matches(version, versions):
             block = dict(settings).get("block_size", block)
     return View(Outcome(row._replace(path=(), hosts=(), host_settings=())), classes[0] if classes else None, block)
 
@@ -170,12 +168,11 @@ class _Sides:
     def __init__(self, host: str, old: tuple[RuleSet, str], new: tuple[RuleSet, str]):
         self.views: list[View] = [ABSENT_VIEW]
         numbers: dict[View, int] = {ABSENT_VIEW: 0}
-        matches = functools.lru_cache(maxsize=None)(version_matches)  # a few specs, read per row
 
         def number(rules: RuleSet, version: str) -> list[int]:
             out = []
             for row in rules.rows:
-                v = view(row, host, version, matches)
+                v = view(row, host, version)
                 out.append(numbers.setdefault(v, len(numbers)))
                 if out[-1] == len(self.views):
                     self.views.append(v)
