@@ -197,3 +197,18 @@ def test_the_wheel_ships_the_compiled_rules_and_select_reads_nothing_a_user_can_
                           env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["FLASHMLA_SPARSE_DSV4", "False", "False"]
+
+
+def test_the_build_hook_gets_every_package_the_compiler_imports():
+    """``pip wheel .`` builds in an isolated environment holding only ``[build-system] requires``,
+    and the build hook (setup.py) compiles the shipped rules with the package's own code: every
+    runtime dependency must be a build requirement too, or a user's non-editable install fails
+    (the suite's own build above runs ``--no-isolation`` and would not see it)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    build = {Requirement(r).name for r in data["build-system"]["requires"]}
+    runtime = {Requirement(r).name for r in data["project"]["dependencies"]}
+    assert runtime <= build, f"add {sorted(runtime - build)} to [build-system] requires"
