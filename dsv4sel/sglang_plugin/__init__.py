@@ -135,20 +135,20 @@ def _parallel_deviations(cfg) -> list[str]:
     return []
 
 
-#: SGLang's --disaggregation-mode as a role (:mod:`dsv4sel.dsv4.roles`)
-ROLES = {None: "none", "null": "none", "prefill": "prefill", "decode": "decode"}
+#: SGLang's --disaggregation-mode values, as roles (:mod:`dsv4sel.dsv4.roles`)
+DISAGGREGATION_MODES = {None: "none", "null": "none", "prefill": "prefill", "decode": "decode"}
 
 
 def role(server_args) -> str:
-    """The process's role under disaggregation, from ``--disaggregation-mode``; a mode SGLang
-    0.5.23 does not have is one refusal (never a guess)."""
+    """The process's role under disaggregation, from ``--disaggregation-mode``; a mode the
+    plugin does not know is one refusal (never a guess)."""
     from sglang.srt.arg_groups.model_override_base import resolving_view
 
     mode = resolving_view(server_args).disaggregation_mode
-    if not isinstance(mode, (str, type(None))) or mode not in ROLES:
-        raise SelectionError(f"DeepSeek-V4 attention in SGLang: --disaggregation-mode {mode!r} is not one "
-                             "SGLang 0.5.23 has (null, prefill, decode).")
-    return ROLES[mode]
+    if not isinstance(mode, (str, type(None))) or mode not in DISAGGREGATION_MODES:
+        raise SelectionError(f"DeepSeek-V4 attention in SGLang: --disaggregation-mode {mode!r} is not one the "
+                             "dsv4sel plugin knows (null, prefill, decode); dsv4sel decides nothing for it.")
+    return DISAGGREGATION_MODES[mode]
 
 
 def host_point(server_args) -> dict | None:

@@ -6,7 +6,7 @@ A side (:class:`~dsv4sel.tools.deployment.Side`) is decided one of two ways:
   (``rules/compat/<engine>-<release>``, found by :func:`dsv4sel.tools.releases.compat_dir`);
 - ``dsv4sel``: what dsv4sel makes it do, by the shipped rules (with ``--rules`` packs): a vLLM
   side through :func:`dsv4sel.select`'s inputs, an SGLang side through the SGLang translation
-  (``dsv4sel/sglang_plugin/sglang-0.5.23.yaml``), as the plugins decide.
+  (the SGLang release's translation file, as the host registry names it), as the plugins decide.
 
 A side's *settings* are what an operator sets on it: ``attention_backend``, ``kv_cache_dtype`` and
 the environment variables that decide (:data:`ENV`), as ``{"attention_backend": ...,
@@ -16,7 +16,6 @@ declare, or an unknown release, is a :class:`~dsv4sel.tools.deployment.Deploymen
 """
 
 from __future__ import annotations
-
 
 from ..dsv4.contract import sglang_pool_problem
 from ..errors import InvalidQuery, SelectionError

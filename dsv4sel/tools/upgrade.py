@@ -25,7 +25,6 @@ Changed inputs of one category whose two sides show alike (:class:`Gist`) form a
 
 from __future__ import annotations
 
-
 from ..dsv4.host_registry import Host, Release
 from ..dsv4.rules import RuleSet
 from ..engine.hosts import version_matches

@@ -100,3 +100,21 @@ def test_a_published_decision_is_read_back(monkeypatch):
     assert scheduler.published() == {"class": "a.b:C", "kv_layout": "v4", "rule": "r", "location": "rules/x.yaml:3",
                                      "contract": "dsv4sel contract kv1-0 model=m"}
     scheduler.forget()
+
+
+@pytest.mark.parametrize("mode,want", [(None, "none"), ("null", "none"), ("prefill", "prefill"), ("decode", "decode"),
+                                       ("both", SelectionError), (["prefill"], SelectionError)])
+def test_the_role_under_disaggregation_is_read_from_the_mode_or_refused(monkeypatch, mode, want):
+    # SGLang's resolving view of its server args, as the plugin reads it (the real SGLang: tests/sglang523)
+    module = types.ModuleType("sglang.srt.arg_groups.model_override_base")
+    module.resolving_view = lambda args: args
+    for name in ("sglang", "sglang.srt", "sglang.srt.arg_groups"):
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    args = types.SimpleNamespace(disaggregation_mode=mode)
+    if want is SelectionError:
+        with pytest.raises(SelectionError, match=r"--disaggregation-mode .* is not one the dsv4sel plugin knows "
+                                                 r"\(null, prefill, decode\)"):
+            plugin.role(args)
+    else:
+        assert plugin.role(args) == want
