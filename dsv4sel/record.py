@@ -36,6 +36,12 @@ class Frozen:
 
     def __init__(self, *args, **kwargs):
         fields = self._fields
+        if not kwargs and len(args) == len(fields):
+            # every field given in order: the evaluator's own constructions, the hot case
+            for name, value in zip(fields, args):
+                object.__setattr__(self, name, value)
+            self.__post_init__()
+            return
         if len(args) > len(fields):
             raise TypeError(f"{type(self).__name__} takes {len(fields)} fields, got {len(args)}")
         values = dict(zip(fields, args))

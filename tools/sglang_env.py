@@ -41,6 +41,9 @@ IMPORT_CHAIN = [
 #: dsv4sel's own requirements (it is installed editable with --no-deps).
 DSV4SEL_DEPS = ["pyyaml>=6.0", "jsonschema>=4.18"]
 STAMP_NAME = ".dsv4sel-sglang-env"
+#: compiles every module of the environment's site-packages for `python -O`, on every core
+COMPILE_OPTIMIZED = ("import compileall, sysconfig; "
+                     "compileall.compile_dir(sysconfig.get_paths()['purelib'], quiet=2, optimize=1, workers=0)")
 
 
 def main() -> int:
@@ -53,6 +56,11 @@ def main() -> int:
     step("install the import chain's pure-Python packages (the longest step)",
          *env.pip, TORCH, *IMPORT_CHAIN, *DSV4SEL_DEPS)
     step("install dsv4sel (editable, --no-deps)", *env.pip, "--no-deps", "-e", str(ROOT))
+    # pip writes the bytecode plain `python` reads, not the `.opt-1.pyc` of `python -O` (the plugin
+    # pass runs under -O too); where PYTHONDONTWRITEBYTECODE is set, as on the CI machine, every -O
+    # process would compile SGLang's whole import chain from source again (about 10 s of CPU each).
+    # A file the compiler cannot read is left out, as Python leaves it until something imports it.
+    step("compile the bytecode python -O reads", env.python, "-O", "-c", COMPILE_OPTIMIZED)
     return env.finish("import torch, importlib.metadata as m; print(torch.__version__, m.version('sglang'))")
 
 

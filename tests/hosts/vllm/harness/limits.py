@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.zygote import Zygote
+
 #: CPU seconds one child may use: about ten times what the longest (a CUDA differential) uses.
 CPU_SECONDS = 1200
 #: Wall-clock seconds one child may take, however loaded the machine.
@@ -50,12 +52,16 @@ def _limit_cpu(seconds: int):
 
 
 def run(cmd: list[str], *, env: dict[str, str], cwd: Path, rerun: str, cpu_seconds: int = CPU_SECONDS,
-        wall_seconds: int = WALL_SECONDS) -> Finished:
+        wall_seconds: int = WALL_SECONDS, zygote: Zygote | None = None) -> Finished:
     """Run ``cmd`` to its end and return what it did; raise :class:`TimeLimit` (naming ``rerun``,
-    the command that reruns the test that needs it) when it passes a limit."""
+    the command that reruns the test that needs it) when it passes a limit. With ``zygote`` (a
+    zygote of ``cmd[0]``, the same Python), the process is forked from it: the same limits hold."""
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
-                            preexec_fn=_limit_cpu(cpu_seconds))
+    if zygote is not None:
+        proc = zygote.spawn([str(part) for part in cmd[1:]], env=env, cwd=cwd, cpu_seconds=cpu_seconds)
+    else:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+                                preexec_fn=_limit_cpu(cpu_seconds))
     try:
         out, err = proc.communicate(timeout=wall_seconds)
     except subprocess.TimeoutExpired:

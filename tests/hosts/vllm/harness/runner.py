@@ -1,7 +1,8 @@
 """The vLLM processes of the host suite, started together once per pytest session, per release.
 
-Each vLLM process imports vLLM (about 10 s of CPU) and the differential's five take most of the
-suite's time, so the test files do not run them one after another: the first vLLM test's fixture
+Each vLLM process imports vLLM (several seconds of CPU, most of it torch and transformers, which
+the release's zygote imports once: :mod:`harness.zygote`) and the differential's five take most of
+the suite's time, so the test files do not run them one after another: the first vLLM test's fixture
 calls :func:`start`, which launches every process the collected test files need, for every
 release collected (the differential's five, the host check, the plugin scenarios, one ``vllm
 serve``, the pip resolver run), on one bounded pool, longest first; each test then waits only for
@@ -13,11 +14,13 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from harness import limits
 from harness.releases import ROOT, VllmRelease, of_package
+from harness.zygote import VLLM_PRELOAD, Zygote
 
 SCRIPTS = Path(__file__).resolve().parent
 #: the packs the host suite loads, as YAML files: nosuch/ (a vLLM class vLLM does not have), demo/
@@ -43,14 +46,32 @@ _launched: set[str] = set()
 
 
 class Child:
-    """How one release's processes run: its python, a clean environment, its time limits."""
+    """How one release's processes run: its python, a clean environment, its time limits, forked
+    from the release's zygote (:mod:`harness.zygote`) unless ``own_process``."""
 
     def __init__(self, release: VllmRelease, rerun: str):
         self.release = release
         self.rerun = rerun
 
-    def run(self, args: list, env: dict, cwd: Path = ROOT) -> limits.Finished:
-        return limits.run([str(self.release.python), *map(str, args)], env=env, cwd=cwd, rerun=self.rerun)
+    def run(self, args: list, env: dict, cwd: Path = ROOT, own_process: bool = False) -> limits.Finished:
+        return limits.run([str(self.release.python), *map(str, args)], env=env, cwd=cwd, rerun=self.rerun,
+                          zygote=None if own_process else zygote_of(self.release))
+
+
+_zygotes: dict[str, Zygote] = {}
+_zygote_lock = threading.Lock()
+
+
+def zygote_of(release: VllmRelease) -> Zygote:
+    """The release's zygote, started by the first process that needs it (it ends with this pytest
+    process: its stdin closes). It starts with the environment every job shares (no PYTHONPATH,
+    nothing of dsv4sel's or vLLM's own variables): what its preloaded libraries read at import."""
+    with _zygote_lock:
+        if release.version not in _zygotes:
+            env = {k: v for k, v in os.environ.items()
+                   if k not in (*USER_ENV, "PYTHONPATH") and not k.startswith(("DSV4SEL_", "VLLM_"))}
+            _zygotes[release.version] = Zygote(str(release.python), env, VLLM_PRELOAD)
+        return _zygotes[release.version]
 
 
 def rerun_command(release: VllmRelease, module: str) -> str:
@@ -132,7 +153,9 @@ def scenario(child: Child, directory: Path, args: list, platform: str | None = "
     if platform:
         extra.update(DSV4SEL_TEST_PLATFORM=platform, DSV4SEL_TEST_CAPABILITY=capability)
     file = SCRIPTS / ("serve.py" if script == "serve" else "plugin_scenarios.py")
-    proc = child.run([file, *args], clean_env(directory / "cache", **extra), cwd=directory)
+    # vLLM's own CLI spawns its engine process from its __main__: its own interpreter, as a user's
+    proc = child.run([file, *args], clean_env(directory / "cache", **extra), cwd=directory,
+                     own_process=script == "serve")
     text = proc.stdout + proc.stderr
     lines = [line for line in text.splitlines() if "dsv4sel" in line and "== config" not in line]
     out = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]

@@ -1,0 +1,216 @@
+"""One process per release that imports the libraries every vLLM process of the suite starts by
+importing (torch, transformers, ...) and then forks a child for each job: the suite's vLLM
+processes without paying those imports again each (a few seconds of CPU per process, over dozens
+of processes on a 2-core machine).
+
+A child is a new process that becomes ``python SCRIPT ARGS`` (or ``python -c CODE ARGS``) with the
+job's environment, working directory, ``sys.path`` (its script's directory, then the job's
+``PYTHONPATH``), standard streams and CPU-time limit, runs the script as ``__main__`` and ends
+as the interpreter ends a script: exit status, uncaught traceback, ``atexit``. Nothing of vLLM,
+dsv4sel or the suite is imported before the fork: the libraries preloaded are those that neither
+read the platform nor the job's variables (vLLM's, dsv4sel's) when imported; vLLM is imported by
+each child, under its own stubbed platform. A job that needs its own interpreter (``vllm serve``,
+which spawns its engine process from its ``__main__``) runs as a plain process instead
+(:func:`harness.limits.run` without a zygote).
+
+    VENV/bin/python tests/hosts/vllm/harness/zygote.py [--preload torch,transformers]
+
+Protocol, one JSON object per line: a job on stdin ``{"id", "argv", "env", "cwd", "out", "err",
+"cpu"}``; on stdout ``{"id", "pid"}`` once it is forked and ``{"id", "status"}`` when it ended
+(``status``: the exit code, minus the signal that ended it). The zygote ends when its stdin
+closes, after its last child. :class:`Zygote` is the pytest side (standard library only).
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+#: What every vLLM process imports and none reads the platform or a job's variables for at import.
+#: Not torch's compiler packages: vLLM sets their variables (``TORCHINDUCTOR_*``) before importing them.
+#: vLLM would rather set its CUDA compatibility library path before torch loads: off by default, no CUDA here.
+VLLM_PRELOAD = ("torch", "transformers", "transformers.configuration_utils", "transformers.models.auto", "sympy",
+                "aiohttp", "pydantic", "cachetools")
+
+
+# ------------------------------------------------------------------ the zygote (in the release's environment)
+def _serve(preload: list[str]) -> dict:
+    """Import ``preload``, then fork a child per job read on stdin; return only in a child, with its job."""
+    import importlib
+
+    for name in preload:
+        importlib.import_module(name)
+    jobs: dict[int, str] = {}  # pid -> job id
+    pending = b""
+    open_ = True
+    while open_ or jobs:
+        ready, _, _ = select.select([0] if open_ else [], [], [], 0.05)
+        if ready:
+            chunk = os.read(0, 65536)
+            open_ = bool(chunk)
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                job = json.loads(line)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    return job
+                jobs[pid] = job["id"]
+                _answer({"id": job["id"], "pid": pid})
+        while jobs:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            _answer({"id": jobs.pop(pid), "status": os.waitstatus_to_exitcode(status)})
+    raise SystemExit(0)
+
+
+def _answer(message: dict) -> None:
+    os.write(1, (json.dumps(message) + "\n").encode())
+
+
+def _become(job: dict) -> None:
+    """Turn this forked child into the job's process, as the interpreter starts a script."""
+    cpu = job["cpu"]
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 30))  # as harness.limits sets it for a plain process
+    for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, job["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                            (2, job["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+        opened = os.open(path, flags, 0o600)
+        os.dup2(opened, fd)
+        os.close(opened)
+    os.chdir(job["cwd"])
+    os.environ.clear()
+    os.environ.update(job["env"])
+    argv = job["argv"]
+    first = "" if argv[0] == "-c" else os.path.dirname(os.path.abspath(argv[0]))
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = [first, *extra, *sys.path[1:]]  # the zygote's own sys.path[0] is this folder
+    sys.argv = ["-c", *argv[2:]] if argv[0] == "-c" else list(argv)
+
+
+def _run(job: dict) -> None:
+    import runpy
+
+    argv = job["argv"]
+    if argv[0] == "-c":
+        import types
+
+        main = types.ModuleType("__main__")
+        sys.modules["__main__"] = main
+        exec(compile(argv[1], "<string>", "exec"), main.__dict__)
+    else:
+        runpy.run_path(argv[0], run_name="__main__")
+
+
+def main() -> None:
+    preload = []
+    if sys.argv[1:2] == ["--preload"]:
+        preload = [name for name in sys.argv[2].split(",") if name]
+    job = _serve(preload)
+    _become(job)
+    _run(job)
+
+
+# ------------------------------------------------------------------ the pytest side
+class ZygoteEnded(RuntimeError):
+    """The zygote process ended before a job's child did."""
+
+
+class Zygote:
+    """A zygote process of ``python``, and the jobs it forked (thread-safe)."""
+
+    def __init__(self, python: str, env: dict[str, str], preload: tuple[str, ...] = ()):
+        self._dir = Path(tempfile.mkdtemp(prefix="dsv4sel-zygote-"))
+        self._stderr = self._dir / "zygote.err"
+        with self._stderr.open("wb") as err:  # a file: a pipe nobody reads until the end could fill
+            self._proc = subprocess.Popen([python, __file__, "--preload", ",".join(preload)], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=err, env=env, cwd="/")
+        self._lock = threading.Lock()
+        self._jobs: dict[str, Forked] = {}
+        self._count = 0
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def spawn(self, argv: list[str], *, env: dict[str, str], cwd: Path, cpu_seconds: int) -> Forked:
+        """Start ``python *argv`` as a child of the zygote; a :class:`Forked` to wait for it."""
+        with self._lock:
+            self._count += 1
+            job_id = str(self._count)
+            forked = self._jobs[job_id] = Forked(self._dir / f"{job_id}.out", self._dir / f"{job_id}.err")
+            job = {"id": job_id, "argv": argv, "env": env, "cwd": str(cwd), "out": str(forked.out_path),
+                   "err": str(forked.err_path), "cpu": cpu_seconds}
+            try:
+                self._proc.stdin.write((json.dumps(job) + "\n").encode())
+                self._proc.stdin.flush()
+            except OSError:
+                forked.end(None)
+        return forked
+
+    def _read(self) -> None:
+        for line in self._proc.stdout:
+            message = json.loads(line)
+            forked = self._jobs[message["id"]]
+            if "pid" in message:
+                forked.started(message["pid"])
+            else:
+                forked.end(message["status"])
+        # the zygote is gone: every child it has not reported ends with it
+        self._proc.wait()
+        said = self._stderr.read_text(errors="replace")
+        for forked in list(self._jobs.values()):
+            forked.end(None, f"exit status {self._proc.returncode}; {said}")
+
+    def close(self) -> None:
+        """End the zygote once its children have ended."""
+        if self._proc.stdin and not self._proc.stdin.closed:
+            self._proc.stdin.close()
+        self._proc.wait()
+
+
+class Forked:
+    """One forked child, with the part of :class:`subprocess.Popen` that :func:`harness.limits.run` uses."""
+
+    def __init__(self, out_path: Path, err_path: Path):
+        self.out_path, self.err_path = out_path, err_path
+        self.returncode: int | None = None
+        self._pid: int | None = None
+        self._ended = threading.Event()
+        self._zygote_error = ""
+
+    def started(self, pid: int) -> None:
+        self._pid = pid
+
+    def end(self, status: int | None, zygote_error: str = "") -> None:
+        if not self._ended.is_set():
+            self.returncode, self._zygote_error = status, zygote_error
+            self._ended.set()
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """``(stdout, stderr)`` once the child ended; :class:`subprocess.TimeoutExpired` after ``timeout``."""
+        if not self._ended.wait(timeout):
+            raise subprocess.TimeoutExpired("zygote child", timeout or 0)
+        if self.returncode is None:
+            raise ZygoteEnded("the suite's zygote process ended before its child: " + self._zygote_error[-3000:])
+        read = [p.read_text(errors="replace") if p.exists() else "" for p in (self.out_path, self.err_path)]
+        for path in (self.out_path, self.err_path):
+            path.unlink(missing_ok=True)
+        return read[0], read[1]
+
+    def kill(self) -> None:
+        if self._pid is not None and not self._ended.is_set():
+            try:
+                os.kill(self._pid, 9)
+            except ProcessLookupError:
+                pass
+
+
+if __name__ == "__main__":
+    main()
