@@ -49,10 +49,26 @@ def _lora(extra: dict) -> str:
     return extra.get("lora", "off")
 
 
-def dsv4sel_outcome(rules, model, platform, capability, backend, kv, extra) -> dict:
+#: (rule set, compiled row, kv-cache dtype asked) -> the outcome dict (see dsv4sel_outcome)
+_OUTCOMES: dict[tuple, dict] = {}
+
+
+def dsv4sel_outcome(rules, model, platform, capability, backend, kv, extra, key: tuple | None = None) -> dict:
     """The rule set's outcome, from ``RuleSet.outcome`` (what ``select()`` returns or raises,
     without building the rejection's message: its nearest-alternative search costs milliseconds
-    and is not compared here)."""
+    and is not compared here). The dict is a function of the compiled row and the kv-cache dtype
+    asked alone, so with ``key`` (the input's key in the rules' own key order) a row already
+    turned into one through ``normalize`` and ``outcome`` is looked up by the row's index."""
+    at = rules.index(key) if key is not None and len(key) == len(rules.key_inputs) else None
+    if at is not None:
+        memo = (id(rules), at, kv)
+        if memo not in _OUTCOMES:
+            _OUTCOMES[memo] = _outcome(rules, model, platform, capability, backend, kv, extra)
+        return _OUTCOMES[memo]
+    return _outcome(rules, model, platform, capability, backend, kv, extra)
+
+
+def _outcome(rules, model, platform, capability, backend, kv, extra) -> dict:
     from dsv4sel.dsv4.selection import Selection
 
     query, notes = rules.normalize(platform=platform, capability=capability, backend=backend,
@@ -176,6 +192,8 @@ def vllm_pass(sets: dict, platform: str, inputs: list, report: dict, shipped_see
     Records in ``report["lora"]`` where LoRA alone changes vLLM's decision (:func:`lora_effect`),
     and in ``shipped_seen`` the shipped rules' outcome of each input it asked them about."""
     per_set = {name: {"agree": 0, "disagree": [], "undecided": {}} for name in sets}
+    # an input's key indexes a rule set that orders its inputs as the shipped rules do
+    same_key = {name: rules.key_inputs == sets["shipped"].key_inputs for name, rules in sets.items()}
     verdict: dict = {}
     outcomes: dict = {}
     for key, model, cap, backend, kv, extra in inputs:
@@ -191,7 +209,7 @@ def vllm_pass(sets: dict, platform: str, inputs: list, report: dict, shipped_see
                 slot["undecided"][v["error"]] = slot["undecided"].get(v["error"], 0) + 1
                 verdict[(name, key)] = None
                 continue
-            d = dsv4sel_outcome(rules, model, platform, cap, backend, kv, extra)
+            d = dsv4sel_outcome(rules, model, platform, cap, backend, kv, extra, key if same_key[name] else None)
             if name == "shipped":
                 shipped_seen[key] = d
             ok = verdict[(name, key)] = agrees(v, d)
@@ -223,7 +241,7 @@ def plugin_pass(shipped, platform: str, inputs: list, shipped_seen: dict) -> dic
     out = {"replaced": [f"{m}.{a}" for m, a in replaced], "agree": 0, "refused": 0, "selects": 0, "rejects": 0,
            "disagree": []}
     for key, model, cap, backend, kv, extra in inputs:
-        d = shipped_seen.get(key) or dsv4sel_outcome(shipped, model, platform, cap, backend, kv, extra)
+        d = shipped_seen.get(key) or dsv4sel_outcome(shipped, model, platform, cap, backend, kv, extra, key)
         p = plugin_outcome(plugin, model, platform, cap, backend, kv, extra, d)
         if p["kind"] == "refused":
             out["refused"] += 1

@@ -17,8 +17,10 @@ which spawns its engine process from its ``__main__``) runs as a plain process i
 
 Protocol, one JSON object per line: a job on stdin ``{"id", "argv", "env", "cwd", "out", "err",
 "cpu"}``; on stdout ``{"id", "pid"}`` once it is forked and ``{"id", "status"}`` when it ended
-(``status``: the exit code, minus the signal that ended it). The zygote ends when its stdin
-closes, after its last child. :class:`Zygote` is the pytest side (standard library only).
+(``status``: the exit code, minus the signal that ended it; ``cpu``: the CPU seconds it used). The zygote ends when its stdin
+closes, after its last child. :class:`Zygote` is the pytest side (standard library only); with
+``DSV4SEL_ZYGOTE_LOG=FILE`` set for pytest it appends each job's CPU seconds and command to FILE
+(where the suite's CPU goes, job by job).
 """
 from __future__ import annotations
 
@@ -66,10 +68,11 @@ def _serve(preload: list[str]) -> dict:
                 jobs[pid] = job["id"]
                 _answer({"id": job["id"], "pid": pid})
         while jobs:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
             if pid == 0:
                 break
-            _answer({"id": jobs.pop(pid), "status": os.waitstatus_to_exitcode(status)})
+            _answer({"id": jobs.pop(pid), "status": os.waitstatus_to_exitcode(status),
+                     "cpu": round(usage.ru_utime + usage.ru_stime, 2)})
     raise SystemExit(0)
 
 
@@ -144,7 +147,7 @@ class Zygote:
         with self._lock:
             self._count += 1
             job_id = str(self._count)
-            forked = self._jobs[job_id] = Forked(self._dir / f"{job_id}.out", self._dir / f"{job_id}.err")
+            forked = self._jobs[job_id] = Forked(self._dir / f"{job_id}.out", self._dir / f"{job_id}.err", argv)
             job = {"id": job_id, "argv": argv, "env": env, "cwd": str(cwd), "out": str(forked.out_path),
                    "err": str(forked.err_path), "cpu": cpu_seconds}
             try:
@@ -161,7 +164,11 @@ class Zygote:
             if "pid" in message:
                 forked.started(message["pid"])
             else:
+                forked.cpu_seconds = message["cpu"]
                 forked.end(message["status"])
+                if os.environ.get("DSV4SEL_ZYGOTE_LOG"):  # where the suite's CPU goes, job by job
+                    with open(os.environ["DSV4SEL_ZYGOTE_LOG"], "a") as log:
+                        log.write(f"{forked.cpu_seconds:8.2f} {' '.join(forked.argv)[:200]}\n")
         # the zygote is gone: every child it has not reported ends with it
         self._proc.wait()
         said = self._stderr.read_text(errors="replace")
@@ -178,9 +185,11 @@ class Zygote:
 class Forked:
     """One forked child, with the part of :class:`subprocess.Popen` that :func:`harness.limits.run` uses."""
 
-    def __init__(self, out_path: Path, err_path: Path):
-        self.out_path, self.err_path = out_path, err_path
+    def __init__(self, out_path: Path, err_path: Path, argv: list[str]):
+        self.out_path, self.err_path, self.argv = out_path, err_path, argv
         self.returncode: int | None = None
+        #: the CPU seconds the child used, once it ended
+        self.cpu_seconds: float | None = None
         self._pid: int | None = None
         self._ended = threading.Event()
         self._zygote_error = ""
