@@ -57,7 +57,7 @@ def main() -> int:
          *env.pip, TORCH, *IMPORT_CHAIN, *DSV4SEL_DEPS)
     step("install dsv4sel (editable, --no-deps)", *env.pip, "--no-deps", "-e", str(ROOT))
     # pip writes the bytecode plain `python` reads, not the `.opt-1.pyc` of `python -O` (the plugin
-    # pass runs under -O too); where PYTHONDONTWRITEBYTECODE is set, as on the CI machine, every -O
+    # pass runs under -O too); where PYTHONDONTWRITEBYTECODE is set, as on the 2-core test machine, every -O
     # process would compile SGLang's whole import chain from source again (about 10 s of CPU each).
     # A file the compiler cannot read is left out, as Python leaves it until something imports it.
     step("compile the bytecode python -O reads", env.python, "-O", "-c", COMPILE_OPTIMIZED)

@@ -59,7 +59,7 @@ def dsv4sel_outcome(rules, model, platform, capability, backend, kv, extra, key:
     and is not compared here). The dict is a function of the compiled row and the kv-cache dtype
     asked alone, so with ``key`` (the input's key in the rules' own key order) a row already
     turned into one through ``normalize`` and ``outcome`` is looked up by the row's index."""
-    at = rules.index(key) if key is not None and len(key) == len(rules.key_inputs) else None
+    at = rules.index(key) if key is not None else None
     if at is not None:
         memo = (id(rules), at, kv)
         if memo not in _OUTCOMES:

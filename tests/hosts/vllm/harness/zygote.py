@@ -28,6 +28,7 @@ import json
 import os
 import resource
 import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -216,7 +217,7 @@ class Forked:
     def kill(self) -> None:
         if self._pid is not None and not self._ended.is_set():
             try:
-                os.kill(self._pid, 9)
+                os.kill(self._pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
 
