@@ -59,6 +59,10 @@ sglang-env: $(STAMP)
 # mypy with no arguments checks the packages [tool.mypy] names: dsv4sel and kernels/ as
 # dsv4sel.kernels (through typecheck/); ruff's rule set is stated in [tool.ruff.lint].
 test: $(STAMP) $(ARTIFACT) vllm-env sglang-env
+	@# the checkout's own bytecode, as pip writes it for an installed package (plain and -O, the SGLang
+	@# suite runs -O processes): where PYTHONDONTWRITEBYTECODE is set, as on the 2-core test machine,
+	@# each of the suite's hundreds of processes would otherwise compile dsv4sel from source
+	@$(BIN)/python -m compileall -q -j 0 -o 0 -o 1 dsv4sel kernels tests tools > /dev/null
 	$(BIN)/mypy
 	$(BIN)/ruff check .
 	$(BIN)/dsv4sel check

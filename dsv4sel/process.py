@@ -13,7 +13,10 @@ does two things, and only when the process is the ``dsv4sel`` console script
 (library users, such as vLLM, get neither): it installs the same SIGINT
 handler, and a ``sys.excepthook`` for an exception that ends the process
 there: an interrupt prints nothing and exits 130, a MemoryError prints one
-line and exits 2, as ``main()`` does for each. A Ctrl-C or an allocation failure
+line and exits 2, as ``main()`` does for each. It also refuses, in that one line, a process
+whose address-space limit leaves too little for any command (:data:`_HEADROOM`), and holds
+back the reserve that reporting running out of memory gives up first (:func:`release_reserve`).
+A Ctrl-C or an allocation failure
 while the interpreter itself starts (its ``site`` module, the environment's
 ``.pth`` files) comes before any dsv4sel code and is the interpreter's.
 """
@@ -73,6 +76,10 @@ def _is_command() -> bool:
     return name in ("dsv4sel", "dsv4sel.exe", "dsv4sel-script.py")
 
 
+class TooLittleAddressSpace(MemoryError):
+    """The command's process is limited to too little address space to start a command at all."""
+
+
 class _CommandHook:
     """``sys.excepthook`` of the command: an interrupt or a MemoryError that ends the process
     before ``main()`` handles it ends it as ``main()`` would; anything else is handed on."""
@@ -81,8 +88,12 @@ class _CommandHook:
         self.previous = previous
 
     def __call__(self, kind, value, traceback) -> None:
+        release_reserve()
         if issubclass(kind, KeyboardInterrupt):
             _exit(_EXIT_INTERRUPTED)
+        if issubclass(kind, TooLittleAddressSpace):
+            sys.stderr.write(f"dsv4sel: out of memory: {value}; give it more memory\n")
+            _exit(_EXIT_OUT_OF_MEMORY)
         if issubclass(kind, MemoryError):
             sys.stderr.write(f"dsv4sel: out of memory while starting{f' ({value})' if str(value) else ''}: "
                              "this process may not allocate what the command needs (a memory limit such as "
@@ -105,11 +116,60 @@ def _exit(status: int) -> None:
     os._exit(status)
 
 
+#: The address space a command needs beyond what the interpreter has mapped when ``import
+#: dsv4sel`` starts (the interpreter, ``site`` and the package face). With less, CPython itself
+#: fails in ways no program can catch or tell from a bug: a fatal error while it normalizes a
+#: MemoryError (the process aborts), the dynamic loader unable to map a library, an import that
+#: returns NULL without an exception. So the command refuses at once, in one line, instead.
+#: Chosen above the caps where those failures came (``check`` on a cold cache under address-space
+#: caps, RLIMIT_AS: tests/cli/test_interrupt_and_memory.py sweeps them).
+_HEADROOM = 12 << 20
+
+
+def _too_little_address_space() -> str | None:
+    """Why this process cannot run a command (its address-space limit leaves less than
+    :data:`_HEADROOM` beyond what it has mapped), or None: no limit, or one it cannot read."""
+    try:
+        import resource
+    except ImportError:  # not POSIX (no such module), or a loader that cannot map it: the command finds out
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:
+        with open("/proc/self/statm", "rb") as statm:  # Linux: the first field is the mapped size, in pages
+            mapped = int(statm.read().split()[0]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return None
+    if soft - mapped >= _HEADROOM:
+        return None
+    return (f"this process's address space is limited to {soft >> 20} MiB (ulimit -v), "
+            f"{mapped >> 20} MiB of it taken before the command starts, and a command needs "
+            f"{_HEADROOM >> 20} MiB more")
+
+
+#: Address space the command holds back from its start and gives up to report running out of
+#: memory: by then the allocator may have no room left even for the one line that says so.
+_RESERVE_BYTES = 1 << 20
+_reserve: list[bytearray] = []
+
+
+def release_reserve() -> None:
+    """Give the command's reserve back to the system (see :data:`_RESERVE_BYTES`): called first
+    by whatever reports running out of memory. Nothing where none is held (a library's process)."""
+    _reserve.clear()
+
+
 def quiet_when_command() -> None:
-    """In the ``dsv4sel`` command only: SIGINT raises :class:`Interrupted` from now on, and
-    an interrupt or a MemoryError that ends the process prints no traceback (see the module
-    docstring)."""
+    """In the ``dsv4sel`` command only: SIGINT raises :class:`Interrupted` from now on, an
+    interrupt or a MemoryError that ends the process prints no traceback (see the module
+    docstring), and a process whose address-space limit leaves too little for any command
+    ends at once with the out-of-memory line and exit 2."""
     if not _is_command() or isinstance(sys.excepthook, _CommandHook):
         return
     _set_handler(_raise_interrupted)
     sys.excepthook = _CommandHook(sys.excepthook)
+    short = _too_little_address_space()
+    if short is not None:
+        raise TooLittleAddressSpace(short)  # the hook above ends the process with its one line
+    _reserve.append(bytearray(_RESERVE_BYTES))  # above the allocator's mmap threshold: freed, it is unmapped

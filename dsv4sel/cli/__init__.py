@@ -30,6 +30,7 @@ _ALONE = frozenset(COMMANDS) - {"completion"}
 DEBUG_ENV = "DSV4SEL_DEBUG"
 # errno values of a sink that cannot take the output: ENOSPC, EIO, EPIPE, EBADF, EDQUOT
 _WRITE_ERRORS = {28, 5, 32, 9, 122}
+_ENOMEM = 12
 
 
 class Formatter(argparse.HelpFormatter):
@@ -142,8 +143,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
-    """The command's exit status; an interrupt is :func:`main`'s to report."""
-    out_of_memory: str | None = None
+    """The command's exit status; an interrupt is :func:`main`'s to report. Running short of
+    memory, in the command or while reporting one of its errors, is one line (and no other)."""
+    try:
+        return _reported(argv)
+    except MemoryError as exc:
+        detail = str(exc)
+    # reported here, once the frames holding what was allocated are gone
+    return _out_of_memory(argv, detail)
+
+
+def _reported(argv: list[str] | None) -> int:
+    """The command's exit status, each expected error reported as such (a MemoryError is
+    :func:`_run`'s to report)."""
     try:
         from . import common
 
@@ -159,34 +171,71 @@ def _run(argv: list[str] | None) -> int:
     except SelectionError as exc:  # an invalid query outside `explain`'s own handling
         return _unusable(_command(argv), str(exc), (), "query")
     except ImportError as exc:  # a missing dependency of the compiler, named with its fix
-        return _unusable(_command(argv), str(exc), (), "input")
+        return _import_failed(argv, exc)
     except BrokenPipeError:  # `dsv4sel table | head`: the reader has all it wanted
         silence_stdout()
         return EXIT_OK
-    except OSError as exc:  # the output cannot be written: /dev/full, a vanished disk
-        if exc.errno not in _WRITE_ERRORS:
-            return _internal(exc)
-        silence_stdout()
-        _say(f"dsv4sel: cannot write the output: {exc.strerror or exc}")
-        return EXIT_USAGE
-    except MemoryError as exc:  # reported below, once the frames holding what was allocated are gone
-        out_of_memory = str(exc)
+    except OSError as exc:
+        return _os_error(exc)
+    except MemoryError:
+        raise
     except Exception as exc:  # noqa: BLE001 - a bug: one line for the user, the traceback on request
         return _internal(exc)
-    return _out_of_memory(argv, out_of_memory or "")
+
+
+def _import_failed(argv: list[str] | None, exc: ImportError) -> int:
+    """A module the command needs does not import: unusable input, named with its fix; a
+    library the loader could not map is running out of memory (raised for :func:`_run`)."""
+    from ..engine.hints import import_ran_out_of_memory
+
+    if import_ran_out_of_memory(exc):
+        raise MemoryError(str(exc)) from None
+    return _unusable(_command(argv), str(exc), (), "input")
+
+
+def _os_error(exc: OSError) -> int:
+    """The output cannot be written (/dev/full, a vanished disk): one line, exit 2. The system
+    refusing memory (``ENOMEM``: a mapping, a buffer) is running out of it (raised for
+    :func:`_run`); any other OSError is a bug."""
+    if exc.errno == _ENOMEM:
+        raise MemoryError(str(exc)) from None
+    if exc.errno not in _WRITE_ERRORS:
+        return _internal(exc)
+    silence_stdout()
+    _say(f"dsv4sel: cannot write the output: {exc.strerror or exc}")
+    return EXIT_USAGE
 
 
 def _out_of_memory(argv: list[str] | None, detail: str) -> int:
     """Not enough memory (a limit such as ``ulimit -v`` or a container's): unusable input
     for this process, exit 2, said plainly in one line (a bug is something else)."""
+    from ..process import release_reserve
+
+    release_reserve()
+    try:  # the detail quotes an exception (a library's path): its control characters escaped
+        from ..engine.text import escape
+
+        detail = escape(detail)
+    except MemoryError:
+        detail = ""
     message = (f"out of memory{f' ({detail})' if detail else ''}: this process may not allocate what the "
                "command needs (a memory limit such as ulimit -v, or a container's?); give it more memory, "
                "or load fewer rule packs")
+    try:  # one write of the whole line, unwrapped, never repeated: a failure halfway is not said twice
+        sys.stderr.write(f"{_command(argv)}: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, MemoryError):
+        pass
     try:
-        return _unusable(_command(argv), message, (), "input")
+        from . import common
+
+        if common.JSON_ERRORS:
+            from .render.data import document
+
+            sys.stdout.write(document(common.error_document(_command(argv), message, (), "input")))
     except MemoryError:
-        _say(f"{_command(argv)}: {message}")
-        return EXIT_USAGE
+        pass
+    return EXIT_USAGE
 
 
 def _alone(words: list[str]) -> str | None:
@@ -220,7 +269,7 @@ def _unusable(prog: str, message: str, problems, kind: str) -> int:
     from . import common
 
     message = escape(message, keep_newlines=True)
-    print(_wrapped(f"{prog.strip()}: {message}"), file=sys.stderr)
+    sys.stderr.write(_wrapped(f"{prog.strip()}: {message}") + "\n")  # one write: never half a report
     if common.JSON_ERRORS:
         from .render.data import document
 

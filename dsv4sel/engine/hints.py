@@ -86,6 +86,21 @@ def allow_impl_hint(impl: str, from_environment: bool = False) -> str:
     return f"; to allow it, pass {flag}, set {ALLOW_IMPL_ENV}={top} in a serving process's environment, or {installed}"
 
 
+def import_ran_out_of_memory(exc: ImportError) -> bool:
+    """Whether an import failed for want of memory: a MemoryError inside it, or the dynamic
+    loader unable to map a library (its message says so), there or in an import whose failure
+    led to it (a package that falls back to another module when one does not import)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:  # e.g. a fallback import tried after the real one failed
+        seen.add(id(cause))
+        if isinstance(cause, MemoryError) or (isinstance(cause, ImportError) and any(
+                sign in str(cause) for sign in ("failed to map segment", "Cannot allocate memory"))):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 def dependency_error(exc: ImportError, module: str, distribution: str) -> Exception:
     """What to raise when importing ``module`` (from ``distribution``), which the compiler
     needs, failed with ``exc``: ``pip install`` only when it is not installed. An import
@@ -93,8 +108,7 @@ def dependency_error(exc: ImportError, module: str, distribution: str) -> Except
     to map a library) is a MemoryError, and any other failure says the module is broken,
     never that it is missing."""
     text = str(exc)
-    if isinstance(exc.__context__, MemoryError) or any(
-            sign in text for sign in ("failed to map segment", "Cannot allocate memory")):
+    if import_ran_out_of_memory(exc):
         return MemoryError(f"importing {module}: {text}")
     if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == module:
         return ImportError(f"dsv4sel needs {distribution} to compile rule files, and it is not installed: "

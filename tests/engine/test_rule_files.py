@@ -119,6 +119,17 @@ def test_a_missing_compiler_dependency_is_named_with_its_fix(write_rules, monkey
         validate.validator.cache_clear()
 
 
+def _raised_from(error: ImportError, context: ImportError) -> ImportError:
+    """``error`` as Python raises it inside an ``except`` block of ``context``."""
+    try:
+        try:
+            raise context
+        except ImportError:
+            raise error  # noqa: B904 - the implicit context is the point
+    except ImportError as raised:
+        return raised
+
+
 @pytest.mark.parametrize(("failure", "raised", "says"), [
     (ModuleNotFoundError("No module named 'jsonschema'", name="jsonschema"), ImportError,
      "it is not installed: pip install jsonschema"),
@@ -128,6 +139,13 @@ def test_a_missing_compiler_dependency_is_named_with_its_fix(write_rules, monkey
     # the dynamic loader under a memory limit: what the user lacks is memory
     (ImportError("rpds.so: failed to map segment from shared object"), MemoryError,
      "importing jsonschema: rpds.so: failed to map segment from shared object"),
+    # a package that falls back to another module when the first does not import: the fallback's
+    # ModuleNotFoundError comes from the loader that could not map the first
+    (_raised_from(ModuleNotFoundError("No module named 'importlib_resources'", name="importlib_resources"),
+                  ImportError("_struct.so: failed to map segment from shared object")), MemoryError,
+     "importing jsonschema: No module named 'importlib_resources'"),
+    (_raised_from(ModuleNotFoundError("No module named 'importlib_resources'", name="importlib_resources"),
+                  ImportError("cannot import name 'files'")), ImportError, "installed but does not import"),
 ])
 def test_a_compiler_dependency_that_does_not_import_is_told_apart_from_a_missing_one(failure, raised, says):
     from dsv4sel.engine.hints import dependency_error

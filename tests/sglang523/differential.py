@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
-import itertools
 import json
 import os
 import re
@@ -50,10 +49,17 @@ def host_query(point: dict) -> dict:
 
 
 def rules_outcome(rules, point: dict) -> dict:
+    """The compat set's outcome, from ``RuleSet.outcome`` (what ``select()`` returns, or the
+    message it raises without the nearest-alternative suggestions: they cost milliseconds a
+    refusal and are not compared)."""
     from dsv4sel import SelectionError
+    from dsv4sel.dsv4.selection import Selection
 
     try:
-        sel = rules.select(**host_query(point))
+        query, notes = rules.normalize(**host_query(point))
+        sel = rules.outcome(query, notes)
+        if sel.__class__ is not Selection:
+            raise SelectionError(sel.message(), rule=sel.rule)
     except SelectionError as exc:
         reason = str(exc)
         cite = _CITE.findall(reason)
@@ -87,16 +93,24 @@ def agrees(s: dict, d: dict) -> bool:
     return s["where"] == d["cites"] and s["late"] == d["late"]
 
 
-def outcome_key(point: dict) -> tuple[str, str]:
-    """Which shipped rule or translation row decides ``point`` (no SGLang needed): ("select",
-    rule file:line) or ("refuse", the refusing row's or rule's file:line)."""
+def rules_decision(point: dict):
+    """``(decision, key)``: what the shipped rules decide for ``point`` through the SGLang
+    translation (a HostDecision, or None where they refuse; no SGLang needed), and which rule or
+    translation row decides it: ("select", rule file:line) or ("refuse", the refusing row's or
+    rule's file:line)."""
     from dsv4sel import SelectionError
     from dsv4sel.sglang_plugin.translation import translation
 
     try:
-        return "select", translation().decide(point, _outcomes()).selection.rule.location
+        decided = translation().decide(point, _outcomes())
     except SelectionError as exc:
-        return "refuse", str(getattr(exc, "origin", None))
+        return None, ("refuse", str(getattr(exc, "origin", None)))
+    return decided, ("select", decided.selection.rule.location)
+
+
+def outcome_key(point: dict) -> tuple[str, str]:
+    """Which shipped rule or translation row decides ``point`` (see :func:`rules_decision`)."""
+    return rules_decision(point)[1]
 
 
 @functools.lru_cache(maxsize=1)
@@ -147,14 +161,12 @@ def plugin_pass(o: oracle.Oracle, platform: str, chosen: list[int]) -> dict:
     """SGLang again, with the dsv4sel plugin loaded the way SGLang loads it: ``SGLANG_PLUGINS=dsv4sel``
     and SGLang's own ``load_plugins()`` (entry point ``sglang.srt.plugins``, then its HookRegistry),
     on the inputs ``chosen`` (indices into :func:`oracle.points`). The plugin agrees when SGLang then
-    resolves and builds exactly what the shipped rules decide
-    (:func:`dsv4sel.sglang_plugin.translation.decide`: class and settings; the scheduler guards ran
-    on the layout and the factory), or, where they refuse, SGLang's resolution stops with dsv4sel's
+    resolves and builds exactly what the shipped rules decide (:func:`rules_decision`, the
+    plugin's translation over the shipped rules: class and settings; the scheduler guards ran on
+    the layout and the factory), or, where they refuse, SGLang's resolution stops with dsv4sel's
     SelectionError with the server args untouched: no declaration of dsv4sel's,
     ``SGLANG_DSV4_KV_LAYOUT`` as the user set it, no decision published."""
-    from dsv4sel import SelectionError
     from dsv4sel.sglang_plugin import STEP, scheduler
-    from dsv4sel.sglang_plugin.translation import decide
     from sglang.srt.arg_groups.resolution_hooks import _HOOKS
     from sglang.srt.plugins import load_plugins
     from sglang.srt.plugins.hook_registry import HookRegistry
@@ -172,11 +184,8 @@ def plugin_pass(o: oracle.Oracle, platform: str, chosen: list[int]) -> dict:
     for i, point in enumerate(oracle.points(platform)):
         if i not in sample:
             continue
-        covered.add(json.dumps(outcome_key(point)))
-        try:
-            want = decide(point)
-        except SelectionError:
-            want = None
+        want, key = rules_decision(point)
+        covered.add(json.dumps(key))
         got = _decide_checked(o, point, i, checked)
         verdict = _plugin_verdict(want, got, point, o.last_args)
         counts[verdict] += 1
@@ -264,26 +273,28 @@ def _merge_sglang(parts: list[dict]) -> dict:
     return out
 
 
-def _merge_plugin(parts: list[dict], in_space: set) -> dict:
+def _merge_plugin(parts: list[dict], in_space: set | None) -> dict:
     counts: collections.Counter = collections.Counter()
     for r in parts:
         counts.update(r["counts"])
+    covered = {k for r in parts for k in r["covered"]}
     # every child loaded the plugin through SGLang's loader on its own: all must have seen the same
     assert all(r["resolution_hooks"] == parts[0]["resolution_hooks"] and r["guarded"] == parts[0]["guarded"]
                for r in parts)
     return {"counts": dict(counts), "inputs": sum(r["inputs"] for r in parts),
             "resolution_hooks": parts[0]["resolution_hooks"], "guarded": parts[0]["guarded"],
-            "covered": sorted({k for r in parts for k in r["covered"]}),
-            "in_space": sorted(json.dumps(k) for k in in_space),
+            "covered": sorted(covered),
+            "in_space": sorted(covered if in_space is None else {json.dumps(k) for k in in_space}),
             "wrong": [w for r in parts for w in r["wrong"]][:50], "model_config": _merge_checked(parts)}
 
 
-def _plugin_inputs(platform: str, every: int, n: int) -> tuple[list[int], set]:
+def _plugin_inputs(platform: str, every: int, n: int) -> tuple[list[int], set | None]:
     """The plugin pass's inputs: all ``n`` with ``every`` 1, else :func:`plugin_sample`'s; and the
-    keys of every deciding rule or row of the space."""
+    keys of every deciding rule or row of the space (None with ``every`` 1: the pass itself
+    decides every input, so the keys it covers are the space's)."""
     if every > 1:
         return plugin_sample(platform, every, n)
-    return list(range(n)), {outcome_key(p) for p in itertools.islice(oracle.points(platform), n)}
+    return list(range(n)), None
 
 
 def main() -> int:
@@ -314,7 +325,7 @@ def main() -> int:
     jobs: list = []
     if not args.plugin_only:
         jobs += [("sglang", c) for c in forked.chunks(list(range(n)), args.chunks)]
-    in_space: set = set()
+    in_space: set | None = set()
     if args.plugin_every:
         chosen, in_space = _plugin_inputs(args.platform, args.plugin_every, n)
         jobs += [("plugin", c) for c in forked.chunks(chosen, args.chunks)]
