@@ -28,6 +28,7 @@ __all__ = [
     "test_each_decision_is_one_line_with_its_rules_and_the_explain_command",
     "test_no_platform_patches_nothing_in_one_line_and_is_never_an_error",
     "test_the_start_up_line_shows_with_vllms_own_logging_config",
+    "test_a_forked_vllm_process_configures_torchs_compiler_as_a_plain_one",
 ]
 #: The vLLM releases the plugin is written for, as its messages name them (the registry's).
 PLUGIN_RANGE = HOSTS["vllm"].supported
@@ -137,3 +138,20 @@ def test_a_pack_that_reads_the_role_under_disaggregation_gets_it_from_vllms_kv_t
     for line, role in zip(decisions[1:], ("decode", "both")):
         assert line.startswith("deepseek_v4 attention FLASHINFER_MLA_SPARSE_DSV4 ->") and \
             "decided by pd-v4-sm100-flashinfer (" in line and f"--input disaggregation={role}` shows why" in line, line
+
+
+def test_a_forked_vllm_process_configures_torchs_compiler_as_a_plain_one(ran):
+    """The suite's vLLM processes are forked from a zygote that imported torch's compiler before
+    vLLM was (harness/zygote.py): with vLLM's plugins loaded, every value of torch._dynamo's and
+    torch._inductor's configuration, and the variables vLLM sets, are those of a plain process."""
+    found = {}
+    for how in ("forked", "plain"):
+        rc, _, results, err = ran[f"compiler-{how}"]
+        assert rc == 0 and len(results) == 1, err[-3000:]
+        found[how] = results[0]
+    forked, plain = found["forked"], found["plain"]
+    assert forked["env"] == plain["env"] and forked["env"]["TORCHINDUCTOR_COMPILE_THREADS"] == "1", found
+    for config in ("dynamo", "inductor"):
+        assert len(plain[config]) > 50, plain[config]
+        differ = {k: (forked[config].get(k), v) for k, v in plain[config].items() if forked[config].get(k) != v}
+        assert differ == {} and forked[config].keys() == plain[config].keys(), (config, differ)

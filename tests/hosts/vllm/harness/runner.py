@@ -20,7 +20,7 @@ from pathlib import Path
 
 from harness import limits
 from harness.releases import ROOT, VllmRelease, of_package
-from harness.zygote import VLLM_PRELOAD, Zygote
+from harness.zygote import VLLM_PRELOAD, Zygote, preload_env
 
 SCRIPTS = Path(__file__).resolve().parent
 #: the packs the host suite loads, as YAML files: nosuch/ (a vLLM class vLLM does not have), demo/
@@ -70,7 +70,7 @@ def zygote_of(release: VllmRelease) -> Zygote:
         if release.version not in _zygotes:
             env = {k: v for k, v in os.environ.items()
                    if k not in (*USER_ENV, "PYTHONPATH") and not k.startswith(("DSV4SEL_", "VLLM_"))}
-            _zygotes[release.version] = Zygote(str(release.python), env, VLLM_PRELOAD)
+            _zygotes[release.version] = Zygote(str(release.python), preload_env(env), VLLM_PRELOAD)
         return _zygotes[release.version]
 
 
@@ -145,17 +145,22 @@ def pack(directory: Path) -> tuple[Path, Path]:
     return RULES / "demo", directory / "src"
 
 
+#: a scenario's script by name: the plugin scenarios, vLLM's own CLI, torch's compiler configuration
+SCENARIO_SCRIPTS = {"plugin": "plugin_scenarios.py", "serve": "serve.py", "compiler": "compiler_config.py"}
+
+
 def scenario(child: Child, directory: Path, args: list, platform: str | None = "cuda", capability: str = "9.0",
-             script="plugin", **env: str) -> tuple[int, list[str], list[dict], str]:
-    """One scenario process (``plugin_scenarios.py`` or, with ``script="serve"``, vLLM's own CLI):
-    (exit status, its dsv4sel log lines, its JSON result lines, stderr)."""
+             script="plugin", own_process: bool = False, **env: str) -> tuple[int, list[str], list[dict], str]:
+    """One scenario process (:data:`SCENARIO_SCRIPTS`), forked from the release's zygote unless
+    ``own_process`` or vLLM's own CLI: (exit status, its dsv4sel log lines, its JSON result
+    lines, stderr)."""
     extra = dict(env)
     if platform:
         extra.update(DSV4SEL_TEST_PLATFORM=platform, DSV4SEL_TEST_CAPABILITY=capability)
-    file = SCRIPTS / ("serve.py" if script == "serve" else "plugin_scenarios.py")
+    file = SCRIPTS / SCENARIO_SCRIPTS[script]
     # vLLM's own CLI spawns its engine process from its __main__: its own interpreter, as a user's
     proc = child.run([file, *args], clean_env(directory / "cache", **extra), cwd=directory,
-                     own_process=script == "serve")
+                     own_process=own_process or script == "serve")
     text = proc.stdout + proc.stderr
     lines = [line for line in text.splitlines() if "dsv4sel" in line and "== config" not in line]
     out = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -184,6 +189,9 @@ def _scenarios(child: Child, out: Path, models: Future) -> dict[str, tuple]:
         # vLLM's own `vllm serve` (SM90 stubbed): its start-up and decision lines, docs/vllm.md
         "serve": (["serve", m / "v4", "--max-model-len", "1024", "--load-format", "dummy", "--skip-tokenizer-init"],
                   {"script": "serve"}),
+        # torch's compiler configured alike in a forked child and in a plain process (harness/zygote.py)
+        "compiler-forked": ([], {"script": "compiler"}),
+        "compiler-plain": ([], {"script": "compiler", "own_process": True}),
     }
 
 
@@ -199,7 +207,7 @@ def _one_scenario(child: Child, out: Path, models: Future, name: str) -> tuple:
 
 
 SCENARIOS = ("serve", "configs", "no-platform", "no-platform-asked", "version", "version-asked", "pack",
-             "pack-allowed", "pd-roles")
+             "pack-allowed", "pd-roles", "compiler-plain", "compiler-forked")
 #: a pack that decides by the process's role under disaggregation (tests/dsv4/test_roles.py)
 PD_ROLES_PACK = ROOT / "tests" / "packs" / "pd_roles" / "rules"
 

@@ -8,7 +8,9 @@ job's environment, working directory, ``sys.path`` (its script's directory, then
 ``PYTHONPATH``), standard streams and CPU-time limit, runs the script as ``__main__`` and ends
 as the interpreter ends a script: exit status, uncaught traceback, ``atexit``. Nothing of vLLM,
 dsv4sel or the suite is imported before the fork: the libraries preloaded are those that neither
-read the platform nor the job's variables (vLLM's, dsv4sel's) when imported; vLLM is imported by
+read the platform nor the job's variables (vLLM's, dsv4sel's) when imported, torch's compiler with
+the variables vLLM sets before it imports it (the suite compares its configuration in a forked
+child with a plain process's: harness/plugin_tests.py); vLLM is imported by
 each child, under its own stubbed platform. A job that needs its own interpreter (``vllm serve``,
 which spawns its engine process from its ``__main__``) runs as a plain process instead
 (:func:`harness.limits.run` without a zygote).
@@ -36,10 +38,23 @@ import threading
 from pathlib import Path
 
 #: What every vLLM process imports and none reads the platform or a job's variables for at import.
-#: Not torch's compiler packages: vLLM sets their variables (``TORCHINDUCTOR_*``) before importing them.
+#: torch's compiler packages (dynamo, inductor) read variables at import that vLLM sets first
+#: (:data:`VLLM_SETS_FIRST`): the zygote imports them with those set, as a vLLM process does.
 #: vLLM would rather set its CUDA compatibility library path before torch loads: off by default, no CUDA here.
 VLLM_PRELOAD = ("torch", "transformers", "transformers.configuration_utils", "transformers.models.auto", "sympy",
-                "aiohttp", "pydantic", "cachetools")
+                "aiohttp", "pydantic", "cachetools", "msgspec", "torch.distributed.tensor", "torch._dynamo",
+                "torch._inductor.lowering", "torch._inductor.decomposition", "transformers.image_processing_backends")
+#: The variables vLLM's ``vllm/env_override.py`` sets when vLLM is imported, before it imports
+#: torch's compiler (0.33 and 0.34 alike), and those it sets only where unset: the zygote's own
+#: environment while it preloads (:func:`preload_env`). A job's child gets its own environment,
+#: and vLLM sets them there.
+VLLM_SETS_FIRST = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+VLLM_DEFAULTS_FIRST = {"TRITON_CACHE_AUTOTUNING": "1", "TILELANG_CLEANUP_TEMP_FILES": "1"}
+
+
+def preload_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` as a vLLM process has it when vLLM imports torch's compiler."""
+    return {**VLLM_DEFAULTS_FIRST, **env, **VLLM_SETS_FIRST}
 
 
 # ------------------------------------------------------------------ the zygote (in the release's environment)
@@ -98,6 +113,20 @@ def _become(job: dict) -> None:
     extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:] = [first, *extra, *sys.path[1:]]  # the zygote's own sys.path[0] is this folder
     sys.argv = ["-c", *argv[2:]] if argv[0] == "-c" else list(argv)
+    _rederive_compiler_paths()
+
+
+def _rederive_compiler_paths() -> None:
+    """The values torch's compiler derives at import from the working directory (and a variable),
+    derived again as torch does for the job's: the zygote imported it in its own directory.
+    plugin_tests.py compares the whole configuration of a forked child with a plain process's,
+    so a value missing here fails the suite."""
+    dynamo = sys.modules.get("torch._dynamo.config")
+    if dynamo is not None:
+        dynamo.debug_dir_root = dynamo.default_debug_dir_root()
+    inductor = sys.modules.get("torch._inductor.config")
+    if inductor is not None:
+        inductor.xpu.cutlass_dir = os.path.realpath(os.environ.get("TORCHINDUCTOR_CUTLASS_DIR", ""))
 
 
 def _run(job: dict) -> None:
