@@ -116,20 +116,28 @@ def as_release(rules, version: str):
     release's vLLM class, with the block size its host entry sets (a compat set states one release
     already; the shipped rules name a class per release)."""
     at = summarizer(rules)
+    memo: dict[int | None, tuple] = {}  # per outcome row, as summarizer's: a view depends on the row alone
 
     def view(key):
-        found, group = at(key)
-        if found.kind != "select":
-            return found, group
-        raw = rules.row(key)
-        hosts = tuple(h for h in raw.hosts if h[0] != "vllm" or version_matches(version, h[2]))
-        block = next((dict(pairs)["block_size"] for host, versions, pairs in raw.host_settings
-                      if host == "vllm" and version_matches(version, versions) and "block_size" in dict(pairs)),
-                     found.row.block_size)
-        seen = Outcome(found.row._replace(hosts=hosts, block_size=block))
-        return seen, (seen,)
+        i = rules.index(key)
+        seen = memo.get(i)
+        if seen is None:
+            seen = memo[i] = _as_release(rules, version, key, *at(key))
+        return seen
 
     return view
+
+
+def _as_release(rules, version: str, key, found, group):
+    if found.kind != "select":
+        return found, group
+    raw = rules.row(key)
+    hosts = tuple(h for h in raw.hosts if h[0] != "vllm" or version_matches(version, h[2]))
+    block = next((dict(pairs)["block_size"] for host, versions, pairs in raw.host_settings
+                  if host == "vllm" and version_matches(version, versions) and "block_size" in dict(pairs)),
+                 found.row.block_size)
+    seen = Outcome(found.row._replace(hosts=hosts, block_size=block))
+    return seen, (seen,)
 
 
 def categorize(compat, shipped, tags, version: str):
