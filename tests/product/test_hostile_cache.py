@@ -499,18 +499,34 @@ def test_explain_only_rules_without_rules_is_a_usage_error_as_in_check():
     assert run("check", "--only-rules").rc == 2
 
 
+DOCTOR_WITH_A_PACK = ("doctor", "--platform", "cuda", "--capability", "12.0", "--rules", "examples/mistakes/clean",
+                      "--json")
+
+
+@pytest.fixture(scope="module")
+def doctor_first(tmp_path_factory):
+    """doctor's first run with a pack: its answer, and the cache directory it filled."""
+    from _cli import environ, run
+
+    directory = tmp_path_factory.mktemp("doctor-first") / "cache"
+    directory.mkdir(mode=0o700)
+    return run(*DOCTOR_WITH_A_PACK, env=environ(DSV4SEL_CACHE_DIR=str(directory))), directory
+
+
 @pytest.mark.parametrize("digest", [12345, None, ["f" * 64], "z" * 64])
-def test_doctor_on_a_cached_digest_of_the_wrong_type_answers_as_documented(tmp_path, digest):
+def test_doctor_on_a_cached_digest_of_the_wrong_type_answers_as_documented(tmp_path, digest, doctor_first):
     # issue 17 point 9: doctor exited 3. The user's own entry for a pack's rule set, its digest
     # forged with a valid checksum: doctor recompiles, reports the real digest, exits as
     # documented (0 the auto choice can run, 1 it cannot: no CUDA kernel runs on this CPU host)
+    import shutil
+
     from _cli import environ, run
 
+    first, filled = doctor_first
     directory = tmp_path / "cache"
-    directory.mkdir(mode=0o700)
+    shutil.copytree(filled, directory)  # the first run's entries, each case forging its own copy
     env = environ(DSV4SEL_CACHE_DIR=str(directory))
-    args = ("doctor", "--platform", "cuda", "--capability", "12.0", "--rules", "examples/mistakes/clean", "--json")
-    first = run(*args, env=env)
+    args = DOCTOR_WITH_A_PACK
     (entry,) = directory.glob("*" + cache.SUFFIX)
     decoded = cache.decode(entry.read_bytes())
     assert type(decoded.data["digest"]) is str
