@@ -11,6 +11,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = [
+    ("this machine's speed now (read the figures below beside it)", ["machine_speed.py"]),
     ("select(): warm vs seed, cold start", ["bench_select.py"]),
     ("dsv4sel explain: cold CLI", ["bench_cli.py"]),
     ("dsv4sel diff --pack against check", ["bench_diff.py"]),
