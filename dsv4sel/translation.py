@@ -23,6 +23,7 @@ and returns a :class:`HostDecision` or raises :class:`~dsv4sel.errors.SelectionE
 """
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -68,13 +69,24 @@ class Row(Frozen):
 def holds(when: dict[str, tuple[str, ...]], point: dict) -> bool:
     """Whether ``point`` meets ``when`` (input -> values; values all "!x": any value but those)."""
     for name, wants in when.items():
-        have = point.get(name)
-        if all(w.startswith("!") for w in wants):
-            if have in {w[1:] for w in wants}:
-                return False
-        elif have not in wants:
+        excluded, values = _condition(wants)
+        try:
+            found = point.get(name) in values
+        except TypeError:  # an unhashable value is none of the strings a condition names
+            found = False
+        if found is excluded:
             return False
     return True
+
+
+@functools.lru_cache(maxsize=None)
+def _condition(wants: tuple[str, ...]) -> tuple[bool, frozenset[str]]:
+    """``(excluded, values)`` of one input's condition: the values it names, and whether they are
+    the ones it excludes (all written "!x"). Remembered: a translation has a few dozen, asked for
+    every input a host decides."""
+    if all(w.startswith("!") for w in wants):
+        return True, frozenset(w[1:] for w in wants)
+    return False, frozenset(wants)
 
 
 class Translation:

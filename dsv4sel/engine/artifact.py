@@ -329,6 +329,9 @@ class OutcomeTable:
                 index = {v: i * stride for i, v in enumerate(values)}
                 lookups.append((-1, tuple(position[n] for n in names), index))
         self._lookups = tuple(lookups)
+        #: per dimension for :meth:`get`: what picks its value (a fused one's tuple) from a key, and the index
+        self._picks = tuple((itemgetter(at) if fused is None else itemgetter(*fused), index)
+                            for at, fused, index in lookups)
         #: the dimension whose values are adjacent in the array (stride 1), None without one
         self._contiguous = next((d for d, stride in enumerate(layout.strides) if stride == 1), None)
         if data["typecode"] != "H":
@@ -343,8 +346,8 @@ class OutcomeTable:
             offset = self._backends.get(key[self._backend_at])
             if offset is None:
                 return default
-            for at, fused, index in self._lookups:
-                step = index.get(key[at] if fused is None else tuple(key[i] for i in fused))
+            for pick, index in self._picks:
+                step = index.get(pick(key))
                 if step is None:
                     return default
                 offset += step
