@@ -133,3 +133,20 @@ def test_a_row_that_decides_nothing_is_a_warning_at_its_line(tmp_path):
     # DSV603's wording, pinned here once (tests/engine/wording.yaml's `elsewhere:`)
     assert dead.message == ("this SGLang translation row decides no input of the host space (earlier rows take "
                             "all it matches, or it matches none); remove it or fix its `when`")
+
+
+@pytest.mark.parametrize(("when", "point", "held"), [
+    ({"platform": ("cuda", "rocm")}, {"platform": "rocm"}, True),
+    ({"platform": ("cuda",)}, {"platform": "rocm"}, False),
+    ({"kv_layout_env": ("!unset",)}, {"kv_layout_env": "unset"}, False),
+    ({"kv_layout_env": ("!unset", "!auto")}, {"kv_layout_env": "flat"}, True),
+    ({"platform": ("cuda",)}, {}, False),  # an input the point lacks meets no value
+    ({"platform": ("!cuda",)}, {}, True),  # ... and every exclusion
+    # a value a host handed over that is no string at all (a list): none of the named values
+    ({"platform": ("cuda",)}, {"platform": ["cuda"]}, False),
+    ({"platform": ("!cuda",)}, {"platform": ["cuda"]}, True),
+])
+def test_a_row_condition_names_values_or_excludes_them(when, point, held):
+    from dsv4sel.translation import holds
+
+    assert holds(when, point) is held
