@@ -108,11 +108,6 @@ def rules_decision(point: dict):
     return decided, ("select", decided.selection.rule.location)
 
 
-def outcome_key(point: dict) -> tuple[str, str]:
-    """Which shipped rule or translation row decides ``point`` (see :func:`rules_decision`)."""
-    return rules_decision(point)[1]
-
-
 @functools.lru_cache(maxsize=1)
 def _outcomes():
     """The shipped rules' outcomes without the suggestions a refusal computes (only keys needed)."""
@@ -131,7 +126,7 @@ def plugin_sample(platform: str, every: int, limit: int = 0) -> tuple[list[int],
     for i, point in enumerate(oracle.points(platform)):
         if limit and i >= limit:
             break
-        key = keys[i] = outcome_key(point)
+        key = keys[i] = rules_decision(point)[1]
         if i % every == 0:
             chosen.append(i)
             seen.add(key)
