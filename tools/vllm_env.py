@@ -2,12 +2,12 @@
 """Build a vLLM release's CPU test environment for the differential suite.
 
 One recipe for every release dsv4sel supports (the host registry's, dsv4sel/dsv4/host_registry.py):
-torch 2.13.0 CPU (the local CPU wheel;
-vLLM's own pin, torch==2.14.0, is never resolved), vllm, xgrammar and compressed-tensors with
---no-deps, then vLLM's pure-Python requirements read from the release's wheel METADATA (GPU/CUDA
-packages and torch's companions skipped), then dsv4sel itself (editable). The venv, the torch pin
-(a constraint file on every pip call), the wheel, the stamp and the step lines are
-tools/host_env.py's, shared with tools/sglang_env.py.
+torch 2.13.0 CPU (the local CPU wheel; vLLM's own pin, torch==2.14.0, is never resolved), vllm,
+xgrammar and compressed-tensors with --no-deps, then vLLM's pure-Python requirements read from the
+release's wheel METADATA (GPU/CUDA packages and torch's companions skipped), then dsv4sel itself
+(editable), and last vLLM's cache of the model classes the suite builds, in the environment's own
+folder (:func:`cache_root`). The venv, the torch pin (a constraint file on every pip call), the
+wheel, the stamp and the step lines are tools/host_env.py's, shared with tools/sglang_env.py.
 
     python3 tools/vllm_env.py [--version 0.33.0|0.34.0] [--venv PATH] [--wheel PATH] [--log FILE]
     python3 tools/vllm_env.py --all     # every release not built yet (make vllm-env)
@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from host_env import ROOT, TORCH, main_guard, parse_args, prologue, step  # noqa: E402
+from host_env import ROOT, TORCH, StepFailed, main_guard, parse_args, prologue, step  # noqa: E402
 
 from dsv4sel.dsv4.host_registry import HOSTS  # noqa: E402
 
@@ -50,6 +50,13 @@ NO_DEPS = {"xgrammar", "compressed-tensors"}
 # What those two need besides torch (triton is optional in vLLM: it has a placeholder).
 EXTRA = ["loguru"]
 STAMP_NAME = ".dsv4sel-vllm-env"
+#: The model classes the suite's vLLM processes build (the architectures of its tiny configs).
+SUITE_ARCHITECTURES = ("DeepseekV4ForCausalLM", "LlamaForCausalLM")
+# vLLM's model registry learns each model class (LoRA support, pooling, ...) in a subprocess that
+# imports vLLM whole, and remembers it under VLLM_CACHE_ROOT by a hash of the class's source files.
+# Asked once here, for the environment's own cache (cache_root), so no process of the suite asks again.
+_INSPECT = ("import sys\nfrom vllm.model_executor.models.registry import ModelRegistry\n"
+            "for arch in sys.argv[1:]:\n    assert ModelRegistry._try_inspect_model_cls(arch), arch\n")
 
 
 def _canon(name: str) -> str:
@@ -81,6 +88,14 @@ def requirements(wheel: Path) -> tuple[list[str], list[str]]:
 def venv_for(version: str) -> str:
     """A release's environment folder, relative to the repository (``.venv-vllm-0.34``)."""
     return LEGACY_VENVS.get(version, ".venv-vllm-" + ".".join(version.split(".")[:2]))
+
+
+def cache_root(venv: Path) -> Path:
+    """``VLLM_CACHE_ROOT`` for the vLLM processes the suite runs in ``venv``: a folder of that
+    environment's own. Releases that shared the user's ``~/.cache/vllm`` overwrote each other's
+    entry for the same model class (its source differs), so every process learnt it again; and the
+    suite leaves the user's own cache alone."""
+    return Path(venv) / "vllm-cache"
 
 
 def _default_venv(argv: list[str]) -> str:
@@ -120,6 +135,12 @@ def main() -> int:
     # torch stays pinned: the constraint file, and a requirement that asks for torch sees 2.13.0 installed.
     step(f"install vLLM's {len(plain)} pure-Python requirements (the longest step)", *env.pip, TORCH, *plain, *EXTRA)
     step("install dsv4sel (editable, --no-deps)", *env.pip, "--no-deps", "-e", str(ROOT))
+    try:
+        step("fill vLLM's model-class cache for the suite's processes", "env",
+             f"VLLM_CACHE_ROOT={cache_root(env.venv)}", env.python, "-c", _INSPECT, *SUITE_ARCHITECTURES)
+    except StepFailed:  # the suite still runs: its vLLM processes each learn the classes themselves
+        print(f"warning: vLLM's model-class cache is not filled; the {args.version} suite runs slower, "
+              "deciding the same", flush=True)
     return env.finish("import torch, vllm; print(torch.__version__, vllm.__version__)")
 
 

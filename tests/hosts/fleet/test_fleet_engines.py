@@ -32,6 +32,7 @@ import functools
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,9 @@ from dsv4sel.tools.fleet import decide_fleet
 from _host_env import env_skip_reason
 
 ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "tools"))
+
+from vllm_env import cache_root  # noqa: E402
 FLEET = ROOT / "tests" / "tools" / "fleet"
 SCRIPTS = ROOT / "tests" / "fleet_engines"
 VENVS = {"vllm": ROOT / ".venv-vllm", "sglang": ROOT / ".venv-sglang"}
@@ -84,6 +88,8 @@ def _run(engine: str, script: str, job: dict, tmp: Path) -> dict:
     path.write_text(json.dumps(job))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DSV4SEL_", "VLLM_", "SGLANG_"))}
     env.update(PYTHONPATH=str(ROOT), NO_COLOR="1")
+    if engine == "vllm":
+        env["VLLM_CACHE_ROOT"] = str(cache_root(VENVS[engine]))
     proc = subprocess.run([str(VENVS[engine] / "bin" / "python"), str(SCRIPTS / script), str(path)],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[4]
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "tools"))
 
-from vllm_env import venv_for  # noqa: E402
+from vllm_env import cache_root, venv_for  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,11 @@ class VllmRelease:
     @property
     def python(self) -> Path:
         return self.env / "bin" / "python"
+
+    @property
+    def vllm_cache(self) -> Path:
+        """``VLLM_CACHE_ROOT`` of every vLLM process of this release (tools/vllm_env.py fills it)."""
+        return cache_root(self.env)
 
     @property
     def stamp(self) -> Path:

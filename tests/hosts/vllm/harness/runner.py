@@ -54,6 +54,7 @@ class Child:
         self.rerun = rerun
 
     def run(self, args: list, env: dict, cwd: Path = ROOT, own_process: bool = False) -> limits.Finished:
+        env = {**env, "VLLM_CACHE_ROOT": str(self.release.vllm_cache)}
         return limits.run([str(self.release.python), *map(str, args)], env=env, cwd=cwd, rerun=self.rerun,
                           zygote=None if own_process else zygote_of(self.release))
 
