@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 import types
 
@@ -98,6 +99,12 @@ def install(platform: str, capability: tuple[int, int] | None = None, arch: str 
     major, minor = capability or ((9, 4) if platform == "rocm" else (0, 0))
     torch.version.cuda = "13.0" if platform == "cuda" else None
     torch.version.hip = "7.0.0" if platform == "rocm" else None
+    if platform == "rocm":
+        # tvm_ffi, which SGLang imports, builds a DLPack addon for a ROCm torch on first import, in
+        # a subprocess, into ~/.cache/tvm-ffi: on this machine (no ROCm) the build fails after a few
+        # seconds of CPU and tvm_ffi goes on without it. Its own switch skips the attempt; the end
+        # state is the same (no addon; torch 2.13 has the DLPack exchange API and __cuda_stream__).
+        os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
     torch.cuda.is_available = lambda: gpu
     torch.cuda.is_initialized = lambda: gpu
     torch.cuda.device_count = lambda: 1 if gpu else 0
