@@ -9,6 +9,7 @@ dsv4sel cache directory. Skipped, with the reason, when the environment is missi
 """
 from __future__ import annotations
 
+import re
 
 import pytest
 
@@ -29,9 +30,24 @@ __all__ = [
     "test_no_platform_patches_nothing_in_one_line_and_is_never_an_error",
     "test_the_start_up_line_shows_with_vllms_own_logging_config",
     "test_a_forked_vllm_process_configures_torchs_compiler_as_a_plain_one",
+    "test_vllm_serve_logs_the_start_up_line_in_the_api_server_and_the_engine_core",
 ]
 #: The vLLM releases the plugin is written for, as its messages name them (the registry's).
 PLUGIN_RANGE = HOSTS["vllm"].supported
+
+
+#: vLLM's log prefix, ``(APIServer pid=4813) INFO 12-01 21:34:32 [state.py:42] ``
+PREFIX = re.compile(r"^\((?P<proc>\w+) pid=\d+\) (?P<level>[A-Z]+) \d\d-\d\d \d\d:\d\d:\d\d \[")
+
+
+def normalised(line: str) -> str:
+    """A log line with its pid and time normalised (as docs/vllm.md shows them)."""
+    return PREFIX.sub(lambda m: f"({m['proc']} pid=N) {m['level']} MM-DD hh:mm:ss [", line)
+
+
+def serve_log(ran) -> list[str]:
+    """The dsv4sel lines `vllm serve` printed, in order, normalised."""
+    return [normalised(line) for line in ran["serve"][1] if PREFIX.match(line) and "] dsv4sel: " in line]
 
 
 def start_line(release: VllmRelease) -> str:
@@ -53,6 +69,15 @@ def test_the_start_up_line_shows_with_vllms_own_logging_config(ran, release):
     assert lines[0].endswith(start) and sum(start in line for line in lines) == 1, lines
     # vLLM's handler and format wrote it: "(MainProcess pid=N) INFO MM-DD hh:mm:ss [file:line] ..."
     assert "(MainProcess pid=" in lines[0] and " INFO " in lines[0], lines
+
+
+def test_vllm_serve_logs_the_start_up_line_in_the_api_server_and_the_engine_core(ran, release):
+    """vLLM's own `vllm serve` (its CLI, argument parsing and default logging): the start-up line
+    first in the API server, and again in the engine core process it starts."""
+    got = serve_log(ran)
+    start = start_line(release)
+    assert [line.split("] ", 1)[1] for line in got if line.startswith("(APIServer")][:1] == [start], got
+    assert any(line.startswith("(EngineCore") and line.endswith(start) for line in got), got
 
 
 def test_each_decision_is_one_line_with_its_rules_and_the_explain_command(ran):

@@ -153,15 +153,15 @@ SCENARIO_SCRIPTS = {"plugin": "plugin_scenarios.py", "serve": "serve.py", "compi
 def scenario(child: Child, directory: Path, args: list, platform: str | None = "cuda", capability: str = "9.0",
              script="plugin", own_process: bool = False, **env: str) -> tuple[int, list[str], list[dict], str]:
     """One scenario process (:data:`SCENARIO_SCRIPTS`), forked from the release's zygote unless
-    ``own_process`` or vLLM's own CLI: (exit status, its dsv4sel log lines, its JSON result
-    lines, stderr)."""
+    ``own_process``: (exit status, its dsv4sel log lines, its JSON result lines, stderr). vLLM's own
+    CLI is forked too: the engine core process it starts is a fresh interpreter either way
+    (multiprocessing's spawn, which imports serve.py, and so its stubs, again)."""
     extra = dict(env)
     if platform:
         extra.update(DSV4SEL_TEST_PLATFORM=platform, DSV4SEL_TEST_CAPABILITY=capability)
     file = SCRIPTS / SCENARIO_SCRIPTS[script]
-    # vLLM's own CLI spawns its engine process from its __main__: its own interpreter, as a user's
     proc = child.run([file, *args], clean_env(directory / "cache", **extra), cwd=directory,
-                     own_process=own_process or script == "serve")
+                     own_process=own_process)
     text = proc.stdout + proc.stderr
     lines = [line for line in text.splitlines() if "dsv4sel" in line and "== config" not in line]
     out = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]

@@ -11,9 +11,10 @@ dsv4sel or the suite is imported before the fork: the libraries preloaded are th
 read the platform nor the job's variables (vLLM's, dsv4sel's) when imported, torch's compiler with
 the variables vLLM sets before it imports it (the suite compares its configuration in a forked
 child with a plain process's: harness/plugin_tests.py); vLLM is imported by
-each child, under its own stubbed platform. A job that needs its own interpreter (``vllm serve``,
-which spawns its engine process from its ``__main__``) runs as a plain process instead
-(:func:`harness.limits.run` without a zygote).
+each child, under its own stubbed platform. ``vllm serve`` is a child too: the engine core process
+it spawns is a fresh interpreter that imports the job's script as ``__mp_main__``, as from a plain
+start. A job that must not be forked runs as a plain process (:func:`harness.limits.run`
+without a zygote).
 
     VENV/bin/python tests/hosts/vllm/harness/zygote.py [--preload torch,transformers]
 
