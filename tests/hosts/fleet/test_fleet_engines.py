@@ -47,7 +47,8 @@ from _host_env import env_skip_reason
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tools"))
 
-from vllm_env import cache_root  # noqa: E402
+from vllm_env import cache_root  # noqa: E402  (tools/: the vLLM environment's own cache folder)
+
 FLEET = ROOT / "tests" / "tools" / "fleet"
 SCRIPTS = ROOT / "tests" / "fleet_engines"
 VENVS = {"vllm": ROOT / ".venv-vllm", "sglang": ROOT / ".venv-sglang"}
